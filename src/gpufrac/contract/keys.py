@@ -1,0 +1,83 @@
+"""The names of the contract: pod annotation keys, NVIDIA per-container keys, and who may write which.
+
+The names are fixed by the two writers gpufrac must interoperate with (KAI Scheduler's pod annotations and
+NVIDIA's per-container keys), so they live in one place and every other module refers to these constants.
+"""
+
+from __future__ import annotations
+
+# KAI-compatible pod annotations: one share per pod, for one container.
+GPU_FRACTION = "gpu-fraction"
+GPU_FRACTION_LIMIT = "gpu-fraction.limit"
+GPU_MEMORY = "gpu-memory"
+GPU_MEMORY_LIMIT = "gpu-memory.limit"
+NUM_DEVICES = "gpu-fraction-num-devices"
+CONTAINER_NAME = "gpu-fraction-container-name"
+POD_KEYS = frozenset(
+    {GPU_FRACTION, GPU_FRACTION_LIMIT, GPU_MEMORY, GPU_MEMORY_LIMIT, NUM_DEVICES, CONTAINER_NAME}
+)
+
+# NVIDIA per-container keys: `nvidia.com/container.<c>.<suffix>`.
+CONTAINER_PREFIX = "nvidia.com/container."
+MEMORY_REQUEST = "gpu-memory.request"
+MEMORY_LIMIT = "gpu-memory.limit"
+COMPUTE_MODE = "gpu-compute.mode"
+DEVICES = "gpus.devices"
+CONTAINER_SUFFIXES = (MEMORY_REQUEST, MEMORY_LIMIT, COMPUTE_MODE, DEVICES)
+
+# The extended resource through which a container asks for whole GPUs.
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# The environment a GPU container gets, from NVIDIA's NRI plugin or from gpufrac's ConfigMap. A tenant who set
+# them directly could claim GPUs, so the webhook denies every name in ENV_KEYS in a pod's own env.
+ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+ENV_MEMORY_REQUEST = "NVIDIA_GPU_MEMORY_REQUEST"
+ENV_MEMORY_LIMIT = "NVIDIA_GPU_MEMORY_LIMIT"
+ENV_MPS_PIPE_DIRECTORY = "CUDA_MPS_PIPE_DIRECTORY"
+ENV_MPS_MEMORY_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+ENV_KEYS = frozenset(
+    {ENV_VISIBLE_DEVICES, ENV_MEMORY_REQUEST, ENV_MEMORY_LIMIT, ENV_MPS_PIPE_DIRECTORY, ENV_MPS_MEMORY_LIMIT}
+)
+
+
+def container_key(container: str, suffix: str) -> str:
+    """The NVIDIA key `nvidia.com/container.<container>.<suffix>`."""
+    return f"{CONTAINER_PREFIX}{container}.{suffix}"
+
+
+def split_container_key(key: str) -> tuple[str, str] | None:
+    """`(container, suffix)` for a key under `nvidia.com/container.`, None for any other key.
+
+    Container names are DNS labels and never hold a dot, so the container ends at the first dot; the suffix
+    is returned unchecked, for the caller to reject with the list of valid ones.
+    """
+    if not key.startswith(CONTAINER_PREFIX):
+        return None
+    container, _, suffix = key[len(CONTAINER_PREFIX) :].partition(".")
+    return container, suffix
+
+
+def is_contract_key(key: str) -> bool:
+    """True for every key that takes part in the contract, whoever writes it."""
+    return key in POD_KEYS or key.startswith(CONTAINER_PREFIX)
+
+
+def is_scheduler_owned(key: str) -> bool:
+    """True for the keys a tenant may never write: exactly `nvidia.com/container.<c>.gpus.devices`.
+
+    The devices key is what grants GPUs: the node side mounts the GPUs it names and sets
+    `NVIDIA_VISIBLE_DEVICES` from it, so a tenant who could write it could take any GPU on the node. The
+    webhook denies it on create and on update, and `gpufrac validate` warns when a manifest sets it.
+
+    The resolved `gpu-memory.request` and `gpu-memory.limit` the scheduler writes at bind are deliberately
+    *not* in this set, because they carry the same names as the NVIDIA keys a tenant may set to ask for
+    memory; a predicate on the name alone cannot tell the two apart. They are protected instead by two rules:
+
+    - a tenant who asks for container c's share with `gpu-fraction` or `gpu-memory` may not also set c's
+      `gpu-memory.request`/`.limit` (`parse_pod` rejects the mix), so on such a pod those keys can only have
+      come from the scheduler, which writes them together with `gpus.devices`;
+    - once a pod carries any `gpus.devices` key it is bound, and the webhook denies every change to a key
+      for which `is_contract_key` is true, so no limit can be raised after the scheduler counted it.
+    """
+    split = split_container_key(key)
+    return split is not None and split[1] == DEVICES

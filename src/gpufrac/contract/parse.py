@@ -1,0 +1,414 @@
+"""Read a pod, as the API returns it, into what it asks for, checking every rule of the contract.
+
+The webhook, the scheduler, the simulator and `gpufrac validate` all call `parse_pod`, so a pod is accepted
+or refused for the same reason everywhere. Input is untrusted: anything malformed raises `ContractError`
+naming the key, never another exception.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from gpufrac.contract import keys, quantity
+from gpufrac.contract.errors import ContractError
+from gpufrac.contract.model import (
+    ComputeMode,
+    Mebibytes,
+    MemoryAmount,
+    PodGpuRequest,
+    PodPlacement,
+    Portion,
+    SharePlacement,
+    ShareRequest,
+    WholeGpuPlacement,
+    WholeGpuRequest,
+)
+
+_T = TypeVar("_T")
+_POSITIVE_WHOLE = re.compile(r"\d+")
+
+
+@dataclass(frozen=True)
+class _Pod:
+    """The parts of a pod the contract reads, shape-checked."""
+
+    annotations: Mapping[str, str]  # contract keys only
+    containers: tuple[str, ...]
+    whole: Mapping[str, int]  # container -> whole GPUs, only where > 0
+    per_container: Mapping[str, Mapping[str, str]]  # container -> NVIDIA key suffix -> value
+
+
+def parse_pod(pod: Mapping[str, object]) -> PodGpuRequest:
+    """What `pod` asks for: one `ShareRequest` per share container, one `WholeGpuRequest` per whole one.
+
+    `pod` is a plain dict as the API returns it; only `metadata.annotations` and `spec.containers` (names and
+    `nvidia.com/gpu` in limits, else requests) are read, so a workload's pod template works as well. A bound
+    pod parses to the same request as before bind: on a container that holds `gpus.devices`, the memory keys
+    the scheduler resolved from `gpu-fraction` or `gpu-memory` are its own, not a second request.
+    """
+    return _request(_read(pod))
+
+
+def parse_placement(pod: Mapping[str, object]) -> PodPlacement | None:
+    """Where a bound pod's GPU containers were put, read from the annotations bind wrote; None if unbound.
+
+    This is how the scheduler rebuilds its state on start, so a bound pod whose annotations disagree with
+    what it asks for (a container without devices, the wrong number of them) is an error, not a guess.
+    """
+    view = _read(pod)
+    request = _request(view)
+    bound = {
+        container: _devices(keys.container_key(container, keys.DEVICES), own[keys.DEVICES])
+        for container, own in view.per_container.items()
+        if keys.DEVICES in own
+    }
+    if not bound:
+        return None
+    shares = []
+    for share in request.shares:
+        own = view.per_container.get(share.container, {})
+        devices = _bound_devices(share.container, bound.pop(share.container, None), count=share.num_devices)
+        memory = _memory(share.container, own)
+        if memory is None:
+            key = keys.container_key(share.container, keys.MEMORY_REQUEST)
+            raise ContractError(key, "", "is missing: a bound share needs the memory the scheduler resolved")
+        shares.append(SharePlacement(share.container, devices, *memory, share.mode))
+    whole = [
+        WholeGpuPlacement(
+            item.container, _bound_devices(item.container, bound.pop(item.container, None), count=item.count)
+        )
+        for item in request.whole
+    ]
+    for container, devices in bound.items():
+        key = keys.container_key(container, keys.DEVICES)
+        raise ContractError(key, ",".join(devices), f'container "{container}" asks for no GPU')
+    return PodPlacement(tuple(shares), tuple(whole))
+
+
+def _request(view: _Pod) -> PodGpuRequest:
+    kai = _kai_share(view)
+    shares: list[ShareRequest] = []
+    whole: list[WholeGpuRequest] = []
+    for container in view.containers:
+        own = view.per_container.get(container, {})
+        mode = _mode(container, own)
+        if kai is not None and kai.container == container:
+            shares.append(ShareRequest(container, kai.request, kai.limit, mode, kai.num_devices))
+        elif (memory := _memory(container, own)) is not None:
+            _refuse_whole_gpus_too(view, container, own)
+            shares.append(ShareRequest(container, Mebibytes(memory[0]), Mebibytes(memory[1]), mode))
+        elif keys.COMPUTE_MODE in own:
+            key = keys.container_key(container, keys.COMPUTE_MODE)
+            raise ContractError(key, own[keys.COMPUTE_MODE], f'container "{container}" has no GPU share')
+        elif container in view.whole:
+            whole.append(WholeGpuRequest(container, view.whole[container]))
+    return PodGpuRequest(tuple(shares), tuple(whole))
+
+
+def _refuse_whole_gpus_too(view: _Pod, container: str, own: Mapping[str, str]) -> None:
+    """A container asks for a share or for whole GPUs; both at once would count its GPUs twice."""
+    if container in view.whole:
+        suffix = keys.MEMORY_REQUEST if keys.MEMORY_REQUEST in own else keys.MEMORY_LIMIT
+        raise ContractError(
+            keys.container_key(container, suffix),
+            own[suffix],
+            f'container "{container}" also has {keys.GPU_RESOURCE}; ask for a share or whole GPUs',
+        )
+
+
+@dataclass(frozen=True)
+class _KaiShare:
+    container: str
+    request: MemoryAmount
+    limit: MemoryAmount
+    num_devices: int
+
+
+def _kai_share(view: _Pod) -> _KaiShare | None:
+    """The share asked for with the KAI pod annotations, if any, with their rules checked."""
+    annotations = view.annotations
+    asks = [
+        key
+        for key in (keys.GPU_FRACTION, keys.GPU_FRACTION_LIMIT, keys.GPU_MEMORY, keys.GPU_MEMORY_LIMIT)
+        if key in annotations
+    ]
+    if not asks:
+        for key in (keys.NUM_DEVICES, keys.CONTAINER_NAME):
+            if key in annotations:
+                raise ContractError(
+                    key,
+                    annotations[key],
+                    f"applies to a share, but the pod sets neither {keys.GPU_FRACTION} nor {keys.GPU_MEMORY}",
+                )
+        return None
+    first = asks[0]
+    fraction_form = keys.GPU_FRACTION in asks or keys.GPU_FRACTION_LIMIT in asks
+    memory_keys = [key for key in asks if key in (keys.GPU_MEMORY, keys.GPU_MEMORY_LIMIT)]
+    if fraction_form and memory_keys:
+        raise ContractError(
+            memory_keys[0],
+            annotations[memory_keys[0]],
+            f"cannot be combined with {keys.GPU_FRACTION}; ask for a portion or an amount, not both",
+        )
+    for limit_key, base_key in (
+        (keys.GPU_FRACTION_LIMIT, keys.GPU_FRACTION),
+        (keys.GPU_MEMORY_LIMIT, keys.GPU_MEMORY),
+    ):
+        if limit_key in annotations and base_key not in annotations:
+            raise ContractError(limit_key, annotations[limit_key], f"needs {base_key}, the guaranteed amount")
+    if view.whole:
+        container, count = next(iter(view.whole.items()))
+        raise ContractError(
+            first,
+            annotations[first],
+            f'cannot be combined with the {keys.GPU_RESOURCE} resource (container "{container}" has'
+            f" {keys.GPU_RESOURCE}: {count}); ask for whole GPUs or a share, not both",
+        )
+    container = _share_container(view, first)
+    own = view.per_container.get(container, {})
+    if keys.DEVICES not in own:
+        for suffix in (keys.MEMORY_REQUEST, keys.MEMORY_LIMIT):
+            if suffix in own:
+                raise ContractError(
+                    keys.container_key(container, suffix),
+                    own[suffix],
+                    f'container "{container}" has its share from {first} already; set memory one way',
+                )
+    request, limit = _fractions(annotations) if fraction_form else _kai_memory(annotations)
+    return _KaiShare(container, request, limit, _num_devices(annotations))
+
+
+def _share_container(view: _Pod, first: str) -> str:
+    """The container the KAI share goes to: the named one, or the first."""
+    named = view.annotations.get(keys.CONTAINER_NAME)
+    if named is None:
+        if not view.containers:
+            raise ContractError(
+                first, view.annotations[first], "the pod has no container to give the share to"
+            )
+        return view.containers[0]
+    if named not in view.containers:
+        raise ContractError(
+            keys.CONTAINER_NAME, named, f"no such container; the pod has {_listing(view.containers)}"
+        )
+    return named
+
+
+def _fractions(annotations: Mapping[str, str]) -> tuple[Portion, Portion]:
+    request_text = annotations[keys.GPU_FRACTION]
+    request = _checked(keys.GPU_FRACTION, request_text, quantity.parse_decimal)
+    if request <= 0:
+        raise ContractError(keys.GPU_FRACTION, request_text, "must be greater than 0")
+    if request >= 1:
+        raise ContractError(
+            keys.GPU_FRACTION,
+            request_text,
+            f"must be less than 1; ask for whole GPUs with the {keys.GPU_RESOURCE} resource",
+        )
+    limit_text = annotations.get(keys.GPU_FRACTION_LIMIT)
+    if limit_text is None:
+        return Portion(request), Portion(request)
+    limit = _checked(keys.GPU_FRACTION_LIMIT, limit_text, quantity.parse_decimal)
+    if limit > 1:
+        raise ContractError(keys.GPU_FRACTION_LIMIT, limit_text, "must be at most 1, a whole GPU")
+    if request > limit:
+        raise ContractError(keys.GPU_FRACTION, request_text, f'request exceeds limit "{limit_text}"')
+    return Portion(request), Portion(limit)
+
+
+def _kai_memory(annotations: Mapping[str, str]) -> tuple[Mebibytes, Mebibytes]:
+    request_text = annotations[keys.GPU_MEMORY]
+    request = _checked(keys.GPU_MEMORY, request_text, quantity.kai_memory_mib)
+    limit_text = annotations.get(keys.GPU_MEMORY_LIMIT)
+    if limit_text is None:
+        return Mebibytes(request), Mebibytes(request)
+    limit = _checked(keys.GPU_MEMORY_LIMIT, limit_text, quantity.kai_memory_mib)
+    if request > limit:
+        raise ContractError(keys.GPU_MEMORY, request_text, f'request exceeds limit "{limit_text}"')
+    return Mebibytes(request), Mebibytes(limit)
+
+
+def _num_devices(annotations: Mapping[str, str]) -> int:
+    text = annotations.get(keys.NUM_DEVICES)
+    if text is None:
+        return 1
+    if not _POSITIVE_WHOLE.fullmatch(text) or int(text) < 1:
+        raise ContractError(keys.NUM_DEVICES, text, "must be a positive whole number")
+    return int(text)
+
+
+def _memory(container: str, own: Mapping[str, str]) -> tuple[int, int] | None:
+    """Request and limit MiB from a container's NVIDIA keys; one alone sets both; None when neither is set."""
+    request_key = keys.container_key(container, keys.MEMORY_REQUEST)
+    limit_key = keys.container_key(container, keys.MEMORY_LIMIT)
+    request_text = own.get(keys.MEMORY_REQUEST)
+    limit_text = own.get(keys.MEMORY_LIMIT)
+    request = None if request_text is None else _checked(request_key, request_text, quantity.quantity_mib)
+    limit = None if limit_text is None else _checked(limit_key, limit_text, quantity.quantity_mib)
+    if request is None:
+        return None if limit is None else (limit, limit)
+    if limit is None:
+        return request, request
+    if request > limit:
+        raise ContractError(request_key, own[keys.MEMORY_REQUEST], f'request exceeds limit "{limit_text}"')
+    return request, limit
+
+
+def _mode(container: str, own: Mapping[str, str]) -> ComputeMode:
+    text = own.get(keys.COMPUTE_MODE)
+    if text is None:
+        return ComputeMode.TIME_SLICING
+    choices = " or ".join(f'"{mode.value}"' for mode in ComputeMode)
+    key = keys.container_key(container, keys.COMPUTE_MODE)
+    if not text.strip():
+        raise ContractError(key, text, f"is blank; set {choices}, or remove the key for time-slicing")
+    try:
+        return ComputeMode(text)
+    except ValueError:
+        raise ContractError(key, text, f"must be exactly {choices}") from None
+
+
+def _devices(key: str, text: str) -> tuple[str, ...]:
+    devices = tuple(item.strip() for item in text.split(","))
+    if not all(devices):
+        raise ContractError(
+            key, text, "must be a comma-separated list of GPU UUIDs or indices, with no empty entry"
+        )
+    if len(set(devices)) != len(devices):
+        raise ContractError(key, text, "names the same GPU twice")
+    return devices
+
+
+def _bound_devices(container: str, devices: tuple[str, ...] | None, *, count: int) -> tuple[str, ...]:
+    key = keys.container_key(container, keys.DEVICES)
+    if devices is None:
+        raise ContractError(key, "", "is missing, but other containers of this pod are bound")
+    if len(devices) != count:
+        raise ContractError(
+            key, ",".join(devices), f"names {len(devices)} GPUs, but the container asks for {count}"
+        )
+    return devices
+
+
+def _checked(key: str, text: str, parse: Callable[[str], _T]) -> _T:
+    """`parse(text)`, with its ValueError turned into a ContractError naming the key."""
+    try:
+        return parse(text)
+    except ValueError as error:
+        raise ContractError(key, text, str(error)) from None
+
+
+def _listing(containers: Sequence[str]) -> str:
+    return (
+        "no containers" if not containers else "containers " + ", ".join(f'"{name}"' for name in containers)
+    )
+
+
+# Reading the pod's shape. The API always returns well-formed objects; a YAML file may not.
+
+
+def _read(pod: Mapping[str, object]) -> _Pod:
+    metadata = _mapping(pod.get("metadata"), "metadata")
+    spec = _mapping(pod.get("spec"), "spec")
+    annotations = _annotations(_mapping(metadata.get("annotations"), "metadata.annotations"))
+    containers: list[str] = []
+    whole: dict[str, int] = {}
+    for container in _sequence(spec.get("containers"), "spec.containers"):
+        fields = _mapping(container, "spec.containers[]")
+        name = fields.get("name")
+        if not isinstance(name, str):
+            raise ContractError("spec.containers[].name", _text(name), "every container needs a name")
+        containers.append(name)
+        count = _whole_gpus(name, _mapping(fields.get("resources"), f"spec.containers[{name}].resources"))
+        if count:
+            whole[name] = count
+    per_container: dict[str, dict[str, str]] = {}
+    for key, value in annotations.items():
+        split = keys.split_container_key(key)
+        if split is None:
+            continue
+        container, suffix = split
+        if suffix not in keys.CONTAINER_SUFFIXES:
+            valid = ", ".join(keys.CONTAINER_SUFFIXES)
+            raise ContractError(
+                key, value, f"unknown key; the keys under {keys.CONTAINER_PREFIX}<container>. are {valid}"
+            )
+        if container not in containers:
+            raise ContractError(key, value, f'no container "{container}"; the pod has {_listing(containers)}')
+        per_container.setdefault(container, {})[suffix] = value
+    return _Pod(annotations, tuple(containers), whole, per_container)
+
+
+def _annotations(raw: Mapping[object, object]) -> dict[str, str]:
+    """The contract keys among the annotations; their values must be strings, as the API requires."""
+    found: dict[str, str] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not keys.is_contract_key(key):
+            continue
+        if not isinstance(value, str):
+            raise ContractError(
+                key,
+                _text(value),
+                f"annotation values must be strings, not {type(value).__name__}; quote the value",
+            )
+        found[key] = value
+    return found
+
+
+def _whole_gpus(container: str, resources: Mapping[object, object]) -> int:
+    """The `nvidia.com/gpu` count, from limits or else requests; the two must agree where both are set."""
+    texts = [
+        _resource_text(
+            container, _mapping(resources.get(part), f"spec.containers[{container}].resources.{part}")
+        )
+        for part in ("limits", "requests")
+    ]
+    present = [text for text in texts if text is not None]
+    if not present:
+        return 0
+    counts = [_checked(keys.GPU_RESOURCE, text, quantity.parse_quantity) for text in present]
+    if counts[0] != counts[-1]:
+        raise ContractError(
+            keys.GPU_RESOURCE,
+            present[0],
+            f'container "{container}" has limits "{present[0]}", requests "{present[-1]}"; make them equal',
+        )
+    if counts[0].denominator != 1 or counts[0] < 0:
+        raise ContractError(
+            keys.GPU_RESOURCE, present[0], f'container "{container}" must ask for a whole number of GPUs'
+        )
+    return int(counts[0])
+
+
+def _resource_text(container: str, amounts: Mapping[object, object]) -> str | None:
+    value = amounts.get(keys.GPU_RESOURCE)
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    raise ContractError(keys.GPU_RESOURCE, _text(value), f'container "{container}" must give a quantity')
+
+
+def _mapping(value: object, where: str) -> Mapping[object, object]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ContractError(where, _text(value), "must be a map")
+    return value
+
+
+def _sequence(value: object, where: str) -> Sequence[object]:
+    if value is None:
+        return ()
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise ContractError(where, _text(value), "must be a list")
+    return value
+
+
+def _text(value: object) -> str:
+    """A short rendering of a malformed value for an error message."""
+    text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
