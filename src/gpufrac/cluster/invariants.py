@@ -1,0 +1,67 @@
+"""DESIGN.md's placement invariants, recomputed from the placements alone.
+
+This deliberately ignores `ClusterState`'s running totals: tests compare the two, so a bookkeeping bug in
+`apply` or `release` cannot hide behind itself.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from gpufrac.cluster.model import Placement
+from gpufrac.cluster.state import ClusterState
+
+
+def violations(state: ClusterState) -> list[str]:
+    """Every broken invariant, as a sentence; empty when the cluster is sound."""
+    problems: list[str] = []
+    requested: dict[tuple[str, int], int] = defaultdict(int)
+    modes: dict[tuple[str, int], set[object]] = defaultdict(set)
+    tenants: dict[tuple[str, int], int] = defaultdict(int)
+    whole: set[tuple[str, int]] = set()
+    cpu: dict[str, int] = defaultdict(int)
+    memory: dict[str, int] = defaultdict(int)
+    for placement in state.placements.values():
+        cpu[placement.node] += placement.cpu_milli
+        memory[placement.node] += placement.memory_mib
+        problems += _share_problems(state, placement, requested=requested, modes=modes, tenants=tenants)
+        for assignment in placement.assignments:
+            if assignment.mode is None:
+                whole.update((placement.node, gpu) for gpu in assignment.gpus)
+    for node, used in cpu.items():
+        row = state.index[node]
+        if used > state.cpu_cap[row] or memory[node] > state.mem_cap[row]:
+            problems.append(f"{node}: pods request more CPU or memory than the node has")
+    for (node, gpu), total in requested.items():
+        capacity = int(state.gpu_mem[state.index[node], gpu])
+        if total > capacity:
+            problems.append(f"{node} GPU {gpu}: {total} MiB requested of {capacity} MiB")
+        if len(modes[node, gpu]) > 1:
+            problems.append(f"{node} GPU {gpu}: mixes compute modes {sorted(map(str, modes[node, gpu]))}")
+    problems += [f"{node} GPU {gpu}: a whole GPU is shared" for node, gpu in whole if tenants[node, gpu] > 1]
+    return problems
+
+
+def _share_problems(
+    state: ClusterState,
+    placement: Placement,
+    *,
+    requested: dict[tuple[str, int], int],
+    modes: dict[tuple[str, int], set[object]],
+    tenants: dict[tuple[str, int], int],
+) -> list[str]:
+    problems = []
+    row = state.index[placement.node]
+    for assignment in placement.assignments:
+        if len(set(assignment.gpus)) != len(assignment.gpus):
+            problems.append(f"{placement.pod}: a multi-device share repeats a GPU")
+        for gpu in assignment.gpus:
+            memory = int(state.gpu_mem[row, gpu])
+            key = (placement.node, gpu)
+            tenants[key] += 1
+            requested[key] += memory if assignment.mode is None else assignment.request_mib
+            if assignment.mode is not None:
+                modes[key].add(assignment.mode)
+                if assignment.limit_mib > memory:
+                    problems.append(f"{placement.pod}: limit {assignment.limit_mib} MiB above GPU {gpu}")
+    return problems

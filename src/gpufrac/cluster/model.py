@@ -1,0 +1,140 @@
+"""Plain data for the placement engine: what a node offers, what a pod asks for, where a pod was put.
+
+These are the engine's own types, independent of Kubernetes objects and trace files: the scheduler and the
+simulator each translate their input into them, so the engine is tested once for both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from gpufrac.contract.model import ComputeMode
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    healthy: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """A node as the engine sees it: capacity left for pods, and its GPUs.
+
+    A node's GPUs are one model, as on every real node; `model` is that model ("" for a CPU-only node).
+    """
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: tuple[GpuSpec, ...] = ()
+
+    @property
+    def model(self) -> str:
+        return self.gpus[0].model if self.gpus else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Amount:
+    """GPU memory per GPU: an absolute size, or a portion of whichever GPU the share lands on.
+
+    A portion is resolved at placement as floor(portion × GPU memory), the contract's rule; keeping it
+    unresolved until then is what lets one request fit GPUs of different sizes.
+    """
+
+    mib: int | None = None
+    portion: Fraction | None = None
+
+    def __post_init__(self) -> None:
+        if (self.mib is None) == (self.portion is None):
+            raise ValueError("an Amount is either MiB or a portion, exactly one")
+
+    def resolve(self, gpu_memory_mib: int) -> int:
+        if self.mib is not None:
+            return self.mib
+        assert self.portion is not None
+        return self.portion.numerator * gpu_memory_mib // self.portion.denominator
+
+    def milli(self, gpu_memory_mib: int) -> int:
+        """The amount in thousandths of this GPU, rounded up: the unit of the fragmentation measure."""
+        if self.portion is not None:
+            return -(-self.portion.numerator * 1000 // self.portion.denominator)
+        assert self.mib is not None
+        return -(-self.mib * 1000 // gpu_memory_mib)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareDemand:
+    """One container's share: `request` guaranteed and `limit` to burst to, on each of `devices` GPUs."""
+
+    container: str
+    request: Amount
+    limit: Amount
+    mode: ComputeMode = ComputeMode.TIME_SLICING
+    devices: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PodDemand:
+    """Everything one pod needs from one node.
+
+    `whole_gpus` counts exclusive GPUs (the `nvidia.com/gpu` resource, summed over containers and named
+    by `whole_container`); `models`, when set, lists the GPU models the pod accepts.
+    """
+
+    name: str
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    whole_gpus: int = 0
+    whole_container: str = ""
+    shares: tuple[ShareDemand, ...] = ()
+    models: frozenset[str] | None = None
+    priority: int = 0
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.whole_gpus > 0 or bool(self.shares)
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """GPUs given to one container: per GPU, `request_mib` guaranteed and `limit_mib` at most.
+
+    `mode` is None for exclusive whole GPUs.
+    """
+
+    container: str
+    gpus: tuple[int, ...]
+    request_mib: int
+    limit_mib: int
+    mode: ComputeMode | None
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    pod: str
+    node: str
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    assignments: tuple[Assignment, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class Unschedulable:
+    """Why a pod fits nowhere: how many nodes were rejected for each reason."""
+
+    pod: str
+    reasons: dict[str, int]
+
+    @property
+    def message(self) -> str:
+        """The kube-scheduler style summary, e.g. `0/5 nodes are available: 3 not enough GPU memory, ...`."""
+        total = sum(self.reasons.values())
+        parts = ", ".join(
+            f"{count} {reason}" for reason, count in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+        )
+        return f"0/{total} nodes are available: {parts}" if parts else "no nodes in the cluster"

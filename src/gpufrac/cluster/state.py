@@ -1,0 +1,253 @@
+"""`ClusterState`: the cluster as numpy arrays, so that every plugin scores all nodes in one pass.
+
+Node i's GPUs are row i of the (nodes × widest node) GPU arrays; columns past a node's GPU count have zero
+memory and are never free. Every mutation goes through `apply`, `release` or a node change, each of which
+checks DESIGN.md's placement invariants first and refuses (raising `PlacementRefused`) rather than break
+one, and bumps the node's `version` so that plugins can cache per-node work.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+import numpy as np
+
+from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement
+from gpufrac.contract.model import ComputeMode
+
+MODE_NONE = 0
+MODE_CODE = {ComputeMode.TIME_SLICING: 1, ComputeMode.SM_SHARING: 2}
+MODE_OF_CODE = {code: mode for mode, code in MODE_CODE.items()}
+_serials = itertools.count()
+
+
+class PlacementRefused(ValueError):
+    """An operation would break a placement invariant; nothing was changed."""
+
+
+class ClusterState:
+    def __init__(self, nodes: Iterable[NodeSpec] = ()) -> None:
+        self.serial = next(_serials)  # with `version`, identifies a node's state for plugin caches
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+        self.models: list[str] = [""]
+        self.uuids: list[list[str]] = []
+        self.placements: dict[str, Placement] = {}
+        self.pods_on: list[set[str]] = []
+        # Ties between equally scored nodes go to the lowest rank: insertion order unless the caller
+        # (the simulator, with a seeded permutation) sets another.
+        self.tie_rank = np.zeros(0, np.int64)
+        self._alloc(0, 0)
+        for node in nodes:
+            self.add_node(node)
+
+    def _alloc(self, rows: int, width: int) -> None:
+        self.active = np.zeros(rows, bool)
+        self.cpu_free = np.zeros(rows, np.int64)
+        self.mem_free = np.zeros(rows, np.int64)
+        self.cpu_cap = np.zeros(rows, np.int64)
+        self.mem_cap = np.zeros(rows, np.int64)
+        self.model_id = np.zeros(rows, np.int32)
+        self.gpu_count = np.zeros(rows, np.int64)
+        self.version = np.zeros(rows, np.int64)
+        self.gpu_mem = np.zeros((rows, width), np.int64)
+        self.gpu_free = np.zeros((rows, width), np.int64)
+        self.gpu_mode = np.zeros((rows, width), np.int8)
+        self.gpu_tenants = np.zeros((rows, width), np.int32)
+        self.gpu_whole = np.zeros((rows, width), bool)
+        self.gpu_healthy = np.zeros((rows, width), bool)
+
+    _ROW_ARRAYS = ("active", "cpu_free", "mem_free", "cpu_cap", "mem_cap", "model_id", "gpu_count", "version")
+    _GPU_ARRAYS = ("gpu_mem", "gpu_free", "gpu_mode", "gpu_tenants", "gpu_whole", "gpu_healthy")
+
+    def _grow(self, rows: int, width: int) -> None:
+        old = {name: getattr(self, name) for name in self._ROW_ARRAYS + self._GPU_ARRAYS}
+        self._alloc(rows, width)
+        known = self.tie_rank.shape[0]
+        self.tie_rank = np.concatenate([self.tie_rank, np.arange(known, rows, dtype=np.int64)])
+        for name, array in old.items():
+            target = getattr(self, name)
+            if array.ndim == 1:
+                target[: array.shape[0]] = array
+            else:
+                target[: array.shape[0], : array.shape[1]] = array
+
+    @property
+    def width(self) -> int:
+        return int(self.gpu_mem.shape[1])
+
+    @property
+    def gpu_exists(self) -> np.ndarray:
+        return self.gpu_mem > 0
+
+    # ---- node changes -------------------------------------------------------------------------------------
+
+    def add_node(self, spec: NodeSpec) -> int:
+        """Add a node, or replace a node of that name that holds no pods."""
+        row = self.index.get(spec.name)
+        if row is not None and self.pods_on[row]:
+            raise PlacementRefused(f"node {spec.name} holds pods; remove it before redefining it")
+        if sorted(gpu.index for gpu in spec.gpus) != list(range(len(spec.gpus))):
+            raise PlacementRefused(f"node {spec.name}: GPU indices must be 0..{len(spec.gpus) - 1}")
+        if row is None:
+            row = len(self.names)
+            self.names.append(spec.name)
+            self.index[spec.name] = row
+            self.uuids.append([])
+            self.pods_on.append(set())
+        if row >= self.active.shape[0] or len(spec.gpus) > self.width:
+            self._grow(max(row + 1, 2 * self.active.shape[0]), max(len(spec.gpus), self.width))
+        self._write_node(row, spec)
+        return row
+
+    def _write_node(self, row: int, spec: NodeSpec) -> None:
+        if spec.model not in self.models:
+            self.models.append(spec.model)
+        gpus = sorted(spec.gpus, key=lambda gpu: gpu.index)
+        self.active[row] = True
+        self.cpu_cap[row] = self.cpu_free[row] = spec.cpu_milli
+        self.mem_cap[row] = self.mem_free[row] = spec.memory_mib
+        self.model_id[row] = self.models.index(spec.model)
+        self.gpu_count[row] = len(gpus)
+        for array in (self.gpu_mem, self.gpu_free, self.gpu_mode, self.gpu_tenants):
+            array[row] = 0
+        self.gpu_whole[row] = False
+        self.gpu_healthy[row] = False
+        for gpu in gpus:
+            self.gpu_mem[row, gpu.index] = self.gpu_free[row, gpu.index] = gpu.memory_mib
+            self.gpu_healthy[row, gpu.index] = gpu.healthy
+        self.uuids[row] = [gpu.uuid for gpu in gpus]
+        self.version[row] += 1
+
+    def remove_node(self, name: str) -> list[Placement]:
+        """Take a node out; its pods are released and returned, since they no longer run anywhere."""
+        row = self.index[name]
+        released = [self.release(pod) for pod in sorted(self.pods_on[row])]
+        self.active[row] = False
+        self.version[row] += 1
+        return released
+
+    def set_gpu_health(self, name: str, gpu: int, *, healthy: bool) -> None:
+        """Mark a GPU (un)healthy. Shares already on it stay; no new share lands on an unhealthy GPU."""
+        row = self.index[name]
+        if not 0 <= gpu < self.gpu_count[row]:
+            raise PlacementRefused(f"node {name} has no GPU {gpu}")
+        self.gpu_healthy[row, gpu] = healthy
+        self.version[row] += 1
+
+    # ---- pods ---------------------------------------------------------------------------------------------
+
+    def apply(self, placement: Placement) -> None:
+        row = self._check(placement)
+        self.cpu_free[row] -= placement.cpu_milli
+        self.mem_free[row] -= placement.memory_mib
+        for assignment in placement.assignments:
+            for gpu in assignment.gpus:
+                self.gpu_tenants[row, gpu] += 1
+                if assignment.mode is None:
+                    self.gpu_whole[row, gpu] = True
+                    self.gpu_free[row, gpu] = 0
+                else:
+                    self.gpu_free[row, gpu] -= assignment.request_mib
+                    self.gpu_mode[row, gpu] = MODE_CODE[assignment.mode]
+        self.placements[placement.pod] = placement
+        self.pods_on[row].add(placement.pod)
+        self.version[row] += 1
+
+    def release(self, pod: str) -> Placement:
+        placement = self.placements.pop(pod)
+        row = self.index[placement.node]
+        self.pods_on[row].discard(pod)
+        self.cpu_free[row] += placement.cpu_milli
+        self.mem_free[row] += placement.memory_mib
+        for assignment in placement.assignments:
+            for gpu in assignment.gpus:
+                self.gpu_tenants[row, gpu] -= 1
+                if assignment.mode is None:
+                    self.gpu_whole[row, gpu] = False
+                    self.gpu_free[row, gpu] = self.gpu_mem[row, gpu]
+                else:
+                    self.gpu_free[row, gpu] += assignment.request_mib
+                if self.gpu_tenants[row, gpu] == 0:
+                    self.gpu_mode[row, gpu] = MODE_NONE
+        self.version[row] += 1
+        return placement
+
+    def _check(self, placement: Placement) -> int:
+        """The row the placement lands on, once every invariant it could break is known to hold."""
+        if placement.pod in self.placements:
+            raise PlacementRefused(f"pod {placement.pod} is already placed")
+        row = self.index.get(placement.node)
+        if row is None or not self.active[row]:
+            raise PlacementRefused(f"pod {placement.pod}: node {placement.node} is not in the cluster")
+        if placement.cpu_milli > self.cpu_free[row] or placement.memory_mib > self.mem_free[row]:
+            raise PlacementRefused(f"pod {placement.pod}: not enough CPU or memory on {placement.node}")
+        taken: dict[int, int] = {}
+        modes: dict[int, int] = {}
+        whole: set[int] = set()
+        for assignment in placement.assignments:
+            self._check_assignment(placement, row, assignment, taken=taken, modes=modes, whole=whole)
+        return row
+
+    def _check_assignment(
+        self,
+        placement: Placement,
+        row: int,
+        assignment: Assignment,
+        *,
+        taken: dict[int, int],
+        modes: dict[int, int],
+        whole: set[int],
+    ) -> None:
+        where = f"pod {placement.pod} container {assignment.container} on {placement.node}"
+        if len(set(assignment.gpus)) != len(assignment.gpus) or not assignment.gpus:
+            raise PlacementRefused(f"{where}: a share needs distinct GPUs, at least one")
+        for gpu in assignment.gpus:
+            if not 0 <= gpu < self.gpu_count[row]:
+                raise PlacementRefused(f"{where}: no GPU {gpu}")
+            if not self.gpu_healthy[row, gpu]:
+                raise PlacementRefused(f"{where}: GPU {gpu} is unhealthy")
+            if self.gpu_whole[row, gpu] or gpu in whole:
+                raise PlacementRefused(f"{where}: GPU {gpu} is held whole by another container")
+            if assignment.mode is None:
+                if self.gpu_tenants[row, gpu] or gpu in taken:
+                    raise PlacementRefused(f"{where}: a whole GPU must be empty, GPU {gpu} is not")
+                whole.add(gpu)
+                continue
+            memory = int(self.gpu_mem[row, gpu])
+            if not 1 <= assignment.request_mib <= assignment.limit_mib <= memory:
+                raise PlacementRefused(
+                    f"{where}: need 1 <= request ({assignment.request_mib} MiB) <= limit "
+                    f"({assignment.limit_mib} MiB) <= GPU {gpu} memory ({memory} MiB)"
+                )
+            mode = MODE_CODE[assignment.mode]
+            current = modes.get(gpu, int(self.gpu_mode[row, gpu]))
+            if current not in (MODE_NONE, mode):
+                raise PlacementRefused(f"{where}: GPU {gpu} is in {MODE_OF_CODE[current]} mode")
+            modes[gpu] = mode
+            taken[gpu] = taken.get(gpu, 0) + assignment.request_mib
+            if taken[gpu] > self.gpu_free[row, gpu]:
+                raise PlacementRefused(f"{where}: GPU {gpu} has {self.gpu_free[row, gpu]} MiB unrequested")
+
+    # ---- views --------------------------------------------------------------------------------------------
+
+    def node_spec(self, name: str) -> NodeSpec:
+        row = self.index[name]
+        model = self.models[self.model_id[row]]
+        gpus = tuple(
+            GpuSpec(
+                index=i,
+                uuid=self.uuids[row][i],
+                model=model,
+                memory_mib=int(self.gpu_mem[row, i]),
+                healthy=bool(self.gpu_healthy[row, i]),
+            )
+            for i in range(int(self.gpu_count[row]))
+        )
+        return NodeSpec(name=name, cpu_milli=int(self.cpu_cap[row]), memory_mib=int(self.mem_cap[row]), gpus=gpus)
+
+    def free_milli(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """Unrequested share of each GPU in thousandths (0 for missing GPUs), for fragmentation and scores."""
+        memory = self.gpu_mem[rows]
+        return np.where(memory > 0, self.gpu_free[rows] * 1000 // np.maximum(memory, 1), 0)

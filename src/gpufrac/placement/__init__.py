@@ -1,0 +1,1 @@
+"""The placement engine: filters, scorers and GPU pickers, and `decide`."""

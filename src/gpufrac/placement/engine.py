@@ -1,0 +1,63 @@
+"""`decide(state, pod, policy)`: filter, score, break ties, pick GPUs. No I/O, no mutation.
+
+The scheduler and the simulator both call this, then `ClusterState.apply` the result, so the simulator's
+numbers are the scheduler's behaviour.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpufrac.cluster.model import Assignment, Placement, PodDemand, Unschedulable
+from gpufrac.cluster.state import ClusterState
+from gpufrac.placement import exact
+from gpufrac.placement.fit import Fit, find_fit, is_simple
+from gpufrac.placement.framework import Policy
+
+
+def decide(state: ClusterState, pod: PodDemand, policy: Policy) -> Placement | Unschedulable:
+    fit, rejected = find_fit(state, pod)
+    if not is_simple(pod):
+        return exact.decide(state, fit, rejected)
+    if len(fit.rows) == 0:
+        return Unschedulable(pod.name, dict(rejected))
+    scores = policy.scorer.score(state, fit)
+    at = best(state, fit, scores)
+    return placement_for(state, fit, at, policy.picker.pick(state, fit, at))
+
+
+def best(state: ClusterState, fit: Fit, scores: np.ndarray) -> int:
+    """The position of the highest score; among equals, the node with the lowest tie rank."""
+    tied = np.flatnonzero(scores == scores.max())
+    return int(tied[np.argmin(state.tie_rank[fit.rows[tied]])])
+
+
+def placement_for(state: ClusterState, fit: Fit, at: int, gpus: tuple[int, ...]) -> Placement:
+    pod = fit.pod
+    row = int(fit.rows[at])
+    assignments: tuple[Assignment, ...] = ()
+    if pod.shares:
+        share = pod.shares[0]
+        chosen = list(gpus)
+        # On a node whose GPUs differ in size a portion resolves differently per GPU; the smallest
+        # resolution is the one every chosen GPU can guarantee.
+        assignments = (
+            Assignment(
+                container=share.container,
+                gpus=gpus,
+                request_mib=int(fit.request_mib[at, chosen].min()),
+                limit_mib=int(fit.limit_mib[at, chosen].min()),
+                mode=share.mode,
+            ),
+        )
+    elif pod.whole_gpus:
+        memory = int(state.gpu_mem[row, list(gpus)].min())
+        assignments = (Assignment(pod.whole_container, gpus, memory, memory, None),)
+    return Placement(
+        pod=pod.name,
+        node=state.names[row],
+        cpu_milli=pod.cpu_milli,
+        memory_mib=pod.memory_mib,
+        assignments=assignments,
+    )
+

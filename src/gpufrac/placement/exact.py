@@ -1,0 +1,60 @@
+"""Pods with several share containers, or whole GPUs beside a share: a greedy search per node.
+
+Such pods are rare (no trace has them), and no paper policy defines a score for them, so they take the
+first node in tie order where a greedy assignment succeeds: whole GPUs from the highest-index empty GPUs,
+then each share, largest first, on the best-fitting GPUs that keep one compute mode per GPU.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from gpufrac.cluster.model import Assignment, Placement, Unschedulable
+from gpufrac.cluster.state import MODE_CODE, MODE_NONE, ClusterState
+from gpufrac.placement.fit import Fit
+
+
+def decide(state: ClusterState, fit: Fit, rejected: Counter[str]) -> Placement | Unschedulable:
+    pod = fit.pod
+    for row in fit.rows[np.argsort(state.tie_rank[fit.rows], kind="stable")]:
+        assignments = assign(state, int(row), fit)
+        if assignments is not None:
+            return Placement(pod.name, state.names[row], pod.cpu_milli, pod.memory_mib, assignments)
+        rejected["no combination of GPUs fits every container"] += 1
+    return Unschedulable(pod.name, dict(rejected))
+
+
+def assign(state: ClusterState, row: int, fit: Fit) -> tuple[Assignment, ...] | None:
+    pod = fit.pod
+    count = int(state.gpu_count[row])
+    memory = state.gpu_mem[row, :count]
+    free = state.gpu_free[row, :count].copy()
+    modes = state.gpu_mode[row, :count].copy()
+    open_gpus = state.gpu_healthy[row, :count] & ~state.gpu_whole[row, :count]
+    empty = np.flatnonzero(open_gpus & (state.gpu_tenants[row, :count] == 0))
+    assignments: list[Assignment] = []
+    if pod.whole_gpus:
+        if len(empty) < pod.whole_gpus:
+            return None
+        whole = tuple(sorted(int(g) for g in empty[-pod.whole_gpus :]))
+        open_gpus[list(whole)] = False
+        size = int(memory[list(whole)].min())
+        assignments.append(Assignment(pod.whole_container, whole, size, size, None))
+    for share in sorted(pod.shares, key=lambda s: -s.request.resolve(int(memory.max(initial=0)))):
+        code = MODE_CODE[share.mode]
+        request = np.array([share.request.resolve(int(m)) for m in memory], np.int64)
+        limit = np.array([share.limit.resolve(int(m)) for m in memory], np.int64)
+        ok = open_gpus & (request >= 1) & (free >= request) & (memory >= limit) & np.isin(modes, (MODE_NONE, code))
+        candidates = np.flatnonzero(ok)
+        chosen = candidates[np.argsort(free[candidates] - request[candidates], kind="stable")][: share.devices]
+        if len(chosen) < share.devices:
+            return None
+        gpus = tuple(sorted(int(g) for g in chosen))
+        free[chosen] -= request[chosen]
+        modes[chosen] = code
+        assignments.append(
+            Assignment(share.container, gpus, int(request[chosen].min()), int(limit[chosen].min()), share.mode)
+        )
+    return tuple(assignments)

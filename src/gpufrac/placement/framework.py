@@ -1,0 +1,55 @@
+"""The plugin seams of the engine: a policy is a node scorer plus a GPU picker, registered by name.
+
+Filters are not pluggable per policy: every policy must honour the same invariants, so they all share
+`fit.find_fit`. What differs between policies is only which feasible node wins and which GPUs on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.fit import Fit
+from gpufrac.placement.workload import Workload
+
+
+class Scorer(Protocol):
+    def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
+        """One score per feasible node (`fit.rows`); the highest wins, ties go to the lowest tie rank."""
+        ...
+
+
+class GpuPicker(Protocol):
+    def pick(self, state: ClusterState, fit: Fit, at: int) -> tuple[int, ...]:
+        """The GPUs for the pod on node `fit.rows[at]`: its share's devices, or its whole GPUs."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    name: str
+    scorer: Scorer
+    picker: GpuPicker
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyContext:
+    """What a policy may need to be built: randomness for `random`, the target workload for `fgd`."""
+
+    rng: np.random.Generator
+    workload: Workload
+
+
+POLICIES: dict[str, Callable[[PolicyContext], Policy]] = {}
+
+
+def register(name: str) -> Callable[[Callable[[PolicyContext], Policy]], Callable[[PolicyContext], Policy]]:
+    def add(factory: Callable[[PolicyContext], Policy]) -> Callable[[PolicyContext], Policy]:
+        POLICIES[name] = factory
+        return factory
+
+    return add

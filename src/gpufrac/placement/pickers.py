@@ -1,0 +1,58 @@
+"""GPU pickers shared by several policies: which GPUs on the chosen node the pod gets.
+
+Whole GPUs always go to the lowest-index empty GPUs (as the paper's simulator does); pickers differ only
+in where a share lands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.fit import Fit
+
+
+def lowest_empty(fit: Fit, at: int) -> tuple[int, ...]:
+    return tuple(int(g) for g in np.flatnonzero(fit.empty[at])[: fit.pod.whole_gpus])
+
+
+def _share_devices(fit: Fit) -> int:
+    return fit.pod.shares[0].devices if fit.pod.shares else 0
+
+
+def ranked(fit: Fit, at: int, order_key: np.ndarray) -> tuple[int, ...]:
+    """Whole GPUs, or the share's devices taken by ascending `order_key` (stable: lower index first)."""
+    if not fit.pod.shares:
+        return lowest_empty(fit, at)
+    candidates = np.flatnonzero(fit.share_ok[at])
+    chosen = candidates[np.argsort(order_key[candidates], kind="stable")][: _share_devices(fit)]
+    return tuple(sorted(int(g) for g in chosen))
+
+
+@dataclass(frozen=True, slots=True)
+class BestFitGpu:
+    """The share goes where it leaves the least unrequested memory: fills partly used GPUs first."""
+
+    def pick(self, state: ClusterState, fit: Fit, at: int) -> tuple[int, ...]:
+        return ranked(fit, at, state.gpu_free[fit.rows[at]] - fit.request_mib[at])
+
+
+@dataclass(frozen=True, slots=True)
+class WorstFitGpu:
+    """The share goes where the most memory is left: spreads tenants, fewer noisy neighbours."""
+
+    def pick(self, state: ClusterState, fit: Fit, at: int) -> tuple[int, ...]:
+        return ranked(fit, at, -state.gpu_free[fit.rows[at]])
+
+
+@dataclass(frozen=True, slots=True)
+class RandomGpu:
+    rng: np.random.Generator
+
+    def pick(self, state: ClusterState, fit: Fit, at: int) -> tuple[int, ...]:
+        pool = fit.share_ok[at] if fit.pod.shares else fit.empty[at]
+        wanted = _share_devices(fit) or fit.pod.whole_gpus
+        chosen = self.rng.choice(np.flatnonzero(pool), size=wanted, replace=False)
+        return tuple(sorted(int(g) for g in chosen))

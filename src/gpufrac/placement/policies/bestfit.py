@@ -1,0 +1,23 @@
+"""`bestfit`: the node left with the least CPU and GPU after placement wins (Weng et al.'s BestFit)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.fit import Fit
+from gpufrac.placement.framework import Policy, PolicyContext, register
+from gpufrac.placement.pickers import BestFitGpu
+from gpufrac.placement.policies.common import CPU_SCALE, GPU_SCALE, free_gpu_milli, truncate
+
+
+class BestFitScore:
+    def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
+        cpu_left = state.cpu_free[fit.rows] - fit.pod.cpu_milli
+        gpu_left = free_gpu_milli(state, fit) - fit.gpu_total_milli()
+        return truncate(100 * (1 - (0.5 * cpu_left / CPU_SCALE + 0.5 * gpu_left / GPU_SCALE)))
+
+
+@register("bestfit")
+def bestfit(context: PolicyContext) -> Policy:
+    return Policy("bestfit", BestFitScore(), BestFitGpu())

@@ -1,0 +1,44 @@
+"""`binpack`: the node whose GPU memory is most requested after placement wins; shares fill GPUs best-fit.
+
+What an operator expects when GPUs are scarce: keep whole GPUs and whole nodes free for big jobs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.fit import Fit
+from gpufrac.placement.framework import Policy, PolicyContext, register
+from gpufrac.placement.pickers import BestFitGpu, WorstFitGpu
+
+
+def requested_after(state: ClusterState, fit: Fit) -> np.ndarray:
+    """Per feasible node, the share of its GPU memory requested once the pod is placed (0 to 1)."""
+    memory = state.gpu_mem[fit.rows].sum(axis=1)
+    usable = state.gpu_healthy[fit.rows] & ~state.gpu_whole[fit.rows]
+    free = np.where(usable, state.gpu_free[fit.rows], 0).sum(axis=1)
+    wanted = fit.pod.whole_gpus or (fit.pod.shares[0].devices if fit.pod.shares else 0)
+    request = fit.request_mib[:, 0] if fit.pod.shares else state.gpu_mem[fit.rows, 0]
+    return np.where(memory > 0, (memory - free + wanted * request) / np.maximum(memory, 1), 0.0)
+
+
+class MostRequested:
+    def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
+        return np.trunc(100 * requested_after(state, fit)).astype(np.int64)
+
+
+class LeastRequested:
+    def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
+        return np.trunc(100 * (1 - requested_after(state, fit))).astype(np.int64)
+
+
+@register("binpack")
+def binpack(context: PolicyContext) -> Policy:
+    return Policy("binpack", MostRequested(), BestFitGpu())
+
+
+@register("spread")
+def spread(context: PolicyContext) -> Policy:
+    """`spread`: the emptiest node and the emptiest GPU win: fewer co-tenants, more burst headroom."""
+    return Policy("spread", LeastRequested(), WorstFitGpu())

@@ -1,0 +1,55 @@
+"""`clustering`: put pods of a kind together (GpuClustering): shares with shares, 2-GPU pods with 2-GPU pods.
+
+Keeping kinds apart stops small shares from nibbling at the nodes that whole-GPU pods need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpufrac.cluster.model import Placement, PodDemand
+from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.cache import NodeMemo
+from gpufrac.placement.fit import Fit
+from gpufrac.placement.framework import Policy, PolicyContext, register
+from gpufrac.placement.pickers import BestFitGpu
+from gpufrac.placement.policies.common import GPU_SCALE, free_gpu_milli
+
+
+def pod_tag(pod: PodDemand) -> str | None:
+    if pod.whole_gpus:
+        return f"{pod.whole_gpus}-gpu"
+    return "share-gpu" if pod.shares else None
+
+
+def placement_tag(placement: Placement) -> str | None:
+    whole = sum(len(a.gpus) for a in placement.assignments if a.mode is None)
+    if whole:
+        return f"{whole}-gpu"
+    return "share-gpu" if placement.assignments else None
+
+
+@dataclass
+class ClusteringScore:
+    memo: NodeMemo = field(default_factory=lambda: NodeMemo("same", "gpu_pods"))
+
+    def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
+        tag = pod_tag(fit.pod)
+        if tag is None:
+            return np.zeros(len(fit.rows), np.int64)
+        entry, stale = self.memo.lookup(state, tag, fit.rows)
+        for row in fit.rows[stale]:
+            tags = [placement_tag(state.placements[pod]) for pod in state.pods_on[row]]
+            entry["same"][row] = tags.count(tag)
+            entry["gpu_pods"][row] = len(tags) - tags.count(None)
+        self.memo.stamp(state, entry, fit.rows[stale])
+        same, gpu_pods = entry["same"][fit.rows], entry["gpu_pods"][fit.rows]
+        band = np.select([(same > 0) & (same == gpu_pods), same > 0, gpu_pods == 0], [75, 50, 25], 0)
+        return 25 * (GPU_SCALE - free_gpu_milli(state, fit)) // GPU_SCALE + band
+
+
+@register("clustering")
+def clustering(context: PolicyContext) -> Policy:
+    return Policy("clustering", ClusteringScore(), BestFitGpu())

@@ -1,0 +1,43 @@
+"""`packing`: fill partly used GPUs first, then free GPUs on used nodes, then idle nodes (GpuPacking)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.fit import Fit
+from gpufrac.placement.framework import Policy, PolicyContext, register
+from gpufrac.placement.pickers import BestFitGpu
+from gpufrac.placement.fragmentation import usable_free_milli
+
+
+class PackingScore:
+    """Three bands, each capped so they never overlap: [50, 100] when the pod only needs partly used GPUs
+    (less free share on them scores higher), [33, 50] when it needs k empty GPUs on a used node (fewer is
+    better), [0, 33] for an idle node (fewer GPUs is better)."""
+
+    def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
+        if not fit.pod.wants_gpu:
+            return np.zeros(len(fit.rows), np.int64)
+        free = usable_free_milli(state, fit.rows)
+        exists = state.gpu_mem[fit.rows] > 0
+        count = exists.sum(axis=1)
+        fully_free = ((free == 1000) & exists).sum(axis=1)
+        wanted = fit.pod.whole_gpus or fit.pod.shares[0].devices
+        need = fit.per_gpu_milli()[:, None]
+        # The GPUs the pod would take: fitting ones, least free first, lower index on ties.
+        order = np.argsort(np.where(exists & (free >= need), free, 10_000), axis=1, kind="stable")
+        taken = np.take_along_axis(free, order[:, :wanted], axis=1)
+        empties_used = (taken == 1000).sum(axis=1)
+        free_percent = (taken * 100 // 1000).sum(axis=1)
+        return np.select(
+            [fully_free == count, empties_used > 0],
+            [np.maximum(33 - fully_free, fully_free), np.maximum(50 - empties_used, 33)],
+            np.maximum(100 - free_percent // 10, 50),
+        ).astype(np.int64)
+
+
+@register("packing")
+def packing(context: PolicyContext) -> Policy:
+    return Policy("packing", PackingScore(), BestFitGpu())
+

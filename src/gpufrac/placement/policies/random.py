@@ -1,0 +1,28 @@
+"""`random`: any node that fits, and any GPU on it that fits: the baseline every policy must beat."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.fit import Fit
+from gpufrac.placement.framework import Policy, PolicyContext, register
+from gpufrac.placement.pickers import RandomGpu
+
+
+@dataclass(frozen=True, slots=True)
+class RandomScore:
+    rng: np.random.Generator
+
+    def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
+        scores = np.zeros(len(fit.rows), np.int64)
+        if len(scores) > 1:
+            scores[self.rng.integers(len(scores))] = 100
+        return scores
+
+
+@register("random")
+def random(context: PolicyContext) -> Policy:
+    return Policy("random", RandomScore(context.rng), RandomGpu(context.rng))

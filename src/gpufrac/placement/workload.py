@@ -1,0 +1,82 @@
+"""The target workload: the pod shapes a cluster expects, with how often each arrives.
+
+Fragmentation is only meaningful against a workload (a half-free GPU is free space for a 0.5 task and
+waste for a whole-GPU task), so the FGD policy and the fragmentation measure both take one. Following
+Weng et al., it is the most common shapes of a trace, taken until they cover 95% of its pods, with their
+frequencies renormalised.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpufrac.cluster.model import PodDemand
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    cpu_milli: int
+    gpus: int  # GPUs asked for: 1 for a share, N for N whole GPUs, 0 for CPU-only
+    milli: int  # per-GPU demand in thousandths (1000 for whole GPUs, 0 for CPU-only)
+    models: frozenset[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    shapes: tuple[Shape, ...]
+    weights: np.ndarray  # sums to 1
+
+    @classmethod
+    def from_pods(
+        cls, pods: Iterable[PodDemand], *, coverage: float = 0.95, reference_gpu_mib: int = 16384
+    ) -> Workload:
+        """The most common shapes of `pods`; an absolute MiB request counts as a portion of a
+        `reference_gpu_mib` GPU, since a workload of shapes has no particular GPU in mind."""
+        counts = Counter(shape_of(pod, reference_gpu_mib=reference_gpu_mib) for pod in pods)
+        total = sum(counts.values())
+        chosen: list[tuple[Shape, int]] = []
+        covered = 0
+        # Most common first; among equally common shapes the larger one first, as the paper's simulator.
+        for shape, count in sorted(counts.items(), key=lambda item: (item[1], _order(item[0])), reverse=True):
+            if total and covered >= coverage * total:
+                break
+            chosen.append((shape, count))
+            covered += count
+        weights = np.array([count for _, count in chosen], float)
+        return cls(tuple(shape for shape, _ in chosen), weights / max(weights.sum(), 1.0))
+
+    @property
+    def cpu(self) -> np.ndarray:
+        return np.array([shape.cpu_milli for shape in self.shapes], np.int64)
+
+    @property
+    def milli(self) -> np.ndarray:
+        return np.array([shape.milli for shape in self.shapes], np.int64)
+
+    @property
+    def gpus(self) -> np.ndarray:
+        return np.array([shape.gpus for shape in self.shapes], np.int64)
+
+    def model_ok(self, models: list[str]) -> np.ndarray:
+        """(number of known models, shapes): whether a node of each model can host each shape."""
+        return np.array(
+            [[shape.models is None or model in shape.models for shape in self.shapes] for model in models], bool
+        ).reshape(len(models), len(self.shapes))
+
+
+def shape_of(pod: PodDemand, *, reference_gpu_mib: int) -> Shape:
+    if pod.whole_gpus:
+        return Shape(pod.cpu_milli, pod.whole_gpus, 1000, pod.models)
+    if pod.shares:
+        share = pod.shares[0]
+        milli = share.request.milli(reference_gpu_mib)
+        return Shape(pod.cpu_milli, share.devices, min(milli, 1000), pod.models)
+    return Shape(pod.cpu_milli, 0, 0, pod.models)
+
+
+def _order(shape: Shape) -> tuple[int, int, int, str]:
+    return (shape.cpu_milli, shape.milli, shape.gpus, ",".join(sorted(shape.models or ())))

@@ -1,0 +1,182 @@
+"""Loading traces in the openb CSV format (Alibaba cluster-trace-gpu-v2023) into engine types.
+
+A malformed file is a `UserError` naming the file, the line and the column, so a broken trace never gets
+as far as a half-finished replay.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from importlib import resources
+from pathlib import Path
+from typing import TypeVar
+
+from gpufrac.cluster.model import Amount, GpuSpec, NodeSpec, PodDemand, ShareDemand
+from gpufrac.errors import UserError
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+TIMED_COLUMNS = ("creation_time", "deletion_time")
+
+# The trace gives GPU models but no GPU memory. The simulator sizes each GPU at 1000 MiB per nominal GB,
+# so that a portion in thousandths resolves to whole MiB exactly and MiB accounting equals the paper's
+# milli-GPU accounting. G2 and G3 are undisclosed models; their size does not change a portion-only replay.
+MODEL_MEMORY_GB = {"P100": 16, "T4": 16, "V100M16": 16, "V100M32": 32, "A10": 24, "G2": 32, "G3": 32}
+DEFAULT_MEMORY_GB = 16
+
+BUNDLED_NODES = "openb_node_list_gpu_node.csv"
+BUNDLED_PODS = "openb_pod_list_default.csv"
+
+
+@dataclass(frozen=True, slots=True)
+class TracePod:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int
+    gpu_milli: int  # per GPU, thousandths; 1000 for whole GPUs
+    gpu_spec: frozenset[str] | None
+    creation_time: float | None = None
+    deletion_time: float | None = None
+
+    @property
+    def gpu_demand_milli(self) -> int:
+        return self.num_gpu * self.gpu_milli
+
+    def demand(self) -> PodDemand:
+        """The engine's view: whole GPUs for gpu_milli 1000, otherwise one time-sliced share."""
+        common = {"name": self.name, "cpu_milli": self.cpu_milli, "memory_mib": self.memory_mib}
+        if self.num_gpu and self.gpu_milli >= 1000:
+            return PodDemand(**common, whole_gpus=self.num_gpu, whole_container="main", models=self.gpu_spec)
+        if self.num_gpu:
+            portion = Amount(portion=Fraction(self.gpu_milli, 1000))
+            share = ShareDemand("main", request=portion, limit=portion, devices=self.num_gpu)
+            return PodDemand(**common, shares=(share,), models=self.gpu_spec)
+        return PodDemand(**common)
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    name: str
+    nodes: tuple[NodeSpec, ...]
+    pods: tuple[TracePod, ...]
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(node.gpus) for node in self.nodes)
+
+
+def load(nodes: Path | None = None, pods: Path | None = None) -> Trace:
+    """The given trace files, or the bundled openb default trace for any file not given."""
+    data = resources.files("gpufrac") / "data"
+    with resources.as_file(data / BUNDLED_NODES) as bundled_nodes, resources.as_file(data / BUNDLED_PODS) as bundled_pods:
+        node_path = nodes or bundled_nodes
+        pod_path = pods or bundled_pods
+        name = pod_path.stem if pods else "openb default (bundled)"
+        return Trace(name=name, nodes=tuple(load_nodes(node_path)), pods=tuple(load_pods(pod_path)))
+
+
+def load_nodes(path: Path) -> list[NodeSpec]:
+    nodes = []
+    for line, row in _rows(path, NODE_COLUMNS):
+        cell = _Cells(path, line, row)
+        count = cell.integer("gpu")
+        model = row["model"].strip()
+        if count and not model:
+            raise cell.error("model", "a node with GPUs needs a model")
+        memory = 1000 * MODEL_MEMORY_GB.get(model, DEFAULT_MEMORY_GB)
+        name = cell.text("sn")
+        gpus = tuple(GpuSpec(i, f"{name}-gpu{i}", model, memory) for i in range(count))
+        nodes.append(NodeSpec(name, cell.integer("cpu_milli"), cell.integer("memory_mib"), gpus))
+    if not nodes:
+        raise UserError(f"{path}: no nodes; the node list needs a header and at least one row")
+    return nodes
+
+
+def load_pods(path: Path) -> list[TracePod]:
+    pods = []
+    for line, row in _rows(path, POD_COLUMNS):
+        cell = _Cells(path, line, row)
+        num_gpu, gpu_milli = cell.integer("num_gpu"), cell.integer("gpu_milli")
+        if num_gpu and not 0 < gpu_milli <= 1000:
+            raise cell.error("gpu_milli", "must be between 1 and 1000 for a pod with GPUs")
+        spec = frozenset(model for model in (row.get("gpu_spec") or "").split("|") if model) or None
+        pods.append(
+            TracePod(
+                name=cell.text("name"),
+                cpu_milli=cell.integer("cpu_milli"),
+                memory_mib=cell.integer("memory_mib"),
+                num_gpu=num_gpu,
+                gpu_milli=gpu_milli if num_gpu else 0,
+                gpu_spec=spec,
+                creation_time=cell.optional_time("creation_time"),
+                deletion_time=cell.optional_time("deletion_time"),
+            )
+        )
+    if not pods:
+        raise UserError(f"{path}: no pods; the pod list needs a header and at least one row")
+    return pods
+
+
+def _rows(path: Path, required: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
+    try:
+        with path.open(newline="") as handle:
+            reader = csv.DictReader(handle)
+            missing = [column for column in required if column not in (reader.fieldnames or ())]
+            if missing:
+                raise UserError(
+                    f"{path}:1: missing column(s) {', '.join(missing)}; expected a header with {','.join(required)}"
+                )
+            rows = []
+            for row in reader:
+                if None in row or any(value is None for value in row.values()):
+                    raise UserError(f"{path}:{reader.line_num}: expected {len(reader.fieldnames or ())} fields")
+                rows.append((reader.line_num, row))
+            return rows
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file; pass an openb-format CSV") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise UserError(f"{path}: cannot read it as CSV ({error})") from None
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Cells:
+    path: Path
+    line: int
+    row: dict[str, str]
+
+    def error(self, column: str, rule: str) -> UserError:
+        return UserError(f'{self.path}:{self.line}: column {column}="{self.row.get(column, "")}": {rule}')
+
+    def _parse(self, column: str, convert: Callable[[str], T], rule: str) -> T:
+        try:
+            return convert(self.row[column].strip())
+        except ValueError:
+            raise self.error(column, rule) from None
+
+    def text(self, column: str) -> str:
+        value = self.row[column].strip()
+        if not value:
+            raise self.error(column, "must not be empty")
+        return value
+
+    def integer(self, column: str) -> int:
+        value = self._parse(column, int, "must be a whole number")
+        if value < 0:
+            raise self.error(column, "must not be negative")
+        return value
+
+    def optional_time(self, column: str) -> float | None:
+        if not (self.row.get(column) or "").strip():
+            return None
+        value = self._parse(column, float, "must be a time in seconds")
+        if not math.isfinite(value) or value < 0:
+            raise self.error(column, "must be a time in seconds, not negative")
+        return value
