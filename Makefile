@@ -21,8 +21,15 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/mypy --strict src/gpufrac/contract
 
-test: lint
+# kube-apiserver, kube-controller-manager and etcd for tests/integration, built once from Debian packages
+# into ~/.cache/gpufrac (a few minutes the first time; instant after). See hack/README.md.
+.PHONY: kube-bins
+kube-bins:
+	hack/test-cluster build
+
+test: lint kube-bins
 	$(BIN)/pytest
 
 clean:

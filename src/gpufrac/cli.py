@@ -6,10 +6,10 @@ pays for matplotlib and a broken optional piece cannot break the others.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -24,6 +24,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 stderr = Console(stderr=True)
+
+
+@app.callback()
+def _commands() -> None:
+    """Keeps `gpufrac <command>` a group: without a callback, Typer runs a lone command as the program."""
 
 
 def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -43,9 +48,53 @@ def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+@app.command()
+@one_line_errors
+def validate(
+    paths: Annotated[
+        list[Path], typer.Argument(help="Manifest files, or folders searched for *.yaml and *.yml.")
+    ],
+    output_format: Annotated[
+        Literal["text", "json"], typer.Option("--format", help="text lines or a JSON list.")
+    ] = "text",
+    strict: Annotated[bool, typer.Option(help="Exit 1 on warnings too.")] = False,
+) -> None:
+    """Check Kubernetes manifests against the GPU contract: exit 0 clean, 1 on problems, 2 if unreadable."""
+    from gpufrac import validate as validation
+
+    raise typer.Exit(validation.run(paths, output_format=output_format, strict=strict))
+
+
+@app.command()
+@one_line_errors
+def simulate(
+    nodes: Annotated[Path | None, typer.Option(help="Node list CSV (openb format); default: bundled.")] = None,
+    pods: Annotated[Path | None, typer.Option(help="Pod list CSV (openb format); default: bundled.")] = None,
+    policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = "all",
+    seeds: Annotated[str, typer.Option(help="Seeds: ranges and lists, e.g. 42-51 or 1,5,9.")] = "42-44",
+    inflation: Annotated[float, typer.Option(help="Replay until requests reach this × cluster GPUs.")] = 1.3,
+    workers: Annotated[int, typer.Option(help="Worker processes (default: one per CPU).")] = 0,
+    out: Annotated[Path | None, typer.Option(help="Write results.json, curves.csv, plots, report.html.")] = None,
+    output_format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
+) -> None:
+    """Replay a trace through every placement policy, as in the FGD paper (ATC '23)."""
+    from gpufrac.sim import simulate as simulation
+
+    simulation.run(
+        nodes=nodes,
+        pods=pods,
+        policies=policies,
+        seeds=seeds,
+        inflation=inflation,
+        workers=workers or None,
+        out=out,
+        output_format=output_format,
+    )
+
+
 def main() -> None:
     app(prog_name="gpufrac")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -135,6 +135,7 @@ class Unschedulable:
         """The kube-scheduler style summary, e.g. `0/5 nodes are available: 3 not enough GPU memory, ...`."""
         total = sum(self.reasons.values())
         parts = ", ".join(
-            f"{count} {reason}" for reason, count in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+            f"{count} {reason}"
+            for reason, count in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
         )
         return f"0/{total} nodes are available: {parts}" if parts else "no nodes in the cluster"

@@ -245,7 +245,9 @@ class ClusterState:
             )
             for i in range(int(self.gpu_count[row]))
         )
-        return NodeSpec(name=name, cpu_milli=int(self.cpu_cap[row]), memory_mib=int(self.mem_cap[row]), gpus=gpus)
+        return NodeSpec(
+            name=name, cpu_milli=int(self.cpu_cap[row]), memory_mib=int(self.mem_cap[row]), gpus=gpus
+        )
 
     def free_milli(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         """Unrequested share of each GPU in thousandths (0 for missing GPUs), for fragmentation and scores."""

@@ -19,7 +19,9 @@ class NodeMemo:
         self._serial = -1
         self._entries: dict[Hashable, dict[str, np.ndarray]] = {}
 
-    def lookup(self, state: ClusterState, key: Hashable, rows: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    def lookup(
+        self, state: ClusterState, key: Hashable, rows: np.ndarray
+    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """The arrays cached under `key` (indexed by node row) and the positions in `rows` to recompute.
 
         The caller writes fresh values for those positions, then calls `stamp`.

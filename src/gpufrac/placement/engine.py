@@ -60,4 +60,3 @@ def placement_for(state: ClusterState, fit: Fit, at: int, gpus: tuple[int, ...])
         memory_mib=pod.memory_mib,
         assignments=assignments,
     )
-

@@ -46,15 +46,25 @@ def assign(state: ClusterState, row: int, fit: Fit) -> tuple[Assignment, ...] | 
         code = MODE_CODE[share.mode]
         request = np.array([share.request.resolve(int(m)) for m in memory], np.int64)
         limit = np.array([share.limit.resolve(int(m)) for m in memory], np.int64)
-        ok = open_gpus & (request >= 1) & (free >= request) & (memory >= limit) & np.isin(modes, (MODE_NONE, code))
+        ok = (
+            open_gpus
+            & (request >= 1)
+            & (free >= request)
+            & (memory >= limit)
+            & np.isin(modes, (MODE_NONE, code))
+        )
         candidates = np.flatnonzero(ok)
-        chosen = candidates[np.argsort(free[candidates] - request[candidates], kind="stable")][: share.devices]
+        chosen = candidates[np.argsort(free[candidates] - request[candidates], kind="stable")][
+            : share.devices
+        ]
         if len(chosen) < share.devices:
             return None
         gpus = tuple(sorted(int(g) for g in chosen))
         free[chosen] -= request[chosen]
         modes[chosen] = code
         assignments.append(
-            Assignment(share.container, gpus, int(request[chosen].min()), int(limit[chosen].min()), share.mode)
+            Assignment(
+                share.container, gpus, int(request[chosen].min()), int(limit[chosen].min()), share.mode
+            )
         )
     return tuple(assignments)

@@ -62,7 +62,9 @@ def resolve(amount: Amount, gpu_mem: np.ndarray) -> np.ndarray:
     return amount.portion.numerator * gpu_mem // amount.portion.denominator
 
 
-def find_fit(state: ClusterState, pod: PodDemand, *, rows: np.ndarray | None = None) -> tuple[Fit, Counter[str]]:
+def find_fit(
+    state: ClusterState, pod: PodDemand, *, rows: np.ndarray | None = None
+) -> tuple[Fit, Counter[str]]:
     """Feasible nodes for `pod` among `rows` (default: all active nodes), and rejections by reason."""
     if rows is None:
         rows = np.flatnonzero(state.active)
@@ -86,7 +88,8 @@ def find_fit(state: ClusterState, pod: PodDemand, *, rows: np.ndarray | None = N
         if pod.models is not None:
             allowed = [i for i, model in enumerate(state.models) if model in pod.models]
             reject(~np.isin(state.model_id[rows], allowed), "GPU model not allowed")
-        reject(~(state.gpu_healthy[rows] & ~state.gpu_whole[rows]).any(axis=1), "no healthy free GPU")
+        open_gpus = state.gpu_healthy[rows] & ~state.gpu_whole[rows]
+        reject(~np.any(open_gpus, axis=1), "no healthy free GPU")
         if pod.whole_gpus:
             reject(empty.sum(axis=1) < pod.whole_gpus, "not enough free GPUs")
         if pod.shares and is_simple(pod):

@@ -24,7 +24,7 @@ def usable_free_milli(state: ClusterState, rows: np.ndarray | slice = slice(None
 def node_fragmentation(
     free: np.ndarray, cpu_free: np.ndarray, model_ok: np.ndarray, workload: Workload
 ) -> np.ndarray:
-    """F_n(M) for nodes given as rows of `free` (..., GPUs), with `cpu_free` (...) and `model_ok` (..., shapes).
+    """F_n(M) for nodes given as `free` (..., GPUs), `cpu_free` (...) and `model_ok` (..., shapes).
 
     Leading dimensions are free: FGD passes (nodes, candidate GPUs) to score every candidate at once.
     """

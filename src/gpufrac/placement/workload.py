@@ -64,7 +64,8 @@ class Workload:
     def model_ok(self, models: list[str]) -> np.ndarray:
         """(number of known models, shapes): whether a node of each model can host each shape."""
         return np.array(
-            [[shape.models is None or model in shape.models for shape in self.shapes] for model in models], bool
+            [[shape.models is None or model in shape.models for shape in self.shapes] for model in models],
+            bool,
         ).reshape(len(models), len(self.shapes))
 
 

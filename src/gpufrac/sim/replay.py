@@ -132,4 +132,3 @@ def allocation_curve(arrived: np.ndarray, used: np.ndarray, capacity: int) -> di
     sums = np.bincount(buckets, weights=allocation)
     counts = np.bincount(buckets)
     return {int(x): round(float(sums[x] / counts[x]), 2) for x in np.flatnonzero(counts)}
-

@@ -7,6 +7,7 @@ as far as a half-finished replay.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,14 +50,14 @@ class TracePod:
 
     def demand(self) -> PodDemand:
         """The engine's view: whole GPUs for gpu_milli 1000, otherwise one time-sliced share."""
-        common = {"name": self.name, "cpu_milli": self.cpu_milli, "memory_mib": self.memory_mib}
+        pod = PodDemand(self.name, cpu_milli=self.cpu_milli, memory_mib=self.memory_mib, models=self.gpu_spec)
         if self.num_gpu and self.gpu_milli >= 1000:
-            return PodDemand(**common, whole_gpus=self.num_gpu, whole_container="main", models=self.gpu_spec)
+            return dataclasses.replace(pod, whole_gpus=self.num_gpu, whole_container="main")
         if self.num_gpu:
             portion = Amount(portion=Fraction(self.gpu_milli, 1000))
             share = ShareDemand("main", request=portion, limit=portion, devices=self.num_gpu)
-            return PodDemand(**common, shares=(share,), models=self.gpu_spec)
-        return PodDemand(**common)
+            return dataclasses.replace(pod, shares=(share,))
+        return pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,10 @@ class Trace:
 def load(nodes: Path | None = None, pods: Path | None = None) -> Trace:
     """The given trace files, or the bundled openb default trace for any file not given."""
     data = resources.files("gpufrac") / "data"
-    with resources.as_file(data / BUNDLED_NODES) as bundled_nodes, resources.as_file(data / BUNDLED_PODS) as bundled_pods:
+    with (
+        resources.as_file(data / BUNDLED_NODES) as bundled_nodes,
+        resources.as_file(data / BUNDLED_PODS) as bundled_pods,
+    ):
         node_path = nodes or bundled_nodes
         pod_path = pods or bundled_pods
         name = pod_path.stem if pods else "openb default (bundled)"
@@ -128,13 +132,16 @@ def _rows(path: Path, required: Sequence[str]) -> list[tuple[int, dict[str, str]
             reader = csv.DictReader(handle)
             missing = [column for column in required if column not in (reader.fieldnames or ())]
             if missing:
+                expected = ",".join(required)
                 raise UserError(
-                    f"{path}:1: missing column(s) {', '.join(missing)}; expected a header with {','.join(required)}"
+                    f"{path}:1: missing column(s) {', '.join(missing)}; the header needs {expected}"
                 )
             rows = []
             for row in reader:
                 if None in row or any(value is None for value in row.values()):
-                    raise UserError(f"{path}:{reader.line_num}: expected {len(reader.fieldnames or ())} fields")
+                    raise UserError(
+                        f"{path}:{reader.line_num}: expected {len(reader.fieldnames or ())} fields"
+                    )
                 rows.append((reader.line_num, row))
             return rows
     except FileNotFoundError:

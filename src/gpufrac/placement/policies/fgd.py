@@ -52,11 +52,15 @@ class Fgd:
         if not fit.pod.shares:
             return lowest_empty(fit, at)
         if fit.pod.shares[0].devices > 1:
-            return tuple(int(g) for g in np.flatnonzero(self._multi_device_choice(state, fit, np.array([at]))[0]))
+            return tuple(
+                int(g) for g in np.flatnonzero(self._multi_device_choice(state, fit, np.array([at]))[0])
+            )
         entry, _ = self.memo.lookup(state, _shape_key(fit.pod), fit.rows[at : at + 1])
         return (int(entry["gpu"][fit.rows[at]]),)
 
-    def _evaluate(self, state: ClusterState, fit: Fit, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _evaluate(
+        self, state: ClusterState, fit: Fit, positions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Scores and best GPUs for the feasible nodes at `positions`."""
         rows = fit.rows[positions]
         free = usable_free_milli(state, rows)

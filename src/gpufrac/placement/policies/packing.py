@@ -6,9 +6,9 @@ import numpy as np
 
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.fit import Fit
+from gpufrac.placement.fragmentation import usable_free_milli
 from gpufrac.placement.framework import Policy, PolicyContext, register
 from gpufrac.placement.pickers import BestFitGpu
-from gpufrac.placement.fragmentation import usable_free_milli
 
 
 class PackingScore:
@@ -40,4 +40,3 @@ class PackingScore:
 @register("packing")
 def packing(context: PolicyContext) -> Policy:
     return Policy("packing", PackingScore(), BestFitGpu())
-

@@ -1,0 +1,128 @@
+"""Many replays (policies × seeds), in a process pool, summarised the way the paper reports them."""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from gpufrac.errors import UserError
+from gpufrac.placement.framework import POLICIES
+from gpufrac.sim.replay import RunResult, replay
+from gpufrac.sim.trace import Trace
+
+PAPER_POLICIES = ("random", "dotprod", "clustering", "packing", "bestfit", "fgd")
+# Mean GPU allocation ratio at 100% arrival, default openb trace, seeds 42-51 (Weng et al., ATC '23).
+PUBLISHED_AT_100 = {
+    "random": 86.30,
+    "dotprod": 90.62,
+    "clustering": 91.65,
+    "packing": 91.78,
+    "bestfit": 92.86,
+    "fgd": 95.23,
+}
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`42-51`, `1,2,7` or a mix: the seeds in the order given, without repeats."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        try:
+            first, last = int(low), int(high if dash else low)
+        except ValueError:
+            raise UserError(f'--seeds "{text}": expected numbers and ranges such as 42-51 or 1,2,7') from None
+        if last < first:
+            raise UserError(f'--seeds "{text}": the range {part.strip()} runs backwards')
+        seeds += [seed for seed in range(first, last + 1) if seed not in seeds]
+    return seeds
+
+
+def parse_policies(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in POLICIES]
+    if unknown or not names:
+        raise UserError(
+            f'--policies "{text}": unknown {", ".join(unknown) or "(none given)"}; '
+            f"known: {', '.join(POLICIES)}"
+        )
+    return names
+
+
+_trace: Trace | None = None
+
+
+def _set_trace(trace: Trace) -> None:
+    global _trace
+    _trace = trace
+
+
+def _run(job: tuple[str, int, float]) -> RunResult:
+    assert _trace is not None
+    policy, seed, inflation = job
+    return replay(_trace, policy=policy, seed=seed, inflation=inflation)
+
+
+def run_matrix(
+    trace: Trace,
+    *,
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    inflation: float,
+    workers: int | None = None,
+    on_result: Callable[[RunResult], None] | None = None,
+) -> list[RunResult]:
+    """Every policy on every seed; each worker process receives the trace once."""
+    jobs = [(policy, seed, inflation) for policy in policies for seed in seeds]
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+    results: list[RunResult] = []
+    for result in _outcomes(trace, jobs, workers):
+        results.append(result)
+        if on_result:
+            on_result(result)
+    return results
+
+
+def _outcomes(trace: Trace, jobs: list[tuple[str, int, float]], workers: int) -> Iterator[RunResult]:
+    if workers == 1:
+        _set_trace(trace)
+        yield from map(_run, jobs)
+        return
+    with ProcessPoolExecutor(workers, initializer=_set_trace, initargs=(trace,)) as pool:
+        yield from pool.map(_run, jobs)
+
+
+def summarize(trace: Trace, seeds: Sequence[int], results: Sequence[RunResult]) -> dict[str, Any]:
+    """The JSON document `gpufrac simulate --format json` prints."""
+    policies: dict[str, Any] = {}
+    for policy in dict.fromkeys(result.policy for result in results):
+        runs = [result for result in results if result.policy == policy]
+        at_100 = [run.allocation.get(100, _nearest(run.allocation, 100)) for run in runs]
+        arrivals = sorted(set().union(*(run.allocation for run in runs)))
+        policies[policy] = {
+            "allocation": {
+                str(x): round(statistics.fmean(run.allocation[x] for run in runs if x in run.allocation), 2)
+                for x in arrivals
+            },
+            "allocation_at_100": round(statistics.fmean(at_100), 2),
+            "allocation_at_100_std": round(statistics.pstdev(at_100), 2),
+            "unallocated_at_100": round(100 - statistics.fmean(at_100), 2),
+            "fragmentation_at_100": round(
+                statistics.fmean(
+                    run.fragmentation.get(100, _nearest(run.fragmentation, 100)) for run in runs
+                ),
+                2,
+            ),
+            "failed_pods": round(statistics.fmean(run.failed_pods for run in runs), 1),
+            "seconds": round(statistics.fmean(run.seconds for run in runs), 3),
+        }
+        if policy in PUBLISHED_AT_100:
+            policies[policy]["published_at_100"] = PUBLISHED_AT_100[policy]
+    return {"trace": trace.name, "gpus": trace.gpus, "seeds": list(seeds), "policies": policies}
+
+
+def _nearest(curve: dict[int, float], x: int) -> float:
+    """A curve that never reached x% arrival (a small trace) reports its closest point instead."""
+    return curve[min(curve, key=lambda point: (abs(point - x), point))] if curve else 0.0
