@@ -1,0 +1,220 @@
+"""Random sequences of node changes, placements and releases, for every policy: no invariant ever breaks.
+
+After every step the invariants are recomputed from the placements alone, and `ClusterState`'s running
+totals must agree with that recomputation. The engine must never propose a placement that `apply` refuses,
+and an arbitrary (possibly invalid) placement is either refused with nothing changed or keeps every
+invariant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+
+import numpy as np
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+import gpufrac.placement.policies  # noqa: F401  (registers the policies)
+from gpufrac.cluster.invariants import violations
+from gpufrac.cluster.model import (
+    Amount,
+    Assignment,
+    GpuSpec,
+    NodeSpec,
+    Placement,
+    PodDemand,
+    ShareDemand,
+    Unschedulable,
+)
+from gpufrac.cluster.state import MODE_CODE, ClusterState, PlacementRefused
+from gpufrac.contract.model import ComputeMode
+from gpufrac.placement.engine import decide
+from gpufrac.placement.framework import POLICIES, PolicyContext
+from gpufrac.placement.workload import Workload
+
+NODE_NAMES = [f"node-{i}" for i in range(5)]
+MODELS = ["T4", "A100"]
+
+nodes = st.builds(
+    lambda name, gpus, memory, model, cpu, healthy: NodeSpec(
+        name,
+        cpu_milli=cpu,
+        memory_mib=64_000,
+        gpus=tuple(
+            GpuSpec(i, f"{name}-{i}", model, memory, healthy=(i != 0 or healthy)) for i in range(gpus)
+        ),
+    ),
+    st.sampled_from(NODE_NAMES),
+    st.integers(0, 4),
+    st.sampled_from([16_000, 24_576, 40_000]),
+    st.sampled_from(MODELS),
+    st.sampled_from([4_000, 16_000, 64_000]),
+    st.booleans(),
+)
+
+amounts = st.one_of(
+    st.integers(1, 41_000).map(lambda mib: Amount(mib=mib)),
+    st.integers(1, 999).map(lambda milli: Amount(portion=Fraction(milli, 1000))),
+)
+
+
+@st.composite
+def shares(draw: st.DrawFn, container: str) -> ShareDemand:
+    request = draw(amounts)
+    limit = request
+    if draw(st.booleans()):
+        if request.mib is not None:
+            limit = Amount(mib=request.mib + draw(st.integers(0, 8_000)))
+        else:
+            assert request.portion is not None
+            limit = Amount(
+                portion=min(Fraction(1), request.portion + Fraction(draw(st.integers(0, 500)), 1000))
+            )
+    return ShareDemand(
+        container,
+        request=request,
+        limit=limit,
+        mode=draw(st.sampled_from(list(ComputeMode))),
+        devices=draw(st.integers(1, 2)),
+    )
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> PodDemand:
+    kind = draw(st.sampled_from(["cpu", "whole", "share", "multi", "mixed"]))
+    whole = draw(st.integers(1, 3)) if kind in ("whole", "mixed") else 0
+    count = {"share": 1, "multi": 2, "mixed": 1}.get(kind, 0)
+    return PodDemand(
+        name="",  # named by the machine, which knows which names are taken
+        cpu_milli=draw(st.sampled_from([0, 1_000, 8_000])),
+        memory_mib=draw(st.sampled_from([0, 4_096, 32_768])),
+        whole_gpus=whole,
+        whole_container="main",
+        shares=tuple(draw(shares(f"c{i}")) for i in range(count)),
+        models=draw(st.sampled_from([None, frozenset({"T4"}), frozenset(MODELS)])),
+    )
+
+
+WORKLOAD = Workload.from_pods(
+    [
+        PodDemand(
+            "a",
+            cpu_milli=1_000,
+            shares=(ShareDemand("c", Amount(portion=Fraction(1, 2)), Amount(portion=Fraction(1, 2))),),
+        ),
+        PodDemand("b", cpu_milli=8_000, whole_gpus=1),
+        PodDemand("c", cpu_milli=1_000),
+    ]
+)
+
+
+def recomputed_totals(state: ClusterState) -> dict[str, np.ndarray]:
+    """The arrays `apply`/`release` maintain, rebuilt from scratch from the placements."""
+    free = state.gpu_mem.copy()
+    modes = np.zeros_like(state.gpu_mode)
+    tenants = np.zeros_like(state.gpu_tenants)
+    cpu, memory = state.cpu_cap.copy(), state.mem_cap.copy()
+    for placement in state.placements.values():
+        row = state.index[placement.node]
+        cpu[row] -= placement.cpu_milli
+        memory[row] -= placement.memory_mib
+        for assignment in placement.assignments:
+            for gpu in assignment.gpus:
+                tenants[row, gpu] += 1
+                if assignment.mode is None:
+                    free[row, gpu] = 0
+                else:
+                    free[row, gpu] -= assignment.request_mib
+                    modes[row, gpu] = MODE_CODE[assignment.mode]
+    return {"gpu_free": free, "gpu_mode": modes, "gpu_tenants": tenants, "cpu_free": cpu, "mem_free": memory}
+
+
+class EngineMachine(RuleBasedStateMachine):
+    @initialize(policy=st.sampled_from(sorted(POLICIES)), seed=st.integers(0, 2**16))
+    def start(self, policy: str, seed: int) -> None:
+        self.state = ClusterState()
+        self.policy = POLICIES[policy](PolicyContext(rng=np.random.default_rng(seed), workload=WORKLOAD))
+        self.names = iter(range(10**9))
+
+    def fresh_name(self) -> str:
+        return f"pod-{next(self.names)}"
+
+    @rule(node=nodes)
+    def add_node(self, node: NodeSpec) -> None:
+        row = self.state.index.get(node.name)
+        if row is not None and self.state.pods_on[row]:
+            self.state.remove_node(node.name)
+        self.state.add_node(node)
+
+    @precondition(lambda self: self.state.names)
+    @rule(data=st.data())
+    def remove_node(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(self.state.names))
+        released = self.state.remove_node(name)
+        assert all(placement.node == name for placement in released)
+        assert not any(placement.node == name for placement in self.state.placements.values())
+
+    @precondition(lambda self: self.state.names)
+    @rule(data=st.data(), healthy=st.booleans())
+    def set_health(self, data: st.DataObject, healthy: bool) -> None:
+        row = data.draw(st.sampled_from([r for r, active in enumerate(self.state.active) if active] or [0]))
+        if self.state.gpu_count[row]:
+            gpu = data.draw(st.integers(0, int(self.state.gpu_count[row]) - 1))
+            self.state.set_gpu_health(self.state.names[row], gpu, healthy=healthy)
+
+    @rule(pod=pods())
+    def place(self, pod: PodDemand) -> None:
+        outcome = decide(self.state, dataclasses.replace(pod, name=self.fresh_name()), self.policy)
+        if isinstance(outcome, Placement):
+            self.state.apply(outcome)  # the engine never proposes what apply refuses
+            assert outcome.node in self.state.names
+        else:
+            assert isinstance(outcome, Unschedulable)
+            assert sum(outcome.reasons.values()) <= int(self.state.active.sum())
+
+    @precondition(lambda self: self.state.names)
+    @rule(data=st.data())
+    def arbitrary_placement(self, data: st.DataObject) -> None:
+        """A placement made up without the engine: refused with nothing changed, or sound."""
+        node = data.draw(st.sampled_from(self.state.names))
+        gpus = data.draw(st.lists(st.integers(0, 4), min_size=1, max_size=3))
+        mode = data.draw(st.sampled_from([None, *ComputeMode]))
+        request = data.draw(st.integers(0, 45_000))
+        limit = request + data.draw(st.integers(-10, 5_000))
+        placement = Placement(
+            pod=self.fresh_name(),
+            node=node,
+            cpu_milli=data.draw(st.sampled_from([0, 2_000, 70_000])),
+            assignments=(Assignment("main", tuple(gpus), request, limit, mode),),
+        )
+        before = recomputed_totals(self.state)
+        try:
+            self.state.apply(placement)
+        except PlacementRefused:
+            after = recomputed_totals(self.state)
+            assert all(np.array_equal(before[key], after[key]) for key in before)
+
+    @precondition(lambda self: self.state.placements)
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        pod = data.draw(st.sampled_from(sorted(self.state.placements)))
+        self.state.release(pod)
+
+    @invariant()
+    def invariants_hold(self) -> None:
+        assert violations(self.state) == []
+
+    @invariant()
+    def bookkeeping_matches(self) -> None:
+        expected = recomputed_totals(self.state)
+        active = self.state.active
+        for key, array in expected.items():
+            assert np.array_equal(getattr(self.state, key)[active], array[active]), key
+
+
+EngineMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+TestEngine = EngineMachine.TestCase
