@@ -68,13 +68,13 @@ def validate(
 @app.command()
 @one_line_errors
 def simulate(
-    nodes: Annotated[Path | None, typer.Option(help="Node list CSV (openb format); default: bundled.")] = None,
+    nodes: Annotated[Path | None, typer.Option(help="Node list CSV (openb format); default bundled.")] = None,
     pods: Annotated[Path | None, typer.Option(help="Pod list CSV (openb format); default: bundled.")] = None,
     policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = "all",
     seeds: Annotated[str, typer.Option(help="Seeds: ranges and lists, e.g. 42-51 or 1,5,9.")] = "42-44",
     inflation: Annotated[float, typer.Option(help="Replay until requests reach this × cluster GPUs.")] = 1.3,
     workers: Annotated[int, typer.Option(help="Worker processes (default: one per CPU).")] = 0,
-    out: Annotated[Path | None, typer.Option(help="Write results.json, curves.csv, plots, report.html.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write results, plots and report.html here.")] = None,
     output_format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
 ) -> None:
     """Replay a trace through every placement policy, as in the FGD paper (ATC '23)."""

@@ -36,6 +36,8 @@ class RunResult:
     failed_pods: int
     pods: int
     seconds: float
+    decision_ms_p50: float  # engine time per pod (decide only, not apply or measurement)
+    decision_ms_p99: float
 
 
 def target_workload(trace: Trace) -> Workload:
@@ -86,11 +88,14 @@ def replay(
     failures: dict[int, dict[str, int]] = {}
     dropped: Counter[str] = Counter()
     demands = [pod.demand() for pod in pods]
+    decision_seconds = np.zeros(len(pods))
     arrived_milli = used_milli = 0
     bucket = -1
     for i, (pod, demand) in enumerate(zip(pods, demands, strict=True)):
         arrived_milli += pod.gpu_demand_milli
+        tick = time.perf_counter()
         outcome = decide(state, demand, chosen)
+        decision_seconds[i] = time.perf_counter() - tick
         if isinstance(outcome, Placement):
             state.apply(outcome)
             used_milli += pod.gpu_demand_milli
@@ -113,6 +118,8 @@ def replay(
         failed_pods=sum(dropped.values()),
         pods=len(pods),
         seconds=time.perf_counter() - started,
+        decision_ms_p50=1000 * float(np.percentile(decision_seconds, 50)),
+        decision_ms_p99=1000 * float(np.percentile(decision_seconds, 99)),
     )
 
 
