@@ -4,10 +4,11 @@ The webhook refuses a broken pod only once a controller tries to create it, whic
 ReplicaSet stuck without pods and an Event few people read. Linting the files in review or CI catches the
 same mistakes, with the same rules (`contract.parse_pod`) and the line to fix.
 
-Errors are what the webhook would refuse. Warnings are manifests that parse but are almost certainly
-wrong: a scheduler-owned key set by hand (`gpus.devices`: the webhook refuses it from tenants, so a copied
-bound pod will not apply), or a bare number under an NVIDIA memory key that, read as bytes, rounds up to
-1 MiB. Warnings are printed with `warning:` and leave the exit status alone unless `--strict` is given.
+Errors are what the webhook would refuse; like the webhook, the check stops at a template's first error.
+Warnings are manifests that parse but are almost certainly wrong: a scheduler-owned key set by hand
+(`gpus.devices`: the webhook refuses it from tenants, so a copied bound pod will not apply), or a bare
+number under an NVIDIA memory key that, read as bytes, rounds up to 1 MiB. Warnings are printed with
+`warning:` and leave the exit status alone unless `--strict` is given.
 
 Exit status: 0 when there is no error (and, with `--strict`, no warning), 1 otherwise, 2 when an input
 cannot be read at all (a missing path, invalid YAML, a file that is not UTF-8).

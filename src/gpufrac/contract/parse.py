@@ -82,7 +82,8 @@ def parse_placement(pod: Mapping[str, object]) -> PodPlacement | None:
         )
         for item in request.whole
     ]
-    for container, devices in bound.items():
+    if bound:
+        container, devices = next(iter(bound.items()))
         key = keys.container_key(container, keys.DEVICES)
         raise ContractError(key, ",".join(devices), f'container "{container}" asks for no GPU')
     return PodPlacement(tuple(shares), tuple(whole))
