@@ -1,0 +1,114 @@
+"""Fixtures for tests against a real control plane: one etcd, kube-apiserver and trimmed
+kube-controller-manager per pytest session (see controlplane.py and hack/README.md).
+
+Every test in this folder is marked ``integration``, so ``pytest -m "not integration"`` leaves them out.
+A control plane that cannot start fails these tests with the reason; it never skips them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import lightkube
+import pytest
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
+from lightkube.types import PatchType
+
+from . import controlplane, fakenodes
+
+HERE = Path(__file__).parent
+_START_SECONDS = pytest.StashKey[float]()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if _START_SECONDS in config.stash:
+        terminalreporter.write_line(f"control plane started in {config.stash[_START_SECONDS]:.1f}s")
+
+
+@pytest.fixture(scope="session")
+def control_plane(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[controlplane.ControlPlane]:
+    """The session's control plane: ``url``, ``ca_file``, ``kubeconfig(identity)``, ``client(identity)``,
+    with the identities ``admin`` (system:masters), ``scheduler`` (the gpufrac-scheduler service account
+    under deploy/rbac/scheduler.yaml) and ``tenant`` (edit-like rights in each test namespace)."""
+    try:
+        plane = controlplane.start(tmp_path_factory.mktemp("control-plane"))
+    except controlplane.ControlPlaneError as e:
+        why = str(e)
+    else:
+        why = ""
+    if why:
+        pytest.fail(f"the integration tests need a control plane, and it did not start: {why}", pytrace=False)
+    request.config.stash[_START_SECONDS] = plane.start_seconds
+    yield plane
+    plane.stop()
+
+
+@pytest.fixture
+async def namespace(control_plane: controlplane.ControlPlane) -> AsyncIterator[str]:
+    """A fresh namespace, with a ``default`` ServiceAccount (so pods can be created) and the tenant's
+    Role and RoleBinding; deleted after the test."""
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    # The ServiceAccount admission plugin refuses pods whose service account has no token Secret, and
+    # nothing here creates token Secrets; so the account does not mount tokens.
+    async with control_plane.client() as admin:
+        await admin.create(Namespace(metadata=ObjectMeta(name=name)))
+        try:
+            meta = ObjectMeta(name="default", namespace=name)
+            await admin.create(ServiceAccount(metadata=meta, automountServiceAccountToken=False))
+        except lightkube.ApiError as e:
+            if e.status.code != 409:
+                raise
+            # The serviceaccount controller was quicker.
+            no_token = {"automountServiceAccountToken": False}
+            await admin.patch(ServiceAccount, "default", no_token, namespace=name, patch_type=PatchType.MERGE)
+        for obj in controlplane.tenant_objects(name):
+            await admin.create(obj)
+    yield name
+    async with control_plane.client() as admin:
+        # A pod bound to a node waits for its kubelet to confirm the deletion, and there is none.
+        async for pod in admin.list(Pod, namespace=name):
+            assert pod.metadata is not None and pod.metadata.name is not None
+            await admin.delete(Pod, pod.metadata.name, namespace=name, grace_period=0)
+        await admin.delete(Namespace, name)
+
+
+@pytest.fixture
+async def admin_client(control_plane: controlplane.ControlPlane) -> AsyncIterator[lightkube.AsyncClient]:
+    """An AsyncClient as ``admin`` (system:masters); default namespace ``default``."""
+    async with control_plane.client("admin") as client:
+        yield client
+
+
+@pytest.fixture
+async def scheduler_client(control_plane: controlplane.ControlPlane) -> AsyncIterator[lightkube.AsyncClient]:
+    """An AsyncClient as the gpufrac scheduler's service account; default namespace ``default``."""
+    async with control_plane.client("scheduler") as client:
+        yield client
+
+
+@pytest.fixture
+async def tenant_client(
+    control_plane: controlplane.ControlPlane, namespace: str
+) -> AsyncIterator[lightkube.AsyncClient]:
+    """An AsyncClient as the user ``tenant``, whose default namespace is the test's ``namespace``."""
+    async with control_plane.client("tenant", namespace=namespace) as client:
+        yield client
+
+
+@pytest.fixture
+async def gpu_nodes(admin_client: lightkube.AsyncClient) -> AsyncIterator[fakenodes.GpuNodes]:
+    """Makes fake GPU nodes (``await gpu_nodes.create(gpus=4, ...)``) and deletes them after the test."""
+    nodes = fakenodes.GpuNodes(admin_client, prefix=f"gpu-{uuid.uuid4().hex[:6]}")
+    yield nodes
+    await nodes.delete_all()
