@@ -39,6 +39,14 @@ ENV_KEYS = frozenset(
     {ENV_VISIBLE_DEVICES, ENV_MEMORY_REQUEST, ENV_MEMORY_LIMIT, ENV_MPS_PIPE_DIRECTORY, ENV_MPS_MEMORY_LIMIT}
 )
 
+# gpufrac delivery (DESIGN.md, delivery 2): the webhook names a per-pod env ConfigMap (a random name under
+# the prefix, since a pod created with generateName has no name yet at admission) and records it in the
+# annotation; the scheduler creates it, labelled and immutable, owned by the pod, at bind. Only the
+# scheduler may write ConfigMaps that carry the prefix or the label.
+ENV_CONFIGMAP_ANNOTATION = "gpufrac.io/env-configmap"
+ENV_CONFIGMAP_PREFIX = "gpufrac-env-"
+ENV_CONFIGMAP_LABEL = "gpufrac.io/env"
+
 
 def container_key(container: str, suffix: str) -> str:
     """The NVIDIA key `nvidia.com/container.<container>.<suffix>`."""

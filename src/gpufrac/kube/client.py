@@ -1,0 +1,52 @@
+"""Building an async lightkube client, with the one-line errors a person can act on.
+
+A missing or broken kubeconfig, and a missing in-cluster service account, become `UserError`s that name
+the file and the fix; this is the only place that knows how gpufrac finds its credentials.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx2
+import lightkube
+from lightkube.core.exceptions import ConfigError
+
+from gpufrac.errors import UserError
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def load_config(kubeconfig: Path | None) -> lightkube.KubeConfig:
+    """The kubeconfig file if one is given, otherwise the pod's in-cluster service account."""
+    try:
+        if kubeconfig is not None:
+            if not kubeconfig.is_file():
+                raise UserError(f"--kubeconfig {kubeconfig}: no such file; pass a readable kubeconfig")
+            return lightkube.KubeConfig.from_file(kubeconfig)
+        if not SERVICE_ACCOUNT_DIR.is_dir():
+            raise UserError(
+                "no --kubeconfig given and not running in a pod (no service account token under "
+                f"{SERVICE_ACCOUNT_DIR}); pass --kubeconfig PATH"
+            )
+        return lightkube.KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR)
+    except (ConfigError, OSError, ValueError, KeyError) as error:
+        source = kubeconfig or SERVICE_ACCOUNT_DIR
+        raise UserError(f"{source}: not a usable kubeconfig ({error}); fix or replace it") from None
+
+
+def async_client(kubeconfig: Path | None, *, field_manager: str = "gpufrac") -> lightkube.AsyncClient:
+    return lightkube.AsyncClient(config=load_config(kubeconfig), field_manager=field_manager)
+
+
+def unreachable(error: Exception, config: lightkube.KubeConfig) -> UserError:
+    """The message for an API server that cannot be reached at all."""
+    single = config.get()
+    server = f" at {single.cluster.server}" if single is not None else ""
+    return UserError(
+        f"cannot reach the Kubernetes API server{server} ({error}); check the kubeconfig and network"
+    )
+
+
+# What a dropped or refused connection raises through lightkube's transport.
+TRANSPORT_ERRORS = (httpx2.TransportError,)
