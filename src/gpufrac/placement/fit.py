@@ -43,7 +43,9 @@ class Fit:
 
 
 def gpus_wanted(pod: PodDemand) -> int:
-    return pod.whole_gpus + sum(share.devices for share in pod.shares)
+    """The fewest GPUs a node must have: whole GPUs are exclusive, but a pod's shares may stack on the same
+    GPUs, so only its widest share adds to them."""
+    return pod.whole_gpus + max((share.devices for share in pod.shares), default=0)
 
 
 def is_simple(pod: PodDemand) -> bool:
