@@ -24,9 +24,10 @@ class PackingScore:
         count = exists.sum(axis=1)
         fully_free = ((free == 1000) & exists).sum(axis=1)
         wanted = fit.pod.whole_gpus or fit.pod.shares[0].devices
-        need = fit.per_gpu_milli()[:, None]
-        # The GPUs the pod would take: fitting ones, least free first, lower index on ties.
-        order = np.argsort(np.where(exists & (free >= need), free, 10_000), axis=1, kind="stable")
+        # The GPUs the pod would take: fitting ones (memory, health and compute mode, as the picker sees
+        # them), least free first, lower index on ties.
+        fits = fit.share_ok if fit.pod.shares else fit.empty
+        order = np.argsort(np.where(fits, free, 10_000), axis=1, kind="stable")
         taken = np.take_along_axis(free, order[:, :wanted], axis=1)
         empties_used = (taken == 1000).sum(axis=1)
         free_percent = (taken * 100 // 1000).sum(axis=1)
