@@ -1,0 +1,162 @@
+"""Seeds and policies from the command line, the policy × seed matrix, and the JSON summary's shape."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from gpufrac.cluster.model import GpuSpec, NodeSpec
+from gpufrac.errors import UserError
+from gpufrac.sim import experiment, replay, trace
+
+CONTRACT_KEYS = {
+    "allocation",
+    "allocation_at_100",
+    "allocation_at_100_std",
+    "unallocated_at_100",
+    "fragmentation_at_100",
+    "failed_pods",
+    "seconds",
+}
+
+
+@pytest.fixture(scope="module")
+def tiny() -> trace.Trace:
+    nodes = tuple(
+        NodeSpec(f"n{i}", 32_000, 65_536, tuple(GpuSpec(g, f"n{i}-{g}", "T4", 16_000) for g in range(2)))
+        for i in range(3)
+    )
+    pods = tuple(
+        trace.TracePod(f"p{i}", 1_000 * (i % 3), 1_024, 1 if i % 4 else 2, 250 * (i % 4) or 1000, None)
+        for i in range(12)
+    )
+    return trace.Trace("tiny", nodes, pods)
+
+
+@pytest.mark.parametrize(
+    ("text", "seeds"),
+    [
+        ("42-51", list(range(42, 52))),
+        ("1,2,7", [1, 2, 7]),
+        ("3-5,4", [3, 4, 5]),
+        ("9, 2-3 ,9", [9, 2, 3]),
+        ("7", [7]),
+        ("5-5", [5]),
+    ],
+)
+def test_parse_seeds(text: str, seeds: list[int]) -> None:
+    assert experiment.parse_seeds(text) == seeds
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("x", "expected numbers and ranges"),
+        ("", "expected numbers and ranges"),
+        ("1,,2", "expected numbers and ranges"),
+        ("-1", "expected numbers and ranges"),
+        ("1-2-3", "expected numbers and ranges"),
+        ("4.5", "expected numbers and ranges"),
+        ("5-3", "the range 5-3 runs backwards"),
+    ],
+)
+def test_bad_seeds_are_a_user_error(text: str, says: str) -> None:
+    with pytest.raises(UserError, match=says) as raised:
+        experiment.parse_seeds(text)
+    assert f'--seeds "{text}"' in str(raised.value) and raised.value.exit_code == 2
+
+
+def test_parse_policies() -> None:
+    assert experiment.parse_policies("fgd, bestfit") == ["fgd", "bestfit"]
+    assert experiment.parse_policies("random,") == ["random"]
+    with pytest.raises(UserError, match=r"unknown nope, zzz; known: .*fgd") as raised:
+        experiment.parse_policies("fgd,nope,zzz")
+    assert raised.value.exit_code == 2
+    with pytest.raises(UserError, match=r"unknown \(none given\)"):
+        experiment.parse_policies(" , ")
+
+
+def test_the_paper_policies_are_registered() -> None:
+    assert experiment.parse_policies(",".join(experiment.PAPER_POLICIES)) == list(experiment.PAPER_POLICIES)
+    assert set(experiment.PUBLISHED_AT_100) == set(experiment.PAPER_POLICIES)
+
+
+def outcome(result: replay.RunResult) -> tuple[object, ...]:
+    return (
+        result.policy,
+        result.seed,
+        result.allocation,
+        result.fragmentation,
+        result.failed_pods,
+        result.pods,
+    )
+
+
+def test_run_matrix_runs_every_policy_on_every_seed_in_order(tiny: trace.Trace) -> None:
+    seen: list[replay.RunResult] = []
+    results = experiment.run_matrix(
+        tiny, policies=["fgd", "random"], seeds=[1, 2], inflation=1.3, workers=1, on_result=seen.append
+    )
+    assert [(r.policy, r.seed) for r in results] == [("fgd", 1), ("fgd", 2), ("random", 1), ("random", 2)]
+    assert seen == results
+    alone = replay.replay(tiny, policy="random", seed=2, inflation=1.3)
+    assert outcome(results[3]) == outcome(alone)
+
+
+def test_run_matrix_in_worker_processes_gives_the_same_results(tiny: trace.Trace) -> None:
+    jobs = {"policies": ["bestfit", "clustering"], "seeds": [4, 5], "inflation": 1.1}
+    serial = experiment.run_matrix(tiny, workers=1, **jobs)
+    pooled = experiment.run_matrix(tiny, workers=2, **jobs)
+    assert [outcome(r) for r in pooled] == [outcome(r) for r in serial]
+
+
+def test_summary_has_the_json_contracts_keys(tiny: trace.Trace) -> None:
+    results = experiment.run_matrix(tiny, policies=["fgd", "binpack"], seeds=[1, 2], inflation=1.3, workers=1)
+    summary = experiment.summarize(tiny, [1, 2], results)
+    assert json.loads(json.dumps(summary)) == summary
+    assert set(summary) == {"trace", "gpus", "seeds", "policies"}
+    assert (summary["trace"], summary["gpus"], summary["seeds"]) == ("tiny", 6, [1, 2])
+    assert list(summary["policies"]) == ["fgd", "binpack"]
+    for name, row in summary["policies"].items():
+        assert set(row) - {"published_at_100"} == CONTRACT_KEYS
+        assert ("published_at_100" in row) == (name in experiment.PAPER_POLICIES)
+        assert all(isinstance(x, str) and int(x) >= 0 for x in row["allocation"])
+        assert row["unallocated_at_100"] == pytest.approx(100 - row["allocation_at_100"], abs=0.011)
+
+
+def test_summary_averages_over_seeds(tiny: trace.Trace) -> None:
+    base = replay.replay(tiny, policy="fgd", seed=1)
+    runs = [
+        dataclasses.replace(
+            base, allocation={99: 88.0, 100: 90.0}, fragmentation={100: 4.0}, failed_pods=10, seconds=1.0
+        ),
+        dataclasses.replace(
+            base,
+            seed=2,
+            allocation={100: 92.0, 101: 93.0},
+            fragmentation={100: 6.0},
+            failed_pods=11,
+            seconds=2.0,
+        ),
+    ]
+    row = experiment.summarize(tiny, [1, 2], runs)["policies"]["fgd"]
+    assert row == {
+        "allocation": {"99": 88.0, "100": 91.0, "101": 93.0},
+        "allocation_at_100": 91.0,
+        "allocation_at_100_std": 1.0,
+        "unallocated_at_100": 9.0,
+        "fragmentation_at_100": 5.0,
+        "failed_pods": 10.5,
+        "seconds": 1.5,
+        "published_at_100": experiment.PUBLISHED_AT_100["fgd"],
+    }
+
+
+def test_a_run_that_never_reached_100_percent_reports_its_nearest_point(tiny: trace.Trace) -> None:
+    base = replay.replay(tiny, policy="bestfit", seed=1)
+    short = dataclasses.replace(base, allocation={98: 80.0, 102: 85.0, 90: 70.0}, fragmentation={})
+    row = experiment.summarize(tiny, [1], [short])["policies"]["bestfit"]
+    assert row["allocation_at_100"] == 80.0  # 98 and 102 are as near; the lower wins
+    assert row["fragmentation_at_100"] == 0.0

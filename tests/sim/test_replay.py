@@ -1,0 +1,178 @@
+"""The arrival sweep: the order pods arrive in, the allocation curve, and replays whose outcome is obvious."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpufrac.cluster.model import GpuSpec, NodeSpec
+from gpufrac.placement.framework import POLICIES
+from gpufrac.placement.workload import Shape
+from gpufrac.sim import replay, trace
+
+
+def gpu_node(name: str, gpus: int, *, cpu: int = 64_000) -> NodeSpec:
+    return NodeSpec(name, cpu, 262_144, tuple(GpuSpec(i, f"{name}-{i}", "T4", 16_000) for i in range(gpus)))
+
+
+def pod(name: str, num_gpu: int = 1, gpu_milli: int = 500, *, cpu: int = 1_000) -> trace.TracePod:
+    return trace.TracePod(name, cpu, 1_024, num_gpu, gpu_milli if num_gpu else 0, None)
+
+
+def tiny(*pods: trace.TracePod, gpus: tuple[int, ...] = (2, 2)) -> trace.Trace:
+    return trace.Trace("tiny", tuple(gpu_node(f"n{i}", count) for i, count in enumerate(gpus)), pods)
+
+
+def order_of(workload: trace.Trace, seed: int = 0, inflation: float = 1.3) -> list[trace.TracePod]:
+    return replay.arrival_order(workload, np.random.default_rng(seed), inflation=inflation)
+
+
+# ---- arrival order -----------------------------------------------------------------------------------------
+
+
+def test_every_original_pod_arrives_once_then_samples_until_the_target() -> None:
+    originals = tiny(pod("a"), pod("b"), pod("c"))  # 1.5 GPUs requested of 4
+    order = order_of(originals)
+    # 1.3 x 4 GPUs = 5200 milli; half-GPU pods stop at 5000, since one more would pass the target
+    assert len(order) == 10
+    assert sorted(p.name for p in order[:3]) == ["a", "b", "c"]
+    assert all("-tuned-" in p.name for p in order[3:])
+    assert [p.name.split("-tuned-")[1] for p in order[3:]] == [str(i) for i in range(3, 10)]
+    assert len({p.name for p in order}) == 10
+
+
+@given(st.integers(0, 2**32 - 1), st.floats(0.1, 3.0))
+def test_the_stop_rule_compares_each_sampled_pods_per_gpu_share(seed: int, inflation: float) -> None:
+    mixed = tiny(pod("share", 1, 300), pod("whole", 1, 1000), pod("two", 2, 1000), pod("cpu", 0), gpus=(4, 4))
+    order = order_of(mixed, seed, inflation)
+    assert sorted(p.name for p in order[:4]) == ["cpu", "share", "two", "whole"]
+    target = inflation * mixed.gpus * 1000
+    total = sum(p.gpu_demand_milli for p in order[:4])
+    for sampled in order[4:]:
+        assert total + sampled.gpu_milli <= target
+        total += sampled.gpu_demand_milli
+    # Stopping means the next draw would have passed the target: at most a 1000-milli step short of it.
+    assert total + 1000 > target
+
+
+def test_the_order_is_seeded_and_independent_of_the_file_order() -> None:
+    pods = [pod(f"p{i}", 1, 100 * (i % 9 + 1)) for i in range(30)]
+    forward, backward = tiny(*pods), tiny(*reversed(pods))
+    assert order_of(forward, 5) == order_of(backward, 5)
+    assert order_of(forward, 5) != order_of(forward, 6)
+
+
+def test_no_sampling_without_gpu_pods_or_below_the_original_demand() -> None:
+    cpu_only = tiny(pod("a", 0), pod("b", 0))
+    assert sorted(p.name for p in order_of(cpu_only)) == ["a", "b"]
+    busy = tiny(*(pod(f"p{i}", 1, 1000) for i in range(6)))  # 6 GPUs asked of 4
+    assert len(order_of(busy, inflation=1.3)) == 6
+
+
+# ---- allocation curve --------------------------------------------------------------------------------------
+
+
+def test_allocation_curve_averages_the_pods_of_each_percent() -> None:
+    arrived = np.array([100, 196, 204, 300])
+    used = np.array([100, 150, 200, 200])
+    # 19.6% and 20.4% both round to 20: their allocations 15% and 20% average to 17.5
+    assert replay.allocation_curve(arrived, used, 1000) == {10: 10.0, 20: 17.5, 30: 20.0}
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 100)), min_size=1, max_size=60),
+    st.integers(1, 20_000),
+)
+def test_allocation_curve_is_monotone_and_below_the_diagonal(
+    steps: list[tuple[int, int]], capacity: int
+) -> None:
+    arrived_steps = np.array([step for step, _ in steps])
+    used_steps = arrived_steps * np.array([percent for _, percent in steps]) // 100  # a pod is placed or not
+    arrived, used = np.cumsum(arrived_steps), np.cumsum(used_steps)
+    curve = replay.allocation_curve(arrived, used, capacity)
+    buckets = np.round(100 * arrived / capacity).astype(int)
+    assert list(curve) == sorted(set(buckets.tolist()))
+    values = list(curve.values())
+    assert values == sorted(values)
+    allocation = 100 * used / capacity
+    for x, value in curve.items():
+        members = allocation[buckets == x]
+        assert members.min() - 0.01 <= value <= members.max() + 0.01
+        assert value <= x + 0.51
+
+
+# ---- replays -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_pods_that_all_fit_are_all_placed(policy: str) -> None:
+    halves = tiny(*(pod(f"p{i}") for i in range(4)), gpus=(1, 1))
+    result = replay.replay(halves, policy=policy, seed=1, inflation=1.0)
+    assert result.allocation == {25: 25.0, 50: 50.0, 75: 75.0, 100: 100.0}
+    assert (result.pods, result.failed_pods, result.policy, result.seed) == (4, 0, policy, 1)
+    # against 0.5-GPU tasks, 0.5 free is no fragmentation, and a full cluster has none to fragment
+    assert result.fragmentation == {25: 0.0, 50: 0.0, 75: 0.0, 100: 0.0}
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_a_pod_that_cannot_fit_is_dropped(policy: str) -> None:
+    crowded = tiny(pod("a", 1, 600), pod("b", 1, 600), gpus=(1,))
+    result = replay.replay(crowded, policy=policy, seed=3, inflation=1.2)
+    assert result.allocation == {60: 60.0, 120: 60.0}
+    assert result.failed_pods == 1
+    assert result.failures == {60: {}, 120: {"not enough GPU memory": 1}}
+    # 0.4 left on the only GPU cannot take a 0.6 task: all of it is fragmentation, 40% of the cluster
+    assert result.fragmentation == {60: 40.0, 120: 40.0}
+
+
+def test_cpu_only_pods_take_cpu_but_no_arrival() -> None:
+    cpu_bound = trace.Trace(
+        "cpu", (gpu_node("n", 1, cpu=2_000),), (pod("big-cpu", 0, cpu=4_000), pod("g", 1, 1000, cpu=1_000))
+    )
+    result = replay.replay(cpu_bound, policy="bestfit", seed=0, inflation=1.0)
+    assert result.failed_pods == 1 and result.allocation[100] == 100.0
+    assert sum(result.failures[100].values()) == 1 and "not enough CPU" in result.failures[100]
+
+
+def test_the_same_seed_replays_the_same_run() -> None:
+    pods = [pod(f"p{i}", 1 + (i % 7 == 0), 1000 if i % 7 == 0 else 100 * (i % 9 + 1)) for i in range(40)]
+    mixed = tiny(*pods, gpus=(4, 4, 2, 8, 1))
+    calls: list[tuple[int, int]] = []
+    for policy in ("fgd", "random", "clustering"):
+        first = replay.replay(
+            mixed, policy=policy, seed=9, on_pod=lambda done, total: calls.append((done, total))
+        )
+        again = replay.replay(mixed, policy=policy, seed=9)
+        assert outcome(first) == outcome(again)
+        other = replay.replay(mixed, policy=policy, seed=10)
+        assert other.pods != first.pods or other.allocation != first.allocation
+    assert calls[:2] == [(1, first.pods), (2, first.pods)] and calls[first.pods - 1] == (
+        first.pods,
+        first.pods,
+    )
+
+
+def outcome(result: replay.RunResult) -> tuple[object, ...]:
+    """Everything a run decides, leaving out how long it took."""
+    return (result.allocation, result.fragmentation, result.failures, result.failed_pods, result.pods)
+
+
+def test_main_reason_is_the_one_that_rejected_most_nodes() -> None:
+    assert replay.main_reason({"not enough CPU": 2, "not enough GPU memory": 3}) == "not enough GPU memory"
+    assert replay.main_reason({"b": 2, "a": 2}) == "a"
+    assert replay.main_reason({}) == "no nodes"
+
+
+def test_the_target_workload_is_the_traces_own_pods() -> None:
+    workload = replay.target_workload(tiny(pod("a"), pod("b"), pod("c", 0)))
+    assert workload.shapes == (Shape(1_000, 1, 500), Shape(1_000, 0, 0))
+    assert workload.weights.tolist() == pytest.approx([2 / 3, 1 / 3])
+
+
+def test_fgd_reproduces_the_published_allocation_on_the_openb_trace() -> None:
+    """The one full replay: fgd, seed 42, bundled trace. Published 95.14 for this seed (Weng et al.)."""
+    result = replay.replay(trace.load(), policy="fgd", seed=42)
+    assert 94.7 <= result.allocation[100] <= 95.8
+    assert result.allocation[70] == pytest.approx(70, abs=0.6)  # below ~80% arrival everything fits

@@ -1,0 +1,169 @@
+"""The openb CSV loader: the bundled trace as published, and every malformed file as a one-line UserError."""
+
+from __future__ import annotations
+
+from collections import Counter
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from gpufrac.cluster.model import Amount, PodDemand, ShareDemand
+from gpufrac.errors import UserError
+from gpufrac.sim import trace
+
+NODES_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
+PODS_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,creation_time,deletion_time"
+
+
+@pytest.fixture(scope="module")
+def bundled() -> trace.Trace:
+    return trace.load()
+
+
+def test_the_bundled_trace_is_the_published_openb_default(bundled: trace.Trace) -> None:
+    assert (len(bundled.nodes), bundled.gpus, len(bundled.pods)) == (1213, 6212, 8152)
+    models = Counter(gpu.model for node in bundled.nodes for gpu in node.gpus)
+    assert models == {"G2": 4392, "T4": 842, "G3": 312, "P100": 265, "V100M32": 204, "V100M16": 195, "A10": 2}
+    assert sum(node.cpu_milli for node in bundled.nodes) == 107_018_000
+    kinds = Counter(
+        "cpu"
+        if pod.num_gpu == 0
+        else "share"
+        if pod.gpu_milli < 1000
+        else "one"
+        if pod.num_gpu == 1
+        else "many"
+        for pod in bundled.pods
+    )
+    assert kinds == {"cpu": 1088, "share": 3078, "one": 3911, "many": 75}
+    assert bundled.name == "openb default (bundled)"
+    first = bundled.nodes[0]
+    assert first.name == "openb-node-0000" and first.model == "P100" and first.gpus[0].memory_mib == 16_000
+
+
+def test_gpus_are_sized_by_model_at_1000_mib_per_gb(bundled: trace.Trace) -> None:
+    sizes = {gpu.model: gpu.memory_mib for node in bundled.nodes for gpu in node.gpus}
+    assert sizes == {model: 1000 * gb for model, gb in trace.MODEL_MEMORY_GB.items()}
+
+
+def test_trace_pods_become_engine_demands() -> None:
+    whole = trace.TracePod("w", 4_000, 1_024, 2, 1000, frozenset({"T4"}))
+    share = trace.TracePod("s", 1_000, 512, 1, 250, None)
+    cpu = trace.TracePod("c", 500, 256, 0, 0, None)
+    assert whole.demand() == PodDemand(
+        "w", cpu_milli=4_000, memory_mib=1_024, whole_gpus=2, whole_container="main", models=frozenset({"T4"})
+    )
+    quarter = Amount(portion=Fraction(1, 4))
+    assert share.demand() == PodDemand(
+        "s", cpu_milli=1_000, memory_mib=512, shares=(ShareDemand("main", quarter, quarter),)
+    )
+    assert cpu.demand() == PodDemand("c", cpu_milli=500, memory_mib=256)
+    assert (whole.gpu_demand_milli, share.gpu_demand_milli, cpu.gpu_demand_milli) == (2000, 250, 0)
+
+
+def write(path: Path, *lines: str) -> Path:
+    path.write_text("".join(f"{line}\n" for line in lines))
+    return path
+
+
+def test_a_small_trace_loads_with_optional_columns(tmp_path: Path) -> None:
+    nodes = write(tmp_path / "nodes.csv", NODES_HEADER, "n0,32000,65536,2,V100M32", "cpu,8000,16384,0,")
+    pods = write(
+        tmp_path / "pods.csv",
+        PODS_HEADER,
+        "p0,1000,1024,1,500,V100M32|T4,10,20.5",
+        "p1,1000,1024,0,750,,,",  # a CPU-only pod's gpu_milli is ignored
+    )
+    loaded = trace.load(nodes, pods)
+    assert loaded.name == "pods" and loaded.gpus == 2
+    assert loaded.nodes[0].gpus[1].memory_mib == 32_000 and loaded.nodes[1].gpus == ()
+    p0, p1 = loaded.pods
+    assert p0.gpu_spec == frozenset({"V100M32", "T4"})
+    assert (p0.creation_time, p0.deletion_time) == (10.0, 20.5)
+    assert (p1.gpu_milli, p1.gpu_spec, p1.creation_time) == (0, None, None)
+
+
+def test_only_the_pods_given_uses_the_bundled_nodes(tmp_path: Path, bundled: trace.Trace) -> None:
+    pods = write(tmp_path / "mine.csv", PODS_HEADER, "p,1000,1024,1,500,,,")
+    loaded = trace.load(pods=pods)
+    assert loaded.nodes == bundled.nodes and len(loaded.pods) == 1 and loaded.name == "mine"
+
+
+MALFORMED_PODS = [
+    pytest.param(
+        ["name,cpu_milli,memory_mib,num_gpu", "p,1,1,1"],
+        ":1:",
+        "gpu_milli",
+        "missing column",
+        id="missing-column",
+    ),
+    pytest.param(
+        [PODS_HEADER, "p,1,1,1,500,,,", "q,2.5,1,1,500,,,"], ":3:", "cpu_milli", "whole number", id="float"
+    ),
+    pytest.param([PODS_HEADER, "p,abc,1,1,500,,,"], ":2:", "cpu_milli", "whole number", id="not-a-number"),
+    pytest.param([PODS_HEADER, "p,1,-5,1,500,,,"], ":2:", "memory_mib", "negative", id="negative"),
+    pytest.param([PODS_HEADER, "p,1,1,1,0,,,"], ":2:", "gpu_milli", "between 1 and 1000", id="zero-share"),
+    pytest.param(
+        [PODS_HEADER, "p,1,1,1,1001,,,"], ":2:", "gpu_milli", "between 1 and 1000", id="above-one-gpu"
+    ),
+    pytest.param([PODS_HEADER, " ,1,1,1,500,,,"], ":2:", "name", "empty", id="empty-name"),
+    pytest.param([PODS_HEADER, "p,1,1,1,500,,soon,"], ":2:", "creation_time", "seconds", id="bad-time"),
+    pytest.param(
+        [PODS_HEADER, "p,1,1,1,500,,,-1"], ":2:", "deletion_time", "not negative", id="negative-time"
+    ),
+    pytest.param([PODS_HEADER, "p,1,1,1,500,,,nan"], ":2:", "deletion_time", "not negative", id="nan-time"),
+    pytest.param(
+        [PODS_HEADER, "p,1,1,1,500,,,", "q,1,1,1,500,,,,extra"], ":3:", None, "fields", id="extra-field"
+    ),
+    pytest.param([PODS_HEADER, "p,1,1,1"], ":2:", None, "fields", id="missing-field"),
+    pytest.param([], ":1:", "name", "missing column", id="empty-file"),
+    pytest.param([PODS_HEADER], None, None, "no pods", id="header-only"),
+]
+
+
+@pytest.mark.parametrize(("lines", "line", "column", "rule"), MALFORMED_PODS)
+def test_a_malformed_pod_list_names_file_line_and_column(
+    tmp_path: Path, lines: list[str], line: str | None, column: str | None, rule: str
+) -> None:
+    path = write(tmp_path / "pods.csv", *lines)
+    with pytest.raises(UserError) as raised:
+        trace.load_pods(path)
+    message = str(raised.value)
+    assert message.startswith(str(path))
+    assert "\n" not in message and raised.value.exit_code == 2
+    assert rule in message
+    if line is not None:
+        assert message.startswith(f"{path}{line}")
+    if column is not None:
+        assert column in message
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        ([NODES_HEADER, "n,1000,1000,2,"], ':2: column model="": a node with GPUs needs a model'),
+        ([NODES_HEADER, "n,1000,1000,two,T4"], ':2: column gpu="two": must be a whole number'),
+        ([NODES_HEADER, "n,1000,-1,2,T4"], ':2: column memory_mib="-1": must not be negative'),
+        (["sn,cpu_milli,gpu", "n,1,1"], ":1: missing column(s) memory_mib, model"),
+        ([NODES_HEADER], ": no nodes"),
+    ],
+)
+def test_a_malformed_node_list_names_file_line_and_column(
+    tmp_path: Path, lines: list[str], expected: str
+) -> None:
+    path = write(tmp_path / "nodes.csv", *lines)
+    with pytest.raises(UserError) as raised:
+        trace.load_nodes(path)
+    assert str(raised.value).startswith(f"{path}{expected}")
+
+
+def test_a_missing_or_unreadable_file_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"nope\.csv: no such file"):
+        trace.load(tmp_path / "nope.csv", tmp_path / "nope.csv")
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(UserError, match=r"binary\.csv: cannot read it as CSV"):
+        trace.load_pods(binary)
+    with pytest.raises(UserError, match="cannot read it as CSV"):
+        trace.load_pods(tmp_path)  # a folder

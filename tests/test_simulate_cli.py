@@ -1,0 +1,118 @@
+"""`gpufrac simulate` as a user runs it: a subprocess on a tiny trace, its JSON, its report, its errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# The JSON contract's keys per policy (besides `published_at_100` for the paper's policies).
+POLICY_KEYS = {
+    "allocation",
+    "allocation_at_100",
+    "allocation_at_100_std",
+    "unallocated_at_100",
+    "fragmentation_at_100",
+    "failed_pods",
+    "seconds",
+}
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> tuple[Path, Path]:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\nn1,32000,65536,1,T4\n")
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+        "p0,1000,1024,1,500\np1,1000,1024,1,1000\np2,1000,1024,0,0\np3,1000,1024,1,250\n"
+    )
+    return nodes, pods
+
+
+def simulate(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpufrac.cli", "simulate", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("gpufrac: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_json_output_and_report_files(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    nodes, pods = tiny
+    out = tmp_path / "report"
+    args = ("--policies", "fgd,bestfit,spread", "--seeds", "1-2", "--workers", "1")
+    result = simulate("--nodes", nodes, "--pods", pods, *args, "--format", "json", "--out", out)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert set(summary) == {"trace", "gpus", "seeds", "policies"}
+    assert (summary["trace"], summary["gpus"], summary["seeds"]) == ("pods", 3, [1, 2])
+    assert list(summary["policies"]) == ["fgd", "bestfit", "spread"]
+    for row in summary["policies"].values():
+        assert set(row) - {"published_at_100"} == POLICY_KEYS
+    assert sorted(path.name for path in out.iterdir()) == [
+        "allocation.png",
+        "curves.csv",
+        "fragmentation.png",
+        "report.html",
+        "results.json",
+    ]
+    assert json.loads((out / "results.json").read_text()) == summary
+    for png in ("allocation.png", "fragmentation.png"):
+        assert (out / png).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    page = (out / "report.html").read_text()
+    assert page.count("<img") == 2 and "data:image/png;base64," in page and "fgd" in page
+    curves = (out / "curves.csv").read_text().splitlines()
+    assert curves[0] == "policy,seed,arrival_percent,allocation_percent,fragmentation_percent"
+    assert {line.split(",")[0] for line in curves[1:]} == {"fgd", "bestfit", "spread"}
+
+
+def test_the_default_table(tiny: tuple[Path, Path]) -> None:
+    nodes, pods = tiny
+    result = simulate(
+        "--nodes", nodes, "--pods", pods, "--policies", "packing", "--seeds", "3", "--workers", "1"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "packing" in result.stdout and "alloc@100%" in result.stdout
+
+
+def test_a_broken_csv_is_one_line_naming_file_and_line(tiny: tuple[Path, Path]) -> None:
+    nodes, pods = tiny
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,1024,1,500\np1,lots,1024,1,500\n")
+    result = simulate("--nodes", nodes, "--pods", pods, "--seeds", "1", "--workers", "1")
+    assert_one_line_error(result, f"{pods}:3:", "cpu_milli")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--policies", "fgd,nope"), "unknown nope"),
+        (("--seeds", "ten"), '--seeds "ten"'),
+        (("--seeds", "9-1"), "runs backwards"),
+        (("--inflation", "0"), "--inflation"),
+        (("--workers", "-1"), "--workers"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(tiny: tuple[Path, Path], args: tuple[str, ...], says: str) -> None:
+    nodes, pods = tiny
+    assert_one_line_error(simulate("--nodes", nodes, "--pods", pods, *args), says)
+
+
+def test_a_missing_file_exits_2(tmp_path: Path) -> None:
+    missing = tmp_path / "absent.csv"
+    assert_one_line_error(simulate("--pods", missing, "--seeds", "1"), str(missing), "no such file")
