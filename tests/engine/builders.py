@@ -9,17 +9,16 @@ import numpy as np
 
 import gpufrac.placement.policies  # noqa: F401  (registers the policies)
 from gpufrac.cluster.model import (
-    Amount,
     Assignment,
     GpuSpec,
     NodeSpec,
     Placement,
     PodDemand,
-    ShareDemand,
     Unschedulable,
+    resolve_mib,
 )
 from gpufrac.cluster.state import MODE_CODE, MODE_NONE, ClusterState
-from gpufrac.contract.model import ComputeMode
+from gpufrac.contract.model import ComputeMode, Portion, ShareRequest
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Shape, Workload
@@ -45,8 +44,8 @@ def node(
     return NodeSpec(name, cpu_milli=cpu, memory_mib=mem, gpus=specs)
 
 
-def portion(milli: int) -> Amount:
-    return Amount(portion=Fraction(milli, 1000))
+def portion(milli: int) -> Portion:
+    return Portion(Fraction(milli, 1000))
 
 
 def share_pod(
@@ -61,7 +60,7 @@ def share_pod(
     models: Iterable[str] | None = None,
 ) -> PodDemand:
     """A pod with one share of `milli` thousandths of a GPU (limit likewise, default = request)."""
-    share = ShareDemand("main", portion(milli), portion(limit or milli), mode=mode, devices=devices)
+    share = ShareRequest("main", portion(milli), portion(limit or milli), mode=mode, num_devices=devices)
     allowed = frozenset(models) if models is not None else None
     return PodDemand(name, cpu_milli=cpu, memory_mib=mem, shares=(share,), models=allowed)
 
@@ -139,7 +138,7 @@ def feasible_nodes(state: ClusterState, pod: PodDemand) -> set[str]:
                 usable += healthy and tenants == 0
                 continue
             share = pod.shares[0]
-            request, limit = share.request.resolve(memory), share.limit.resolve(memory)
+            request, limit = resolve_mib(share.request, memory), resolve_mib(share.limit, memory)
             mode = int(state.gpu_mode[row, gpu])
             usable += (
                 healthy
@@ -148,7 +147,7 @@ def feasible_nodes(state: ClusterState, pod: PodDemand) -> set[str]:
                 and limit <= memory
                 and mode in (MODE_NONE, MODE_CODE[share.mode])
             )
-        if usable >= (pod.whole_gpus or pod.shares[0].devices):
+        if usable >= (pod.whole_gpus or pod.shares[0].num_devices):
             found.add(name)
     return found
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gpufrac.cluster.invariants import violations
-from gpufrac.cluster.model import Assignment, PodDemand, ShareDemand, Unschedulable
+from gpufrac.cluster.model import Assignment, PodDemand, Unschedulable
 from gpufrac.cluster.state import ClusterState
-from gpufrac.contract.model import ComputeMode
+from gpufrac.contract.model import ComputeMode, ShareRequest
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES
 
@@ -24,7 +24,7 @@ def pod(*shares: tuple[str, int, ComputeMode, int], whole: int = 0, cpu: int = 0
         whole_gpus=whole,
         whole_container="trainer" if whole else "",
         shares=tuple(
-            ShareDemand(name, portion(milli), portion(milli), mode=mode, devices=devices)
+            ShareRequest(name, portion(milli), portion(milli), mode=mode, num_devices=devices)
             for name, milli, mode, devices in shares
         ),
     )

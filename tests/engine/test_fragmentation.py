@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpufrac.cluster.model import Amount, PodDemand, ShareDemand
+from gpufrac.cluster.model import PodDemand, milli_of
 from gpufrac.cluster.state import ClusterState
+from gpufrac.contract.model import Mebibytes, ShareRequest
 from gpufrac.placement.fragmentation import cluster_fragmentation, node_fragmentation, usable_free_milli
 from gpufrac.placement.workload import Shape, Workload
 
@@ -158,7 +159,7 @@ def test_equally_common_shapes_go_larger_first() -> None:
 
 def test_shapes_from_mib_requests_models_and_devices() -> None:
     def mib(amount: int) -> PodDemand:
-        return PodDemand("m", shares=(ShareDemand("main", Amount(mib=amount), Amount(mib=amount)),))
+        return PodDemand("m", shares=(ShareRequest("main", Mebibytes(amount), Mebibytes(amount)),))
 
     chosen = Workload.from_pods(
         [mib(8_192), mib(40_000), whole_pod("w", 2, models=["A100"]), share_pod("s", 250, devices=3)],
@@ -198,4 +199,4 @@ def test_weights_sum_to_one_and_cover_the_requested_share(specs: list[tuple[int,
 def _shape(pod: PodDemand) -> Shape:
     if not pod.shares:
         return Shape(pod.cpu_milli, 0, 0)
-    return Shape(pod.cpu_milli, 1, pod.shares[0].request.milli(16_384))
+    return Shape(pod.cpu_milli, 1, milli_of(pod.shares[0].request, 16_384))

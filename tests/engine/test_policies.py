@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpufrac.cluster.invariants import violations
-from gpufrac.cluster.model import Amount, NodeSpec, Placement, PodDemand, ShareDemand, Unschedulable
+from gpufrac.cluster.model import NodeSpec, Placement, PodDemand, Unschedulable
 from gpufrac.cluster.state import ClusterState
+from gpufrac.contract.model import Mebibytes, Portion, ShareRequest
 from gpufrac.placement.engine import decide
 from gpufrac.placement.fit import find_fit
 from gpufrac.placement.framework import POLICIES, Policy
@@ -83,7 +84,7 @@ def test_unschedulable_counts_nodes_by_their_first_failing_reason(name: str) -> 
         (node("n", 2, unhealthy=(0,)), share_pod("p", 100, devices=2), "not enough GPU memory"),
         (
             node("n", 1),
-            PodDemand("p", shares=(ShareDemand("main", Amount(mib=100), Amount(mib=16_001)),)),
+            PodDemand("p", shares=(ShareRequest("main", Mebibytes(100), Mebibytes(16_001)),)),
             "not enough GPU memory",
         ),
         (node("n", 1, memory=500), share_pod("p", 1), "not enough GPU memory"),  # resolves to 0 MiB
@@ -125,7 +126,7 @@ def test_cpu_and_memory_must_fit(name: str) -> None:
 
 
 def test_portions_resolve_to_the_floor_of_the_gpu_they_land_on() -> None:
-    share = ShareDemand("main", Amount(portion=Fraction(1, 3)), Amount(portion=Fraction(1, 2)))
+    share = ShareRequest("main", Portion(Fraction(1, 3)), Portion(Fraction(1, 2)))
     state = ClusterState([node("n16", 1, memory=16_384), node("n24", 1, memory=24_000)])
     for name, expected in (("n16", (5_461, 8_192)), ("n24", (8_000, 12_000))):
         pod = PodDemand(f"on-{name}", shares=(share,))
@@ -133,7 +134,7 @@ def test_portions_resolve_to_the_floor_of_the_gpu_they_land_on() -> None:
         (assignment,) = place(state, pod, policy("binpack")).assignments
         assert (assignment.request_mib, assignment.limit_mib) == expected
         state.release(pod.name)
-    mib = ShareDemand("main", Amount(mib=5_000), Amount(mib=6_000))
+    mib = ShareRequest("main", Mebibytes(5_000), Mebibytes(6_000))
     (assignment,) = place(state, PodDemand("mib", shares=(mib,)), policy("binpack")).assignments
     assert (assignment.request_mib, assignment.limit_mib) == (5_000, 6_000)
 

@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufrac.cluster.invariants import violations
-from gpufrac.cluster.model import Amount, Assignment, NodeSpec, Placement, Unschedulable
+from gpufrac.cluster.model import Assignment, NodeSpec, Placement, Unschedulable, milli_of, resolve_mib
 from gpufrac.cluster.state import MODE_CODE, MODE_NONE, ClusterState, PlacementRefused
-from gpufrac.contract.model import ComputeMode
+from gpufrac.contract.model import ComputeMode, Mebibytes, Portion
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES
 
@@ -255,16 +255,12 @@ def test_violations_recompute_from_placements_alone(state: ClusterState) -> None
     assert "twice: a multi-device share repeats a GPU" in problems
 
 
-def test_amount_is_mib_or_portion_exactly() -> None:
-    with pytest.raises(ValueError, match="exactly one"):
-        Amount()
-    with pytest.raises(ValueError, match="exactly one"):
-        Amount(mib=1, portion=Fraction(1, 2))
-    assert Amount(mib=5_000).resolve(16_000) == 5_000
-    assert Amount(portion=Fraction(1, 3)).resolve(16_000) == 5_333
-    assert Amount(portion=Fraction(1, 3)).resolve(16_384) == 5_461
-    assert Amount(mib=5_000).milli(16_000) == 313  # rounded up
-    assert Amount(portion=Fraction(1, 3)).milli(16_000) == 334
+def test_amounts_resolve_to_mib_and_thousandths() -> None:
+    assert resolve_mib(Mebibytes(5_000), 16_000) == 5_000
+    assert resolve_mib(Portion(Fraction(1, 3)), 16_000) == 5_333
+    assert resolve_mib(Portion(Fraction(1, 3)), 16_384) == 5_461
+    assert milli_of(Mebibytes(5_000), 16_000) == 313  # rounded up
+    assert milli_of(Portion(Fraction(1, 3)), 16_000) == 334
 
 
 @given(
@@ -272,10 +268,10 @@ def test_amount_is_mib_or_portion_exactly() -> None:
     st.integers(min_value=1, max_value=200_000),
 )
 def test_a_portion_resolves_to_its_floor_and_never_exceeds_the_gpu(portion: Fraction, memory: int) -> None:
-    resolved = Amount(portion=portion).resolve(memory)
+    resolved = resolve_mib(Portion(portion), memory)
     assert 0 <= resolved <= memory
     assert resolved <= portion * memory < resolved + 1
-    assert 0 < Amount(portion=portion).milli(memory) <= 1000
+    assert 0 < milli_of(Portion(portion), memory) <= 1000
 
 
 def test_unschedulable_message_counts_nodes_by_reason() -> None:

@@ -18,18 +18,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import gpufrac.placement.policies  # noqa: F401  (registers the policies)
 from gpufrac.cluster.invariants import violations
-from gpufrac.cluster.model import (
-    Amount,
-    Assignment,
-    GpuSpec,
-    NodeSpec,
-    Placement,
-    PodDemand,
-    ShareDemand,
-    Unschedulable,
-)
+from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement, PodDemand, Unschedulable
 from gpufrac.cluster.state import MODE_CODE, ClusterState, PlacementRefused
-from gpufrac.contract.model import ComputeMode
+from gpufrac.contract.model import ComputeMode, Mebibytes, MemoryAmount, Portion, ShareRequest
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, PolicyContext
 from gpufrac.placement.workload import Workload
@@ -54,30 +45,27 @@ nodes = st.builds(
     st.booleans(),
 )
 
-amounts = st.one_of(
-    st.integers(1, 41_000).map(lambda mib: Amount(mib=mib)),
-    st.integers(1, 999).map(lambda milli: Amount(portion=Fraction(milli, 1000))),
+amounts: st.SearchStrategy[MemoryAmount] = st.one_of(
+    st.integers(1, 41_000).map(Mebibytes),
+    st.integers(1, 999).map(lambda milli: Portion(Fraction(milli, 1000))),
 )
 
 
 @st.composite
-def shares(draw: st.DrawFn, container: str) -> ShareDemand:
+def shares(draw: st.DrawFn, container: str) -> ShareRequest:
     request = draw(amounts)
     limit = request
     if draw(st.booleans()):
-        if request.mib is not None:
-            limit = Amount(mib=request.mib + draw(st.integers(0, 8_000)))
+        if isinstance(request, Mebibytes):
+            limit = Mebibytes(request.value + draw(st.integers(0, 8_000)))
         else:
-            assert request.portion is not None
-            limit = Amount(
-                portion=min(Fraction(1), request.portion + Fraction(draw(st.integers(0, 500)), 1000))
-            )
-    return ShareDemand(
+            limit = Portion(min(Fraction(1), request.value + Fraction(draw(st.integers(0, 500)), 1000)))
+    return ShareRequest(
         container,
         request=request,
         limit=limit,
         mode=draw(st.sampled_from(list(ComputeMode))),
-        devices=draw(st.integers(1, 2)),
+        num_devices=draw(st.integers(1, 2)),
     )
 
 
@@ -102,7 +90,7 @@ WORKLOAD = Workload.from_pods(
         PodDemand(
             "a",
             cpu_milli=1_000,
-            shares=(ShareDemand("c", Amount(portion=Fraction(1, 2)), Amount(portion=Fraction(1, 2))),),
+            shares=(ShareRequest("c", Portion(Fraction(1, 2)), Portion(Fraction(1, 2))),),
         ),
         PodDemand("b", cpu_milli=8_000, whole_gpus=1),
         PodDemand("c", cpu_milli=1_000),

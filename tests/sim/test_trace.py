@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufrac.cluster.model import Amount, PodDemand, ShareDemand
+from gpufrac.cluster.model import PodDemand
+from gpufrac.contract.model import Portion, ShareRequest
 from gpufrac.errors import UserError
 from gpufrac.sim import trace
 
@@ -54,9 +55,9 @@ def test_trace_pods_become_engine_demands() -> None:
     assert whole.demand() == PodDemand(
         "w", cpu_milli=4_000, memory_mib=1_024, whole_gpus=2, whole_container="main", models=frozenset({"T4"})
     )
-    quarter = Amount(portion=Fraction(1, 4))
+    quarter = Portion(Fraction(1, 4))
     assert share.demand() == PodDemand(
-        "s", cpu_milli=1_000, memory_mib=512, shares=(ShareDemand("main", quarter, quarter),)
+        "s", cpu_milli=1_000, memory_mib=512, shares=(ShareRequest("main", quarter, quarter),)
     )
     assert cpu.demand() == PodDemand("c", cpu_milli=500, memory_mib=256)
     assert (whole.gpu_demand_milli, share.gpu_demand_milli, cpu.gpu_demand_milli) == (2000, 250, 0)

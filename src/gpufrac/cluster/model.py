@@ -7,9 +7,8 @@ simulator each translate their input into them, so the engine is tested once for
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from fractions import Fraction
 
-from gpufrac.contract.model import ComputeMode
+from gpufrac.contract.model import ComputeMode, Mebibytes, MemoryAmount, Portion, ShareRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,44 +37,22 @@ class NodeSpec:
         return self.gpus[0].model if self.gpus else ""
 
 
-@dataclass(frozen=True, slots=True)
-class Amount:
-    """GPU memory per GPU: an absolute size, or a portion of whichever GPU the share lands on.
+def resolve_mib(amount: MemoryAmount, gpu_memory_mib: int) -> int:
+    """The MiB an amount means on a GPU: floor(portion × memory) for a portion, the contract's rule.
 
-    A portion is resolved at placement as floor(portion × GPU memory), the contract's rule; keeping it
-    unresolved until then is what lets one request fit GPUs of different sizes.
+    Portions stay unresolved until a GPU is chosen, which is what lets one request fit GPUs of different
+    sizes. Zero is possible here; the engine's filters treat a share that resolves to nothing as not fitting.
     """
-
-    mib: int | None = None
-    portion: Fraction | None = None
-
-    def __post_init__(self) -> None:
-        if (self.mib is None) == (self.portion is None):
-            raise ValueError("an Amount is either MiB or a portion, exactly one")
-
-    def resolve(self, gpu_memory_mib: int) -> int:
-        if self.mib is not None:
-            return self.mib
-        assert self.portion is not None
-        return self.portion.numerator * gpu_memory_mib // self.portion.denominator
-
-    def milli(self, gpu_memory_mib: int) -> int:
-        """The amount in thousandths of this GPU, rounded up: the unit of the fragmentation measure."""
-        if self.portion is not None:
-            return -(-self.portion.numerator * 1000 // self.portion.denominator)
-        assert self.mib is not None
-        return -(-self.mib * 1000 // gpu_memory_mib)
+    if isinstance(amount, Mebibytes):
+        return amount.value
+    return amount.value.numerator * gpu_memory_mib // amount.value.denominator
 
 
-@dataclass(frozen=True, slots=True)
-class ShareDemand:
-    """One container's share: `request` guaranteed and `limit` to burst to, on each of `devices` GPUs."""
-
-    container: str
-    request: Amount
-    limit: Amount
-    mode: ComputeMode = ComputeMode.TIME_SLICING
-    devices: int = 1
+def milli_of(amount: MemoryAmount, gpu_memory_mib: int) -> int:
+    """The amount in thousandths of a GPU, rounded up: the unit of the fragmentation measure."""
+    if isinstance(amount, Portion):
+        return -(-amount.value.numerator * 1000 // amount.value.denominator)
+    return -(-amount.value * 1000 // gpu_memory_mib)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +68,7 @@ class PodDemand:
     memory_mib: int = 0
     whole_gpus: int = 0
     whole_container: str = ""
-    shares: tuple[ShareDemand, ...] = ()
+    shares: tuple[ShareRequest, ...] = ()
     models: frozenset[str] | None = None
     priority: int = 0
 

@@ -15,8 +15,11 @@ from gpufrac.placement.fit import Fit, find_fit, is_simple
 from gpufrac.placement.framework import Policy
 
 
-def decide(state: ClusterState, pod: PodDemand, policy: Policy) -> Placement | Unschedulable:
-    fit, rejected = find_fit(state, pod)
+def decide(
+    state: ClusterState, pod: PodDemand, policy: Policy, *, rows: np.ndarray | None = None
+) -> Placement | Unschedulable:
+    """Where `pod` goes among `rows` (default: every active node). The caller applies the result."""
+    fit, rejected = find_fit(state, pod, rows=rows)
     if not is_simple(pod):
         return exact.decide(state, fit, rejected)
     if len(fit.rows) == 0:

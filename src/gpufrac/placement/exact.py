@@ -11,7 +11,7 @@ from collections import Counter
 
 import numpy as np
 
-from gpufrac.cluster.model import Assignment, Placement, Unschedulable
+from gpufrac.cluster.model import Assignment, Placement, Unschedulable, resolve_mib
 from gpufrac.cluster.state import MODE_CODE, MODE_NONE, ClusterState
 from gpufrac.placement.fit import Fit
 
@@ -42,10 +42,10 @@ def assign(state: ClusterState, row: int, fit: Fit) -> tuple[Assignment, ...] | 
         open_gpus[list(whole)] = False
         size = int(memory[list(whole)].min())
         assignments.append(Assignment(pod.whole_container, whole, size, size, None))
-    for share in sorted(pod.shares, key=lambda s: -s.request.resolve(int(memory.max(initial=0)))):
+    for share in sorted(pod.shares, key=lambda s: -resolve_mib(s.request, int(memory.max(initial=0)))):
         code = MODE_CODE[share.mode]
-        request = np.array([share.request.resolve(int(m)) for m in memory], np.int64)
-        limit = np.array([share.limit.resolve(int(m)) for m in memory], np.int64)
+        request = np.array([resolve_mib(share.request, int(m)) for m in memory], np.int64)
+        limit = np.array([resolve_mib(share.limit, int(m)) for m in memory], np.int64)
         ok = (
             open_gpus
             & (request >= 1)
@@ -55,9 +55,9 @@ def assign(state: ClusterState, row: int, fit: Fit) -> tuple[Assignment, ...] | 
         )
         candidates = np.flatnonzero(ok)
         chosen = candidates[np.argsort(free[candidates] - request[candidates], kind="stable")][
-            : share.devices
+            : share.num_devices
         ]
-        if len(chosen) < share.devices:
+        if len(chosen) < share.num_devices:
             return None
         gpus = tuple(sorted(int(g) for g in chosen))
         free[chosen] -= request[chosen]

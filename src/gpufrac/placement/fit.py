@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpufrac.cluster.model import Amount, PodDemand
+from gpufrac.cluster.model import PodDemand
 from gpufrac.cluster.state import MODE_CODE, MODE_NONE, MODE_OF_CODE, ClusterState
+from gpufrac.contract.model import Mebibytes, MemoryAmount
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,13 +40,13 @@ class Fit:
 
     def gpu_total_milli(self) -> np.ndarray:
         """Per feasible node, the pod's whole GPU demand in thousandths."""
-        return self.per_gpu_milli() * (self.pod.whole_gpus + sum(s.devices for s in self.pod.shares))
+        return self.per_gpu_milli() * (self.pod.whole_gpus + sum(s.num_devices for s in self.pod.shares))
 
 
 def gpus_wanted(pod: PodDemand) -> int:
     """The fewest GPUs a node must have: whole GPUs are exclusive, but a pod's shares may stack on the same
     GPUs, so only its widest share adds to them."""
-    return pod.whole_gpus + max((share.devices for share in pod.shares), default=0)
+    return pod.whole_gpus + max((share.num_devices for share in pod.shares), default=0)
 
 
 def is_simple(pod: PodDemand) -> bool:
@@ -57,11 +58,11 @@ def is_simple(pod: PodDemand) -> bool:
     return len(pod.shares) + (pod.whole_gpus > 0) <= 1
 
 
-def resolve(amount: Amount, gpu_mem: np.ndarray) -> np.ndarray:
-    if amount.mib is not None:
-        return np.full_like(gpu_mem, amount.mib)
-    assert amount.portion is not None
-    return amount.portion.numerator * gpu_mem // amount.portion.denominator
+def resolve(amount: MemoryAmount, gpu_mem: np.ndarray) -> np.ndarray:
+    """`resolve_mib` for every GPU of every node at once."""
+    if isinstance(amount, Mebibytes):
+        return np.full_like(gpu_mem, amount.value)
+    return amount.value.numerator * gpu_mem // amount.value.denominator
 
 
 def find_fit(
@@ -99,12 +100,12 @@ def find_fit(
             request, limit = resolve(share.request, gpu_mem), resolve(share.limit, gpu_mem)
             usable = state.gpu_healthy[rows] & ~state.gpu_whole[rows] & (request >= 1)
             memory_ok = usable & (state.gpu_free[rows] >= request) & (gpu_mem >= limit)
-            reject(memory_ok.sum(axis=1) < share.devices, "not enough GPU memory")
+            reject(memory_ok.sum(axis=1) < share.num_devices, "not enough GPU memory")
             modes = state.gpu_mode[rows]
             code = MODE_CODE[share.mode]
             share_ok = memory_ok & ((modes == MODE_NONE) | (modes == code))
             other = MODE_OF_CODE[3 - code]
-            reject(share_ok.sum(axis=1) < share.devices, f"GPU mode is {other}")
+            reject(share_ok.sum(axis=1) < share.num_devices, f"GPU mode is {other}")
     keep = np.flatnonzero(alive)
     fit = Fit(
         pod=pod,

@@ -19,7 +19,7 @@ def lowest_empty(fit: Fit, at: int) -> tuple[int, ...]:
 
 
 def _share_devices(fit: Fit) -> int:
-    return fit.pod.shares[0].devices if fit.pod.shares else 0
+    return fit.pod.shares[0].num_devices if fit.pod.shares else 0
 
 
 def ranked(fit: Fit, at: int, order_key: np.ndarray) -> tuple[int, ...]:

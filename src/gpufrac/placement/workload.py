@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpufrac.cluster.model import PodDemand
+from gpufrac.cluster.model import PodDemand, milli_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +74,8 @@ def shape_of(pod: PodDemand, *, reference_gpu_mib: int) -> Shape:
         return Shape(pod.cpu_milli, pod.whole_gpus, 1000, pod.models)
     if pod.shares:
         share = pod.shares[0]
-        milli = share.request.milli(reference_gpu_mib)
-        return Shape(pod.cpu_milli, share.devices, min(milli, 1000), pod.models)
+        milli = milli_of(share.request, reference_gpu_mib)
+        return Shape(pod.cpu_milli, share.num_devices, min(milli, 1000), pod.models)
     return Shape(pod.cpu_milli, 0, 0, pod.models)
 
 

@@ -16,7 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TypeVar
 
-from gpufrac.cluster.model import Amount, GpuSpec, NodeSpec, PodDemand, ShareDemand
+from gpufrac.cluster.model import GpuSpec, NodeSpec, PodDemand
+from gpufrac.contract.model import Portion, ShareRequest
 from gpufrac.errors import UserError
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -54,8 +55,8 @@ class TracePod:
         if self.num_gpu and self.gpu_milli >= 1000:
             return dataclasses.replace(pod, whole_gpus=self.num_gpu, whole_container="main")
         if self.num_gpu:
-            portion = Amount(portion=Fraction(self.gpu_milli, 1000))
-            share = ShareDemand("main", request=portion, limit=portion, devices=self.num_gpu)
+            portion = Portion(Fraction(self.gpu_milli, 1000))
+            share = ShareRequest("main", request=portion, limit=portion, num_devices=self.num_gpu)
             return dataclasses.replace(pod, shares=(share,))
         return pod
 

@@ -51,7 +51,7 @@ class Fgd:
     def pick(self, state: ClusterState, fit: Fit, at: int) -> tuple[int, ...]:
         if not fit.pod.shares:
             return lowest_empty(fit, at)
-        if fit.pod.shares[0].devices > 1:
+        if fit.pod.shares[0].num_devices > 1:
             return tuple(
                 int(g) for g in np.flatnonzero(self._multi_device_choice(state, fit, np.array([at]))[0])
             )
@@ -70,7 +70,7 @@ class Fgd:
         cpu_after = cpu - fit.pod.cpu_milli
         need = fit.per_gpu_milli()[positions]
         no_gpu = np.zeros(len(rows))
-        if fit.pod.shares and fit.pod.shares[0].devices == 1:
+        if fit.pod.shares and fit.pod.shares[0].num_devices == 1:
             # Every candidate GPU at once: (nodes, candidate GPU, GPU).
             width = free.shape[1]
             after_free = np.repeat(free[:, None, :], width, axis=1)
@@ -94,7 +94,7 @@ class Fgd:
     def _multi_device_choice(state: ClusterState, fit: Fit, positions: np.ndarray) -> np.ndarray:
         """A multi-device share takes the fitting GPUs with the least free memory (best fit)."""
         free = np.where(fit.share_ok[positions], state.gpu_free[fit.rows[positions]], np.iinfo(np.int64).max)
-        order = np.argsort(free, axis=1, kind="stable")[:, : fit.pod.shares[0].devices]
+        order = np.argsort(free, axis=1, kind="stable")[:, : fit.pod.shares[0].num_devices]
         taken = np.zeros_like(free, dtype=bool)
         np.put_along_axis(taken, order, True, axis=1)
         return taken

@@ -23,7 +23,7 @@ class PackingScore:
         exists = state.gpu_mem[fit.rows] > 0
         count = exists.sum(axis=1)
         fully_free = ((free == 1000) & exists).sum(axis=1)
-        wanted = fit.pod.whole_gpus or fit.pod.shares[0].devices
+        wanted = fit.pod.whole_gpus or fit.pod.shares[0].num_devices
         # The GPUs the pod would take: fitting ones (memory, health and compute mode, as the picker sees
         # them), least free first, lower index on ties.
         fits = fit.share_ok if fit.pod.shares else fit.empty
