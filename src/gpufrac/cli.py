@@ -92,6 +92,223 @@ def simulate(
     )
 
 
+@app.command()
+@one_line_errors
+def scheduler(
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="Kubeconfig file; default: in-cluster config.")
+    ] = None,
+    scheduler_name: Annotated[
+        str, typer.Option(help="Schedule pods with this spec.schedulerName.")
+    ] = "gpufrac",
+    policy: Annotated[str, typer.Option(help="Placement policy (see `gpufrac simulate`).")] = "binpack",
+    node_selector: Annotated[str, typer.Option(help="Manage only nodes with these labels: k=v,k2=v2.")] = "",
+    env_delivery: Annotated[
+        Literal["configmap", "annotations-only"], typer.Option(help="How limits reach the container.")
+    ] = "configmap",
+    metrics_port: Annotated[int, typer.Option(help="Port for /metrics, /healthz and /readyz.")] = 10260,
+    leader_elect: Annotated[
+        bool, typer.Option(help="Run several replicas; only the Lease holder binds.")
+    ] = False,
+    lease_namespace: Annotated[
+        str, typer.Option(help="Namespace of the leader-election Lease.")
+    ] = "gpufrac-system",
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Schedule pods that ask for GPU shares: place them with the engine, write the contract, bind."""
+    import asyncio
+
+    from gpufrac.kube import serve
+    from gpufrac.kube.scheduler import SchedulerConfig
+    from gpufrac.placement import policies as _policies  # noqa: F401  (registers the policies)
+    from gpufrac.placement.framework import POLICIES
+
+    if policy not in POLICIES:
+        raise UserError(f"--policy {policy}: unknown; choose one of {', '.join(POLICIES)}")
+    setup_logging(log_level)
+    config = SchedulerConfig(
+        name=scheduler_name,
+        policy=policy,
+        node_selector=parse_labels(node_selector, option="--node-selector"),
+        env_delivery=env_delivery,
+    )
+    asyncio.run(
+        serve.serve(
+            config,
+            kubeconfig=kubeconfig,
+            metrics_port=metrics_port,
+            leader_elect=leader_elect,
+            lease_namespace=lease_namespace,
+        )
+    )
+
+
+def parse_labels(text: str, *, option: str) -> dict[str, str]:
+    labels = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            raise UserError(f'{option} "{text}": expected key=value pairs separated by commas')
+        labels[key] = value
+    return labels
+
+
+def setup_logging(level: str) -> None:
+    import logging
+
+    if level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise UserError(f"--log-level {level}: choose debug, info, warning or error")
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+@one_line_errors
+def agent(
+    node_name: Annotated[
+        str, typer.Option(envvar="NODE_NAME", help="This node's name (downward API: spec.nodeName).")
+    ],
+    nvml: Annotated[
+        str, typer.Option(help="NVML backend: real, or fake:FILE (a JSON/YAML scenario).")
+    ] = "real",
+    mode: Annotated[
+        Literal["kill", "evict", "report"], typer.Option(help="What the watchdog does about a breach.")
+    ] = "kill",
+    interval: Annotated[float, typer.Option(help="Seconds between checks.")] = 10.0,
+    metrics_port: Annotated[int, typer.Option(help="Port for /metrics; 0 turns it off.")] = 9400,
+    once: Annotated[bool, typer.Option(help="Run one check, print a JSON summary, and exit.")] = False,
+    kubeconfig: Annotated[Path | None, typer.Option(help="Default: the pod's service account.")] = None,
+    proc_root: Annotated[Path, typer.Option(help="The host's /proc (the pod runs with hostPID).")] = Path(
+        "/proc"
+    ),
+    mps_control: Annotated[
+        str, typer.Option(help="The MPS control program; empty turns MPS off.")
+    ] = "nvidia-cuda-mps-control",
+    mps_pipe_directory: Annotated[
+        Path | None,
+        typer.Option(help="The sm-sharing MPS daemon's pipes; default: what sm-sharing pods are given."),
+    ] = None,
+    mps_log_directory: Annotated[
+        Path | None, typer.Option(help="Its logs; default: mps-log beside the pipe directory.")
+    ] = None,
+    mps_thread_percentage: Annotated[
+        int | None, typer.Option(help="set_default_active_thread_percentage for the daemon.")
+    ] = None,
+    mps_pinned_limit_mib: Annotated[
+        int | None,
+        typer.Option(help="set_default_device_pinned_mem_limit for clients that set none themselves."),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the node agent: GPU inventory, MPS daemons, memory watchdog, /metrics."""
+    from gpufrac.node import command
+    from gpufrac.node.watchdog import Mode
+
+    raise typer.Exit(
+        command.run(
+            node_name=node_name,
+            nvml_spec=nvml,
+            mode=Mode(mode),
+            interval=interval,
+            metrics_port=metrics_port,
+            once=once,
+            kubeconfig=kubeconfig,
+            proc_root=proc_root,
+            mps_control=mps_control,
+            mps_pipe_directory=mps_pipe_directory,
+            mps_log_directory=mps_log_directory,
+            mps_thread_percentage=mps_thread_percentage,
+            mps_pinned_limit_mib=mps_pinned_limit_mib,
+            log_level=log_level,
+        )
+    )
+
+
+@app.command()
+@one_line_errors
+def webhook(
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="Serving certificate, PEM; with --generate-certs, written there.")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="Its private key, PEM.")] = None,
+    port: Annotated[int, typer.Option(help="HTTPS port; 0 picks a free one and prints it.")] = 8443,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    scheduler_identity: Annotated[
+        str, typer.Option(help="The user that alone may write scheduler-owned keys and env ConfigMaps.")
+    ] = "system:serviceaccount:gpufrac-system:gpufrac-scheduler",
+    scheduler_name: Annotated[str, typer.Option(help="The schedulerName given to share pods.")] = "gpufrac",
+    exempt_namespaces: Annotated[
+        str, typer.Option(help="Comma-separated namespaces let through unchecked.")
+    ] = "kube-system,kube-public,kube-node-lease,gpufrac-system",
+    env_delivery: Annotated[
+        Literal["configmap", "annotations-only"],
+        typer.Option(help="configmap: add each GPU container's env ConfigMap; annotations-only on r615+."),
+    ] = "configmap",
+    mps_host_directory: Annotated[
+        str, typer.Option(help="The node's MPS pipe directory, mounted into sm-sharing containers.")
+    ] = "/run/gpufrac/mps",
+    configmap_deleters: Annotated[
+        str | None,
+        typer.Option(
+            help="Users besides the scheduler that may delete env ConfigMaps (default: GC, namespace controller)."
+        ),
+    ] = None,
+    generate_certs: Annotated[
+        bool, typer.Option(help="Make a CA and serving certificate, write them, and exit.")
+    ] = False,
+    hosts: Annotated[
+        str, typer.Option(help="--generate-certs: comma-separated DNS names and IPs the certificate is for.")
+    ] = "",
+    ca_cert: Annotated[Path | None, typer.Option(help="--generate-certs: write the CA here too.")] = None,
+    secret: Annotated[
+        str, typer.Option(help="--generate-certs: keep them in this TLS Secret, NAMESPACE/NAME, instead.")
+    ] = "",
+    webhook_configurations: Annotated[
+        str,
+        typer.Option(
+            help="--generate-certs: webhook configurations whose caBundle to set (comma-separated)."
+        ),
+    ] = "",
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="--generate-certs --secret: default in-cluster.")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Serve the admission webhook over HTTPS: normalize share pods, guard the GPU contract."""
+
+    def names(text: str) -> list[str]:
+        return [part.strip() for part in text.split(",") if part.strip()]
+
+    if generate_certs:
+        from gpufrac.kube import certs
+
+        certs.run(
+            hosts=names(hosts),
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            ca_cert=ca_cert,
+            secret=secret,
+            webhook_configurations=names(webhook_configurations),
+            kubeconfig=kubeconfig,
+        )
+        return
+    from gpufrac.kube import admission, webhook_server
+
+    if tls_cert is None or tls_key is None:
+        raise UserError("the webhook serves HTTPS only: pass --tls-cert and --tls-key (or --generate-certs)")
+    deleters = (
+        admission.DEFAULT_CONFIGMAP_DELETERS if configmap_deleters is None else names(configmap_deleters)
+    )
+    policy = admission.Policy(
+        scheduler_identity=scheduler_identity,
+        scheduler_name=scheduler_name,
+        exempt_namespaces=frozenset(names(exempt_namespaces)),
+        configmap_deleters=frozenset(deleters),
+        env_configmap=env_delivery == "configmap",
+        mps_host_directory=mps_host_directory,
+    )
+    webhook_server.run(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, log_level=log_level)
+
+
 def main() -> None:
     app(prog_name="gpufrac")
 

@@ -21,10 +21,9 @@ from pathlib import Path
 import lightkube
 import yaml
 from lightkube import codecs
-from lightkube.core import resource
 from lightkube.core.resource import NamespacedResource
-from lightkube.generic_resource import Generic
-from lightkube.models.meta_v1 import ObjectMeta
+
+from gpufrac.kube import binder
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "test-cluster"
@@ -172,29 +171,6 @@ def tenant_objects(namespace: str) -> list[NamespacedResource]:
     return objects  # type: ignore[return-value]
 
 
-class _PodBinding(resource.NamespacedSubResource, Generic):  # type: ignore[misc]
-    """``pods/binding`` answering with a plain dict.
-
-    The apiserver answers a Binding with a ``Status``, while the OpenAPI schema (and so lightkube's
-    ``PodBinding``) says it returns a Binding; lightkube 1.0 then fails to decode the reply of a binding
-    that succeeded (msgspec: "Object missing required field `target`").
-    """
-
-    _api_info = resource.ApiInfo(
-        resource=resource.ResourceDef("", "v1", "Binding"),
-        parent=resource.ResourceDef("", "v1", "Pod"),
-        plural="pods",
-        verbs=["post"],
-        action="binding",
-    )
-
-
 async def bind_pod(client: lightkube.AsyncClient, pod: str, node: str, *, namespace: str) -> None:
     """Bind ``pod`` to ``node`` as a scheduler does: POST pods/binding."""
-    binding = _PodBinding(
-        apiVersion="v1",
-        kind="Binding",
-        metadata=ObjectMeta(name=pod, namespace=namespace),
-        target={"apiVersion": "v1", "kind": "Node", "name": node},
-    )
-    await client.create(binding, pod, namespace=namespace)
+    await binder.post_binding(client, name=pod, namespace=namespace, node=node)

@@ -48,6 +48,15 @@ ENV_CONFIGMAP_PREFIX = "gpufrac-env-"
 ENV_CONFIGMAP_LABEL = "gpufrac.io/env"
 
 
+def env_configmap_name(base: str, container: str) -> str:
+    """The env ConfigMap of one GPU container: `<base>-<container>`, `base` being the annotation's value.
+
+    One per container, because `envFrom` imports a whole ConfigMap and two GPU containers of one pod must
+    not see each other's devices.
+    """
+    return f"{base}-{container}"
+
+
 def container_key(container: str, suffix: str) -> str:
     """The NVIDIA key `nvidia.com/container.<container>.<suffix>`."""
     return f"{CONTAINER_PREFIX}{container}.{suffix}"

@@ -6,13 +6,17 @@ the file and the fix; this is the only place that knows how gpufrac finds its cr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import httpx2
 import lightkube
 from lightkube.core.exceptions import ConfigError
 
 from gpufrac.errors import UserError
+
+R = TypeVar("R")
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -50,3 +54,9 @@ def unreachable(error: Exception, config: lightkube.KubeConfig) -> UserError:
 
 # What a dropped or refused connection raises through lightkube's transport.
 TRANSPORT_ERRORS = (httpx2.TransportError,)
+
+
+def build(resource: type[R], body: Mapping[str, Any]) -> R:
+    """A typed lightkube object from plain API data: requests are written as data, as the API documents
+    them, and converted once here."""
+    return cast(R, resource.from_dict(dict(body)))  # type: ignore[attr-defined]

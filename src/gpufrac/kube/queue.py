@@ -1,0 +1,114 @@
+"""The scheduling queue: highest priority first, then oldest; pods that did not fit wait.
+
+A pod that did not fit is parked. It comes back when the cluster changes (a pod left, a node came or
+changed) once its backoff has passed, or after `max_park` seconds regardless, as kube-scheduler's
+unschedulable queue does. A pod whose bind failed backs off the same way but does not wait for a change.
+Pure bookkeeping with an injectable clock, so tests drive it step by step.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass(order=True)
+class _Entry:
+    priority: int  # negated: heapq pops the smallest
+    created: float
+    sequence: int
+    key: str = field(compare=False)
+
+
+@dataclass
+class _Waiting:
+    ready_at: float
+    needs_change: bool
+    priority: int
+    created: float
+
+
+class SchedulingQueue:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        initial_backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        max_park: float = 60.0,
+    ) -> None:
+        self._clock = clock
+        self._initial = initial_backoff
+        self._max = max_backoff
+        self._max_park = max_park
+        self._heap: list[_Entry] = []
+        self._active: dict[str, _Entry] = {}
+        self._waiting: dict[str, _Waiting] = {}
+        self._attempts: dict[str, int] = {}
+        self._sequence = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._active) + len(self._waiting)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._active or key in self._waiting
+
+    def add(self, key: str, *, priority: int, created: float) -> None:
+        """Queue a pod to try now (a new pod, or one whose spec changed)."""
+        self._waiting.pop(key, None)
+        if key not in self._active:
+            entry = _Entry(-priority, created, next(self._sequence), key)
+            self._active[key] = entry
+            heapq.heappush(self._heap, entry)
+
+    def pop(self) -> str | None:
+        self._promote()
+        while self._heap:
+            entry = heapq.heappop(self._heap)
+            if self._active.get(entry.key) is entry:
+                del self._active[entry.key]
+                return entry.key
+        return None
+
+    def park(self, key: str, *, priority: int, created: float) -> None:
+        """The pod fits nowhere: wait for the cluster to change."""
+        self._wait(key, priority=priority, created=created, needs_change=True)
+
+    def backoff(self, key: str, *, priority: int, created: float) -> None:
+        """Binding failed: try again after the backoff, change or no change."""
+        self._wait(key, priority=priority, created=created, needs_change=False)
+
+    def _wait(self, key: str, *, priority: int, created: float, needs_change: bool) -> None:
+        attempts = self._attempts[key] = self._attempts.get(key, 0) + 1
+        delay = min(self._max, self._initial * 2 ** (attempts - 1))
+        self._waiting[key] = _Waiting(self._clock() + delay, needs_change, priority, created)
+
+    def cluster_changed(self) -> None:
+        for waiting in self._waiting.values():
+            waiting.needs_change = False
+
+    def forget(self, key: str) -> None:
+        """The pod was bound or deleted."""
+        self._active.pop(key, None)
+        self._waiting.pop(key, None)
+        self._attempts.pop(key, None)
+
+    def next_ready_in(self) -> float | None:
+        """Seconds until a waiting pod may be retried; None when nothing waits."""
+        if self._active:
+            return 0.0
+        times = [self._ready_time(waiting) for waiting in self._waiting.values()]
+        return max(0.0, min(times) - self._clock()) if times else None
+
+    def _ready_time(self, waiting: _Waiting) -> float:
+        return waiting.ready_at + (self._max_park if waiting.needs_change else 0.0)
+
+    def _promote(self) -> None:
+        now = self._clock()
+        ready = [key for key, waiting in self._waiting.items() if self._ready_time(waiting) <= now]
+        for key in ready:
+            waiting = self._waiting.pop(key)
+            self.add(key, priority=waiting.priority, created=waiting.created)

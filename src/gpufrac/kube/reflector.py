@@ -1,0 +1,60 @@
+"""List, then watch from the list's resourceVersion; relist on 410 Gone; reconnect with backoff.
+
+The scheduler's view of nodes and pods is only as good as this loop, so it never gives up: an API error
+or a dropped connection is logged and retried, never raised into the scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import lightkube
+from lightkube import ApiError
+
+from gpufrac.kube.client import TRANSPORT_ERRORS
+
+log = logging.getLogger("gpufrac.reflector")
+
+Handler = Callable[[str, dict[str, Any]], None]
+
+
+async def reflect(
+    client: lightkube.AsyncClient,
+    resource: type[Any],
+    *,
+    on_list: Callable[[list[dict[str, Any]]], None],
+    on_event: Handler,
+    namespaced: bool,
+    max_backoff: float = 30.0,
+) -> None:
+    """Run until cancelled. `on_list` gets the full set after every (re)list; `on_event` each change."""
+    namespace = lightkube.ALL_NS if namespaced else None
+    kind = resource.__name__
+    version: str | None = None
+    failures = 0
+    while True:
+        try:
+            if version is None:
+                listing = client.list(resource, namespace=namespace)
+                objects = [item.to_dict() async for item in listing]
+                version = listing.resourceVersion
+                on_list(objects)
+            async for event, item in client.watch(resource, namespace=namespace, resource_version=version):
+                body = item.to_dict()
+                version = body.get("metadata", {}).get("resourceVersion", version)
+                failures = 0
+                on_event(event, body)
+        except ApiError as error:
+            if error.status.code == 410:
+                log.info("%s watch expired (410 Gone); relisting", kind)
+                version = None
+                continue
+            failures += 1
+            log.warning("%s watch: API error %s %s", kind, error.status.code, error.status.message)
+        except TRANSPORT_ERRORS as error:
+            failures += 1
+            log.warning("%s watch: connection lost (%s); reconnecting", kind, error)
+        await asyncio.sleep(min(max_backoff, 0.2 * 2**failures))

@@ -1,0 +1,361 @@
+"""`gpufrac scheduler`: watch nodes and pods, place pods with the engine, bind them.
+
+The scheduler keeps no state of its own: `ClusterState` is rebuilt from the API on every (re)list, and bound
+pods are read back from the annotations bind wrote, so a restart never double-books a GPU. A placement is
+reserved in the state before its bind starts, so binds run concurrently without two pods counting the same
+memory; a failed bind releases the reservation and the pod is retried.
+
+The class is driven by events (`on_node_*`, `on_pod_*`) and by `schedule_pending()`, so tests can step it;
+`run()` wires those to reflectors, leader election and the HTTP endpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightkube
+import numpy as np
+from lightkube.resources.core_v1 import Event, Node, Pod
+from lightkube.types import PatchType
+
+from gpufrac import contract
+from gpufrac.cluster.model import NodeSpec, Placement, Unschedulable
+from gpufrac.cluster.state import ClusterState, PlacementRefused
+from gpufrac.kube import objects
+from gpufrac.kube.binder import API_ERRORS, BindError, bind
+from gpufrac.kube.client import build
+from gpufrac.kube.metrics import SchedulerMetrics
+from gpufrac.kube.queue import SchedulingQueue
+from gpufrac.kube.reflector import reflect
+from gpufrac.kube.selection import Eligibility
+from gpufrac.placement import policies as _policies  # noqa: F401  (registers the policies)
+from gpufrac.placement.engine import decide
+from gpufrac.placement.framework import POLICIES, PolicyContext
+from gpufrac.placement.workload import Workload
+
+log = logging.getLogger("gpufrac.scheduler")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    name: str = "gpufrac"
+    policy: str = "binpack"
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    env_delivery: str = "configmap"  # or "annotations-only"
+    mps_pipe_directory: str = contract.DEFAULT_MPS_PIPE_DIRECTORY
+    max_concurrent_binds: int = 64
+
+
+class Scheduler:
+    def __init__(self, client: lightkube.AsyncClient, config: SchedulerConfig) -> None:
+        self.client = client
+        self.config = config
+        self.state = ClusterState()
+        self.eligibility = Eligibility(config.node_selector)
+        self.queue = SchedulingQueue()
+        self.metrics = SchedulerMetrics(lambda: self.state)
+        self.pending: dict[str, dict[str, Any]] = {}  # our unbound pods, latest version
+        self.in_flight: dict[str, Placement] = {}
+        self.gone_in_flight: set[str] = set()  # deleted or finished while their bind was running
+        self.node_objects: dict[str, dict[str, Any]] = {}
+        self.pod_nodes: dict[str, str] = {}  # pods accounted in the state -> their node
+        self.unplaced: dict[str, dict[str, dict[str, Any]]] = {}  # node not seen yet -> its bound pods
+        self.synced = {"nodes": False, "pods": False}
+        self.is_leader = True
+        self._binds: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(config.max_concurrent_binds)
+        self._wakeup = asyncio.Event()
+        context = PolicyContext(rng=np.random.default_rng(), workload=Workload.from_pods([]))
+        self.policy = POLICIES[config.policy](context)
+
+    # ---- events -------------------------------------------------------------------------------------------
+
+    def on_nodes_listed(self, nodes: list[dict[str, Any]]) -> None:
+        seen = {objects.meta(node)["name"] for node in nodes}
+        for name in list(self.node_objects):
+            if name not in seen:
+                self.on_node_event("DELETED", self.node_objects[name])
+        for node in nodes:
+            self.on_node_event("ADDED", node)
+        self.synced["nodes"] = True
+
+    def on_node_event(self, event: str, node: dict[str, Any]) -> None:
+        name = objects.meta(node)["name"]
+        if event == "DELETED":
+            self.node_objects.pop(name, None)
+            if name in self.state.index and self.state.active[self.state.index[name]]:
+                for placement in self.state.remove_node(name):
+                    self.pod_nodes.pop(placement.pod, None)
+        else:
+            self.node_objects[name] = node
+            self._upsert_node(objects.node_spec(node))
+            self.eligibility.update(self.state.index[name], node)
+            for key, pod in self.unplaced.pop(name, {}).items():
+                self._account_bound(key, pod, name)
+        self.queue.cluster_changed()
+        self._wakeup.set()
+
+    def _upsert_node(self, spec: NodeSpec) -> None:
+        row = self.state.index.get(spec.name)
+        if row is not None and self.state.active[row] and self.state.node_spec(spec.name) == spec:
+            return
+        if row is not None and self.state.active[row]:
+            current = self.state.node_spec(spec.name)
+            if _same_shape(current, spec):
+                for gpu in spec.gpus:
+                    self.state.set_gpu_health(spec.name, gpu.index, healthy=gpu.healthy)
+                self.state.uuids[row] = [gpu.uuid for gpu in spec.gpus]
+                return
+            released = self.state.remove_node(spec.name)
+        else:
+            released = []
+        self.state.add_node(spec)
+        for placement in released:
+            try:
+                self.state.apply(placement)
+            except PlacementRefused as error:
+                log.error("node %s changed under pod %s: %s", spec.name, placement.pod, error)
+                self.pod_nodes.pop(placement.pod, None)
+
+    def on_pods_listed(self, pods: list[dict[str, Any]]) -> None:
+        """Rebuild every pod-derived fact from a full list: what is bound where, what waits."""
+        listed = {objects.pod_key(pod) for pod in pods}
+        for key in list(self.pod_nodes):
+            if key not in listed and key not in self.in_flight:
+                self._release(key)
+        for key in list(self.pending):
+            if key not in listed:
+                self._forget_pending(key)
+        for pod in pods:
+            self.on_pod_event("ADDED", pod)
+        self.synced["pods"] = True
+
+    def on_pod_event(self, event: str, pod: dict[str, Any]) -> None:
+        key = objects.pod_key(pod)
+        node = objects.node_name(pod)
+        if event == "DELETED" or objects.is_done(pod):
+            self._forget_pending(key)
+            if key in self.in_flight:
+                self.gone_in_flight.add(key)  # released when its bind finishes
+            elif key in self.pod_nodes or any(key in pods for pods in self.unplaced.values()):
+                self._release(key)
+                self.queue.cluster_changed()
+                self._wakeup.set()
+            return
+        if node:
+            self._forget_pending(key)
+            if key in self.in_flight or key in self.pod_nodes:
+                return
+            self._account_bound(key, pod, node)
+            return
+        if objects.scheduler_name(pod) == self.config.name and key not in self.in_flight:
+            previous = self.pending.get(key)
+            self.pending[key] = pod
+            if previous is None or _spec_changed(previous, pod):
+                self.queue.add(key, priority=_priority(pod), created=_created(pod))
+                self._wakeup.set()
+
+    def _account_bound(self, key: str, pod: dict[str, Any], node: str) -> None:
+        if node not in self.node_objects:
+            self.unplaced.setdefault(node, {})[key] = pod
+            return
+        try:
+            placement = objects.bound_placement(pod, self.state.node_spec(node))
+            self.state.apply(placement)
+        except (contract.ContractError, PlacementRefused) as error:
+            log.error("bound pod %s on %s does not add up: %s", key, node, error)
+            return
+        self.pod_nodes[key] = node
+
+    def _release(self, key: str) -> None:
+        for waiting in self.unplaced.values():
+            waiting.pop(key, None)
+        self.pod_nodes.pop(key, None)
+        if key in self.state.placements:
+            self.state.release(key)
+
+    def _forget_pending(self, key: str) -> None:
+        self.pending.pop(key, None)
+        self.queue.forget(key)
+
+    # ---- scheduling ---------------------------------------------------------------------------------------
+
+    async def schedule_pending(self) -> int:
+        """Decide every pod that is ready to be tried, starting their binds; returns how many were tried."""
+        tried = 0
+        while self.is_leader and (key := self.queue.pop()) is not None:
+            pod = self.pending.get(key)
+            if pod is None:
+                continue
+            tried += 1
+            await self._schedule(key, pod)
+        self.metrics.pending.set(len(self.pending))
+        return tried
+
+    async def _schedule(self, key: str, pod: dict[str, Any]) -> None:
+        started = time.perf_counter()
+        try:
+            demand = objects.pod_demand(pod)
+        except contract.ContractError as error:
+            self.metrics.attempts.labels("invalid").inc()
+            self.queue.park(key, priority=_priority(pod), created=_created(pod))
+            await self._report_failure(pod, f"invalid GPU request: {error}")
+            return
+        rows, excluded = self.eligibility.rows_for(pod, self.state)
+        outcome = decide(self.state, demand, self.policy, rows=rows)
+        self.metrics.decision_seconds.observe(time.perf_counter() - started)
+        if isinstance(outcome, Unschedulable):
+            self.metrics.attempts.labels("unschedulable").inc()
+            self.queue.park(key, priority=_priority(pod), created=_created(pod))
+            reasons = Counter(outcome.reasons) + excluded
+            message = Unschedulable(key, dict(reasons)).message
+            log.info("pod %s unschedulable: %s", key, message)
+            await self._report_failure(pod, message)
+            return
+        self.state.apply(outcome)
+        self.pod_nodes[key] = outcome.node
+        self.in_flight[key] = outcome
+        del self.pending[key]
+        await self._slots.acquire()
+        task = asyncio.create_task(self._bind(key, pod, outcome))
+        self._binds.add(task)
+        task.add_done_callback(self._binds.discard)
+
+    async def _bind(self, key: str, pod: dict[str, Any], placement: Placement) -> None:
+        started = time.perf_counter()
+        try:
+            plan = objects.bind_plan(
+                pod,
+                placement,
+                self.state.node_spec(placement.node),
+                mps_pipe_directory=self.config.mps_pipe_directory,
+                env_configmaps=self.config.env_delivery == "configmap",
+            )
+            await bind(self.client, pod, placement.node, plan)
+        except BindError as error:
+            self.metrics.attempts.labels("error").inc()
+            log.warning("pod %s: bind to %s failed, will retry: %s", key, placement.node, error)
+            self.in_flight.pop(key, None)
+            self._release(key)
+            self.pending[key] = pod
+            self.queue.backoff(key, priority=_priority(pod), created=_created(pod))
+            self._wakeup.set()
+        else:
+            self.metrics.attempts.labels("scheduled").inc()
+            self.metrics.binding_seconds.observe(time.perf_counter() - started)
+            log.info("pod %s bound to %s", key, placement.node)
+            self.in_flight.pop(key, None)
+        finally:
+            self._slots.release()
+            if key in self.gone_in_flight:
+                self.gone_in_flight.discard(key)
+                self._forget_pending(key)
+                self._release(key)
+
+    async def wait_for_binds(self) -> None:
+        while self._binds:
+            await asyncio.gather(*list(self._binds), return_exceptions=True)
+
+    async def _report_failure(self, pod: dict[str, Any], message: str) -> None:
+        """An Event and a PodScheduled=False condition, so `kubectl describe` says why."""
+        namespace, name = objects.meta(pod)["namespace"], objects.meta(pod)["name"]
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+        event = {
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {
+                "kind": "Pod",
+                "name": name,
+                "namespace": namespace,
+                "uid": objects.meta(pod).get("uid"),
+                "apiVersion": "v1",
+            },
+            "reason": "FailedScheduling",
+            "message": message,
+            "type": "Warning",
+            "source": {"component": self.config.name},
+            "reportingComponent": self.config.name,
+        }
+        try:
+            await self.client.patch(
+                Pod.Status,
+                name,
+                {"status": {"conditions": [condition]}},
+                namespace=namespace,
+                patch_type=PatchType.STRATEGIC,
+            )
+            await self.client.create(build(Event, event))
+        except API_ERRORS as error:
+            log.warning("pod %s/%s: could not record why it is unschedulable: %s", namespace, name, error)
+
+    # ---- running ------------------------------------------------------------------------------------------
+
+    def lead(self) -> None:
+        self.is_leader = True
+        self.metrics.leader.set(1)
+        self._wakeup.set()
+
+    @property
+    def ready(self) -> bool:
+        return all(self.synced.values())
+
+    async def run(self) -> None:
+        """Watch nodes and pods, and schedule while leader, until cancelled."""
+        await asyncio.gather(
+            reflect(
+                self.client, Node, on_list=self.on_nodes_listed, on_event=self.on_node_event, namespaced=False
+            ),
+            reflect(
+                self.client, Pod, on_list=self.on_pods_listed, on_event=self.on_pod_event, namespaced=True
+            ),
+            self.scheduling_loop(),
+        )
+
+    async def scheduling_loop(self) -> None:
+        while True:
+            if self.ready:
+                try:
+                    await self.schedule_pending()
+                except Exception:  # a bug must not stop every other pod from being scheduled
+                    log.exception("scheduling round failed; continuing")
+            delay = self.queue.next_ready_in()
+            self._wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._wakeup.wait(), timeout=1.0 if delay is None else max(delay, 0.01)
+                )
+
+
+def _same_shape(current: NodeSpec, new: NodeSpec) -> bool:
+    """Only GPU health or UUIDs differ: no need to rebuild the node's allocations."""
+    return (
+        current.cpu_milli == new.cpu_milli
+        and current.memory_mib == new.memory_mib
+        and [(g.index, g.model, g.memory_mib) for g in current.gpus]
+        == [(g.index, g.model, g.memory_mib) for g in new.gpus]
+    )
+
+
+def _priority(pod: Mapping[str, Any]) -> int:
+    return int((pod.get("spec") or {}).get("priority") or 0)
+
+
+def _created(pod: Mapping[str, Any]) -> float:
+    stamp = objects.meta(pod).get("creationTimestamp") or ""
+    return (
+        time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")) if isinstance(stamp, str) and stamp else 0.0
+    )
+
+
+def _spec_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """A pending pod whose annotations or resources changed may fit now; a status update alone changes
+    nothing for placement."""
+    return objects.meta(before).get("annotations") != objects.meta(after).get("annotations") or before.get(
+        "spec"
+    ) != after.get("spec")

@@ -1,0 +1,87 @@
+"""Which nodes a pod may be considered for at all, before the engine looks at resources.
+
+Kubernetes-level filters the engine knows nothing about: node readiness and cordons, the scheduler's own
+`--node-selector` (the nodes gpufrac manages), the pod's `nodeSelector`, and NoSchedule/NoExecute taints
+the pod does not tolerate. Each rejected node is counted under its reason, for the pod's failure message.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from gpufrac.cluster.state import ClusterState
+from gpufrac.kube import objects
+
+
+def tolerates(tolerations: list[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    for toleration in tolerations:
+        if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+            continue
+        operator = toleration.get("operator") or "Equal"
+        if not toleration.get("key"):
+            if operator == "Exists":
+                return True
+            continue
+        if toleration["key"] != taint.get("key"):
+            continue
+        if operator == "Exists" or toleration.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+class Eligibility:
+    def __init__(self, node_selector: Mapping[str, str]) -> None:
+        self._selector = dict(node_selector)
+        self._usable = np.zeros(0, bool)  # ready and managed, by state row
+        self._tainted = np.zeros(0, bool)
+        self._labels: dict[int, Mapping[str, str]] = {}
+        self._taints: dict[int, list[Mapping[str, Any]]] = {}
+        self._why_not: dict[int, str] = {}
+
+    def update(self, row: int, node: Mapping[str, Any]) -> None:
+        if row >= self._usable.shape[0]:
+            extra = np.zeros(row + 1 - self._usable.shape[0] + 64, bool)
+            self._usable = np.concatenate([self._usable, extra])
+            self._tainted = np.concatenate([self._tainted, extra])
+        labels = objects.node_labels_of(node)
+        self._labels[row] = labels
+        self._taints[row] = objects.node_taints(node)
+        if any(labels.get(key) != value for key, value in self._selector.items()):
+            self._why_not[row] = "not managed by gpufrac (node selector)"
+        elif not objects.node_ready(node):
+            self._why_not[row] = "node not ready or cordoned"
+        else:
+            self._why_not.pop(row, None)
+        self._usable[row] = row not in self._why_not
+        self._tainted[row] = bool(self._taints[row])
+
+    def rows_for(self, pod: Mapping[str, Any], state: ClusterState) -> tuple[np.ndarray, Counter[str]]:
+        """Active nodes the pod may land on, and the others counted by reason."""
+        active = np.flatnonzero(state.active)
+        known = min(self._usable.shape[0], state.active.shape[0])
+        active = active[active < known]
+        usable = self._usable[active]
+        excluded: Counter[str] = Counter()
+        for row in active[~usable]:
+            excluded[self._why_not[int(row)]] += 1
+        rows = active[usable]
+        spec = pod.get("spec") or {}
+        wanted = spec.get("nodeSelector") or {}
+        tolerations = spec.get("tolerations") or []
+        # Most nodes carry no taint and most pods no node selector: only the others are looked at one by one.
+        check = np.ones(len(rows), bool) if wanted else self._tainted[rows]
+        keep = ~check
+        for position in np.flatnonzero(check):
+            row = int(rows[position])
+            labels = self._labels.get(row, {})
+            if any(labels.get(key) != value for key, value in wanted.items()):
+                excluded["node(s) didn't match the pod's node selector"] += 1
+            elif any(not tolerates(tolerations, taint) for taint in self._taints.get(row, ())):
+                excluded["node(s) had a taint the pod does not tolerate"] += 1
+            else:
+                keep[position] = True
+        return rows[keep], excluded

@@ -1,0 +1,76 @@
+"""Running the scheduler as a process: reflectors, leader election, the scheduling loop, HTTP endpoints.
+
+Only the leader schedules; a standby keeps its state warm from the same watches, so a takeover starts
+binding at once. A leader that loses its Lease exits (status 1), as kube-scheduler does: a fresh process
+rebuilds its state from the API rather than trusting what it held while it was not sure to be alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+
+from aiohttp import web
+from lightkube import ApiError
+from lightkube.resources.core_v1 import Node
+
+from gpufrac.errors import UserError
+from gpufrac.kube import client as kube_client
+from gpufrac.kube.leader import LeaderElector
+from gpufrac.kube.metrics import http_app
+from gpufrac.kube.scheduler import Scheduler, SchedulerConfig
+
+log = logging.getLogger("gpufrac.scheduler")
+
+
+async def serve(
+    config: SchedulerConfig,
+    *,
+    kubeconfig: Path | None,
+    metrics_port: int,
+    leader_elect: bool,
+    lease_namespace: str,
+) -> None:
+    kube = kube_client.load_config(kubeconfig)
+    client = kube_client.async_client(kubeconfig, field_manager=config.name)
+    try:
+        await client.get(Node, "gpufrac-connectivity-check")
+    except ApiError:
+        pass  # answered: reachable (404 or 403 both prove it)
+    except kube_client.TRANSPORT_ERRORS as error:
+        raise kube_client.unreachable(error, kube) from None
+    scheduler = Scheduler(client, config)
+    runner = web.AppRunner(http_app(scheduler.metrics, ready=lambda: scheduler.ready))
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, port=metrics_port).start()
+    except OSError as error:
+        raise UserError(
+            f"--metrics-port {metrics_port}: cannot listen ({error.strerror}); pick a free port"
+        ) from None
+    tasks: list[asyncio.Task[object]] = [asyncio.create_task(scheduler.run())]
+    lost = asyncio.Event()
+    if leader_elect:
+        scheduler.is_leader = False
+        identity = f"{socket.gethostname()}_{os.getpid()}"
+        elector = LeaderElector(client, name=config.name, namespace=lease_namespace, identity=identity)
+        tasks.append(asyncio.create_task(elector.run(on_lost=lost.set)))
+        log.info("waiting to lead (Lease %s/%s) as %s", lease_namespace, config.name, identity)
+        await elector.became_leader.wait()
+        scheduler.lead()
+    log.info("scheduling pods with schedulerName=%s, policy %s", config.name, config.policy)
+    waiter = asyncio.create_task(lost.wait())
+    done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
+    for task in tasks:
+        task.cancel()
+    await runner.cleanup()
+    for task in done:
+        if task is not waiter and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+    if lost.is_set():
+        log.error("lost the Lease; exiting so that a fresh process rebuilds its state")
+        sys.exit(1)

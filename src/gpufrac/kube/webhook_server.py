@@ -1,0 +1,241 @@
+"""`gpufrac webhook`: the HTTPS server around `admission`, with its metrics and the log of every denial.
+
+The server is the edge: it reads bodies, draws the random env ConfigMap names, times and counts, logs and
+serves TLS. Every decision is `admission`'s. Whatever arrives, `/mutate` and `/validate` answer HTTP 200
+with a well-formed AdmissionReview: a body that cannot be read, and even a bug in a rule, become a denial
+(the webhook fails closed, like its `failurePolicy: Fail`), so the apiserver shows the tenant a reason
+rather than "an error on the server".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import signal
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import prometheus_client
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from gpufrac.contract import keys
+from gpufrac.errors import UserError
+from gpufrac.kube import admission
+
+log = logging.getLogger("gpufrac.webhook")
+
+# An AdmissionReview holds the object and the old one; etcd keeps objects up to 1.5 MiB.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+CERT_RELOAD_SECONDS = 30.0
+ENDPOINTS = ("mutate", "validate")
+
+
+def new_configmap_name() -> str:
+    """A fresh env ConfigMap name: 64 random bits, so no pod can guess another's before it is made."""
+    return f"{keys.ENV_CONFIGMAP_PREFIX}{secrets.token_hex(8)}"
+
+
+class Metrics:
+    """The webhook's Prometheus metrics, in a registry of its own (tests make one per app)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.reviews = Counter(
+            "gpufrac_webhook_reviews",
+            "AdmissionReviews answered, by endpoint and outcome (allowed, patched, denied).",
+            ["endpoint", "outcome"],
+            registry=registry,
+        )
+        self.denials = Counter(
+            "gpufrac_webhook_denials",
+            "AdmissionReviews denied, by endpoint and the rule broken.",
+            ["endpoint", "rule"],
+            registry=registry,
+        )
+        self.seconds = Histogram(
+            "gpufrac_webhook_review_seconds",
+            "Time from a review's body read to its answer, by endpoint.",
+            ["endpoint"],
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=registry,
+        )
+
+
+@dataclass
+class _Handlers:
+    policy: admission.Policy
+    metrics: Metrics
+    configmap_name: Callable[[], str]
+
+    async def mutate(self, request: web.Request) -> web.Response:
+        return await self._review(request, "mutate")
+
+    async def validate(self, request: web.Request) -> web.Response:
+        return await self._review(request, "validate")
+
+    async def _review(self, http: web.Request, endpoint: str) -> web.Response:
+        try:
+            body = await http.read()
+        except web.HTTPRequestEntityTooLarge:
+            body = b""
+        started = time.perf_counter()
+        request = None
+        try:
+            request = admission.read_review(body)
+        except admission.MalformedReview as error:
+            decision = admission.malformed(error)
+            uid = error.uid
+        else:
+            uid = request.uid
+            try:
+                decision = admission.decide(
+                    request, endpoint=endpoint, policy=self.policy, configmap_name=self.configmap_name()
+                )
+            except Exception:  # a bug in a rule must still get an answer, and a closed door
+                log.exception("%s: error deciding %s", endpoint, request.uid)
+                decision = admission.Decision(
+                    False,
+                    "internal error in the gpufrac webhook; its log has the details",
+                    "internal",
+                    code=500,
+                )
+        reply = admission.review_response(uid, decision)
+        self.metrics.seconds.labels(endpoint).observe(time.perf_counter() - started)
+        outcome = "denied" if not decision.allowed else "patched" if decision.patch else "allowed"
+        self.metrics.reviews.labels(endpoint, outcome).inc()
+        if not decision.allowed:
+            self.metrics.denials.labels(endpoint, decision.rule).inc()
+            _log_denial(endpoint, request, decision)
+        return web.json_response(reply, dumps=json.dumps)
+
+    async def healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def metrics_page(self, _: web.Request) -> web.Response:
+        return web.Response(
+            body=prometheus_client.generate_latest(self.metrics.registry),
+            headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST},
+        )
+
+
+def _log_denial(endpoint: str, request: admission.Request | None, decision: admission.Decision) -> None:
+    if request is None:
+        log.warning("%s denied an unreadable review: %s", endpoint, decision.message)
+        return
+    log.warning(
+        "%s denied %s %s %s for user %r (rule %s): %s",
+        endpoint,
+        request.operation,
+        request.resource + (f"/{request.sub_resource}" if request.sub_resource else ""),
+        request.target,
+        request.user,
+        decision.rule,
+        decision.message,
+    )
+
+
+def build_app(
+    policy: admission.Policy,
+    *,
+    registry: CollectorRegistry | None = None,
+    configmap_name: Callable[[], str] = new_configmap_name,
+) -> web.Application:
+    """The aiohttp application: `POST /mutate`, `POST /validate`, `GET /healthz`, `GET /metrics`."""
+    handlers = _Handlers(policy, Metrics(registry or CollectorRegistry()), configmap_name)
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app.add_routes(
+        [
+            web.post("/mutate", handlers.mutate),
+            web.post("/validate", handlers.validate),
+            web.get("/healthz", handlers.healthz),
+            web.get("/metrics", handlers.metrics_page),
+        ]
+    )
+    return app
+
+
+def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """A server context for the certificate and key; TLS 1.2 at least, as the apiserver speaks."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as error:
+        raise UserError(f"--tls-cert {cert} / --tls-key {key}: cannot load them ({error})") from None
+    return context
+
+
+async def _reload_certificates(context: ssl.SSLContext, cert: Path, key: Path) -> None:
+    """Load the certificate again when its files change (cert-manager renews it in the mounted Secret);
+    new connections get the new one, open ones keep theirs."""
+
+    def stamp() -> tuple[float, float]:
+        return cert.stat().st_mtime, key.stat().st_mtime
+
+    seen = stamp()
+    while True:
+        await asyncio.sleep(CERT_RELOAD_SECONDS)
+        try:
+            now = stamp()
+            if now != seen:
+                context.load_cert_chain(cert, key)
+                seen = now
+                log.info("reloaded the TLS certificate from %s", cert)
+        except (OSError, ssl.SSLError) as error:  # half-written during a renewal: try again next round
+            log.warning("could not reload the TLS certificate from %s: %s", cert, error)
+
+
+async def serve(
+    policy: admission.Policy,
+    *,
+    tls_cert: Path,
+    tls_key: Path,
+    host: str,
+    port: int,
+    stop: asyncio.Event,
+) -> None:
+    """Serve over HTTPS until `stop` is set."""
+    context = tls_context(tls_cert, tls_key)
+    runner = web.AppRunner(build_app(policy), access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, ssl_context=context)
+        try:
+            await site.start()
+        except OSError as error:
+            raise UserError(f"cannot listen on {host}:{port} ({error}); pick another --port") from None
+        for address in runner.addresses:
+            # Printed, not only logged, so that a test or a person running `--port 0` learns the port.
+            print(f"gpufrac webhook: serving on https://{address[0]}:{address[1]}", flush=True)
+        reload = asyncio.create_task(_reload_certificates(context, tls_cert, tls_key))
+        await stop.wait()
+        reload.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reload
+    finally:
+        await runner.cleanup()
+
+
+def run(
+    policy: admission.Policy, *, tls_cert: Path, tls_key: Path, host: str, port: int, log_level: str = "info"
+) -> None:
+    """Serve until SIGTERM or SIGINT; the CLI's entry point."""
+    if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise UserError(f"--log-level {log_level}: choose debug, info, warning or error")
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(number, stop.set)
+        await serve(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, stop=stop)
+
+    asyncio.run(main())

@@ -1,0 +1,119 @@
+"""Helpers for scheduler tests: GPU pods as a tenant would write them (after the webhook), running the
+scheduler in-process, waiting for binds, and recomputing the allocation from the API objects alone."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from typing import Any
+
+import lightkube
+from lightkube.resources.core_v1 import Pod
+
+from gpufrac import contract
+from gpufrac.contract import keys
+from gpufrac.kube.scheduler import Scheduler, SchedulerConfig
+
+
+def gpu_pod(
+    name: str,
+    namespace: str,
+    *,
+    annotations: dict[str, str] | None = None,
+    whole_gpus: int = 0,
+    cpu: str = "100m",
+    scheduler: str = "gpufrac",
+    env_configmap: bool = True,
+) -> Pod:
+    """A pod as the webhook admits it: with the env ConfigMap annotation it would have generated."""
+    notes = dict(annotations or {})
+    if env_configmap:
+        notes[keys.ENV_CONFIGMAP_ANNOTATION] = f"{keys.ENV_CONFIGMAP_PREFIX}{uuid.uuid4().hex[:10]}"
+    limits = {"nvidia.com/gpu": str(whole_gpus)} if whole_gpus else {}
+    return Pod.from_dict(  # type: ignore[no-any-return]
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "annotations": notes},
+            "spec": {
+                "schedulerName": scheduler,
+                "automountServiceAccountToken": False,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "busybox",
+                        "resources": {"requests": {"cpu": cpu, **limits}, "limits": limits},
+                    }
+                ],
+            },
+        }
+    )
+
+
+@contextlib.asynccontextmanager
+async def running_scheduler(client: lightkube.AsyncClient, **settings: Any) -> AsyncIterator[Scheduler]:
+    scheduler = Scheduler(client, SchedulerConfig(**settings))
+    task = asyncio.create_task(scheduler.run())
+    try:
+        yield scheduler
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await scheduler.wait_for_binds()
+
+
+async def wait_bound(
+    client: lightkube.AsyncClient, namespace: str, count: int, *, timeout: float = 60.0
+) -> list[dict[str, Any]]:
+    """The namespace's pods once `count` of them are bound; fails with what is missing after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = [pod.to_dict() async for pod in client.list(Pod, namespace=namespace)]
+        bound = [pod for pod in pods if pod["spec"].get("nodeName")]
+        if len(bound) >= count:
+            return pods
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{len(bound)} of {count} pods bound after {timeout:.0f}s")
+        await asyncio.sleep(0.2)
+
+
+def allocation_problems(pods: list[dict[str, Any]], gpu_memory: dict[str, int]) -> list[str]:
+    """Recompute every GPU's requested memory and modes from the bound pods' annotations alone."""
+    requested: dict[tuple[str, str], int] = defaultdict(int)
+    modes: dict[tuple[str, str], set[str]] = defaultdict(set)
+    whole: dict[tuple[str, str], int] = defaultdict(int)
+    users: dict[tuple[str, str], int] = defaultdict(int)
+    for pod in pods:
+        node = pod["spec"].get("nodeName")
+        placed = contract.parse_placement(pod) if node else None
+        if placed is None:
+            continue
+        for share in placed.shares:
+            for device in share.devices:
+                requested[node, device] += share.request_mib
+                modes[node, device].add(share.mode.value)
+                users[node, device] += 1
+        for item in placed.whole:
+            for device in item.devices:
+                whole[node, device] += 1
+                users[node, device] += 1
+    problems = [
+        f"{node} GPU {device}: {mib} MiB requested of {gpu_memory[node]}"
+        for (node, device), mib in requested.items()
+        if mib > gpu_memory[node]
+    ]
+    problems += [
+        f"{node} GPU {device}: modes {sorted(m)}" for (node, device), m in modes.items() if len(m) > 1
+    ]
+    problems += [
+        f"{node} GPU {device}: held whole but shared"
+        for key, n in whole.items()
+        if users[key] > 1
+        for node, device in [key]
+    ]
+    return problems
