@@ -1,0 +1,127 @@
+"""The agent's `/metrics`: per share (pod, container, GPU) memory used, request and limit in bytes; per GPU
+utilization, health and enforcement level; MPS daemons up; findings and actions totals.
+
+The per-share and per-GPU series come from the last interval's observation through a collector of our own,
+so a share that ended disappears at once instead of lingering as a stale gauge. The registry is private:
+nothing the process imports can add series to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, generate_latest, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpufrac.node.labels import Enforcement
+from gpufrac.node.nvml import MIB
+from gpufrac.node.watchdog import Usage
+
+
+@dataclass(frozen=True)
+class GpuView:
+    index: int
+    uuid: str
+    healthy: bool
+    level: Enforcement
+    utilization: float | None = None
+
+
+@dataclass(frozen=True)
+class Observation:
+    usages: tuple[Usage, ...] = ()
+    gpus: tuple[GpuView, ...] = ()
+    node_level: Enforcement = Enforcement.NONE
+    mps: Mapping[str, bool] = field(default_factory=dict)
+
+
+class Exporter:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._latest = Observation()
+        self.breaches = Counter(
+            "gpufrac_watchdog_breaches",
+            "Findings handled, each once: a share over its limit, or a GPU process without a contract.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.actions = Counter(
+            "gpufrac_watchdog_actions",
+            "Actions the watchdog took on findings: kill, evict or report.",
+            ["action"],
+            registry=self.registry,
+        )
+        self.registry.register(_Latest(self))
+
+    def observe(self, observation: Observation) -> None:
+        self._latest = observation
+
+    @property
+    def latest(self) -> Observation:
+        return self._latest
+
+    def text(self) -> str:
+        return generate_latest(self.registry).decode()
+
+    def serve(self, port: int, *, address: str = "0.0.0.0") -> None:
+        start_http_server(port, addr=address, registry=self.registry)
+
+
+class _Latest(Collector):
+    def __init__(self, exporter: Exporter) -> None:
+        self._exporter = exporter
+
+    def collect(self) -> Iterator[Metric]:
+        seen = self._exporter.latest
+        share_labels = ["namespace", "pod", "container", "gpu", "uuid"]
+        used = GaugeMetricFamily(
+            "gpufrac_share_memory_used_bytes", "GPU memory a share uses.", labels=share_labels
+        )
+        request = GaugeMetricFamily(
+            "gpufrac_share_memory_request_bytes", "GPU memory guaranteed to a share.", labels=share_labels
+        )
+        limit = GaugeMetricFamily(
+            "gpufrac_share_memory_limit_bytes", "GPU memory a share may use at most.", labels=share_labels
+        )
+        for usage in seen.usages:
+            c = usage.container
+            values = [c.pod.namespace, c.pod.name, c.name, str(usage.gpu.index), usage.gpu.uuid]
+            used.add_metric(values, usage.used_bytes)
+            request.add_metric(values, (c.request_mib or 0) * MIB)
+            limit.add_metric(values, (c.limit_mib or 0) * MIB)
+        yield from (used, request, limit)
+
+        gpu_labels = ["gpu", "uuid"]
+        utilization = GaugeMetricFamily(
+            "gpufrac_gpu_utilization_ratio",
+            "GPU utilization over NVML's last sample period.",
+            labels=gpu_labels,
+        )
+        healthy = GaugeMetricFamily(
+            "gpufrac_gpu_healthy", "1 if NVML reads the GPU, else 0.", labels=gpu_labels
+        )
+        level = GaugeMetricFamily(
+            "gpufrac_gpu_enforcement",
+            "1 for the level at which memory limits hold on the GPU: native, mps, watchdog or none.",
+            labels=[*gpu_labels, "level"],
+        )
+        for gpu in seen.gpus:
+            ids = [str(gpu.index), gpu.uuid]
+            if gpu.utilization is not None:
+                utilization.add_metric(ids, gpu.utilization)
+            healthy.add_metric(ids, 1 if gpu.healthy else 0)
+            for each in Enforcement:
+                level.add_metric([*ids, each.value], 1 if each is gpu.level else 0)
+        node = GaugeMetricFamily(
+            "gpufrac_node_enforcement", "1 for the node's enforcement level.", labels=["level"]
+        )
+        for each in Enforcement:
+            node.add_metric([each.value], 1 if each is seen.node_level else 0)
+        mps = GaugeMetricFamily(
+            "gpufrac_mps_daemon_up", "1 if the MPS control daemon answers.", labels=["daemon"]
+        )
+        for name, up in sorted(seen.mps.items()):
+            mps.add_metric([name], 1 if up else 0)
+        yield from (utilization, healthy, level, node, mps)

@@ -1,0 +1,237 @@
+"""Supervising MPS control daemons: start, configure, health-check, restart with backoff, stop.
+
+One daemon per compute mode that needs one; today that is sm-sharing, whose pipe directory is the one the
+webhook mounts into sm-sharing containers and the scheduler names in `CUDA_MPS_PIPE_DIRECTORY`
+(`contract.DEFAULT_MPS_PIPE_DIRECTORY`). Each daemon gets its own pipe and log directories.
+
+`nvidia-cuda-mps-control -d` forks the daemon and returns; the daemon writes its pid to
+`<pipe dir>/nvidia-cuda-mps-control.pid`. Commands go to the running daemon through the same program, one
+per line on its stdin (`set_default_active_thread_percentage 100`, `set_default_device_pinned_mem_limit 0
+8192M`, `get_server_list`, `quit`). A daemon is healthy when its pid is alive (not a zombie) and it answers
+`get_server_list`. A daemon found healthy at start (the agent restarted, the daemon did not) is adopted.
+
+`step(now)` does one round and never sleeps: a daemon that died, or failed to start, is started again at the
+earliest `backoff(failures)` seconds later, so tests drive restarts with a clock of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpufrac.node import procfs
+
+log = logging.getLogger(__name__)
+
+PID_FILE = "nvidia-cuda-mps-control.pid"
+COMMAND_TIMEOUT_S = 10.0
+PID_WAIT_S = 5.0
+
+
+@dataclass(frozen=True)
+class DaemonSpec:
+    """One control daemon. `pinned_limit_mib` sets `set_default_device_pinned_mem_limit` on each of
+    `devices` (ordinals as the daemon sees them); None leaves the default to each client's environment."""
+
+    name: str
+    pipe_directory: Path
+    log_directory: Path
+    active_thread_percentage: int | None = None
+    pinned_limit_mib: int | None = None
+    devices: Sequence[int] = ()
+
+    def commands(self) -> list[str]:
+        """The configuration sent after every start."""
+        lines = []
+        if self.active_thread_percentage is not None:
+            lines.append(f"set_default_active_thread_percentage {self.active_thread_percentage}")
+        if self.pinned_limit_mib is not None:
+            lines += [
+                f"set_default_device_pinned_mem_limit {d} {self.pinned_limit_mib}M" for d in self.devices
+            ]
+        return lines
+
+
+def backoff(failures: int, *, initial: float = 1.0, ceiling: float = 60.0) -> float:
+    """Seconds before start number `failures + 1`: 1, 2, 4, ... up to a minute."""
+    return min(ceiling, initial * 2 ** max(0, failures - 1))
+
+
+@dataclass
+class DaemonState:
+    spec: DaemonSpec
+    healthy: bool = False
+    pid: int | None = None
+    failures: int = 0  # starts that failed, or daemons that died, since the last healthy check
+    not_before: float = 0.0
+    starts: int = 0
+    restarts: int = 0
+    last_error: str = ""
+    configured: list[str] = field(default_factory=list)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        specs: Sequence[DaemonSpec],
+        *,
+        program: str = "nvidia-cuda-mps-control",
+        env: Mapping[str, str] | None = None,
+        proc: procfs.ProcFS | None = None,
+        delay: Callable[[int], float] = backoff,
+    ) -> None:
+        self.program = program
+        self.daemons = {spec.name: DaemonState(spec) for spec in specs}
+        self._env = dict(os.environ if env is None else env)
+        self._proc = proc or procfs.ProcFS()
+        self._delay = delay
+
+    def step(self, now: float) -> None:
+        """Check every daemon; start the ones that are down and whose backoff has passed."""
+        for state in self.daemons.values():
+            if self._check(state):
+                if not state.healthy:
+                    log.info("MPS daemon %s is up (pid %s)", state.spec.name, state.pid)
+                state.healthy, state.failures = True, 0
+                continue
+            if state.healthy:
+                state.healthy = False
+                state.failures += 1
+                state.not_before = now + self._delay(state.failures)
+                log.error(
+                    "MPS daemon %s (pid %s) is down; restarting in %.0fs",
+                    state.spec.name,
+                    state.pid,
+                    state.not_before - now,
+                )
+                continue
+            if now >= state.not_before:
+                self._start(state, now)
+
+    def healthy(self, name: str) -> bool:
+        state = self.daemons.get(name)
+        return state is not None and state.healthy
+
+    def pids(self) -> set[int]:
+        """The control daemons' pids: they and their children (the MPS servers) are the agent's own."""
+        return {state.pid for state in self.daemons.values() if state.pid is not None}
+
+    def stop(self) -> None:
+        """`quit` to every daemon, so MPS servers finish their clients and leave no stale pipes."""
+        for state in self.daemons.values():
+            if state.pid is not None and self._proc.alive(state.pid):
+                ok, output = self._send(state.spec, ["quit"])
+                log.info("MPS daemon %s: quit %s", state.spec.name, "sent" if ok else f"failed: {output}")
+            state.healthy = False
+
+    # --- one daemon ---------------------------------------------------------------------------------
+
+    def _check(self, state: DaemonState) -> bool:
+        state.pid = self._read_pid(state.spec)
+        if state.pid is None or not self._proc.alive(state.pid):
+            return False
+        ok, output = self._send(state.spec, ["get_server_list"])
+        if not ok:
+            state.last_error = output
+        return ok
+
+    def _start(self, state: DaemonState, now: float) -> None:
+        spec = state.spec
+        state.starts += 1
+        if state.starts > 1:
+            state.restarts += 1
+        try:
+            spec.pipe_directory.mkdir(parents=True, exist_ok=True)
+            spec.log_directory.mkdir(parents=True, exist_ok=True)
+            (spec.pipe_directory / PID_FILE).unlink(missing_ok=True)
+            done = subprocess.run(
+                [self.program, "-d"],
+                env=self._environment(spec),
+                capture_output=True,
+                text=True,
+                timeout=COMMAND_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+            )
+            error = (
+                "" if done.returncode == 0 else f"exit {done.returncode}: {_tail(done.stderr or done.stdout)}"
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            error = str(exc)
+        if not error and not self._wait_for_pid(spec):
+            error = f"no {PID_FILE} in {spec.pipe_directory} after {PID_WAIT_S:.0f}s"
+        if not error:
+            ok, output = self._send(spec, spec.commands()) if spec.commands() else (True, "")
+            if ok:
+                state.configured = spec.commands()
+                state.healthy = self._check(state)
+                if state.healthy:
+                    state.failures = 0
+                    log.info("MPS daemon %s started (pid %s): %s", spec.name, state.pid, state.configured)
+                    return
+                error = f"started but not answering: {state.last_error}"
+            else:
+                error = f"configuration failed: {output}"
+        state.failures += 1
+        state.last_error = error
+        state.not_before = now + self._delay(state.failures)
+        log.error(
+            "MPS daemon %s (%s -d) failed to start: %s; next try in %.0fs",
+            spec.name,
+            self.program,
+            error,
+            state.not_before - now,
+        )
+
+    def _send(self, spec: DaemonSpec, commands: Sequence[str]) -> tuple[bool, str]:
+        """Each command through `<program>` on stdin; (all succeeded, output or the first error)."""
+        outputs = []
+        for command in commands:
+            try:
+                done = subprocess.run(
+                    [self.program],
+                    input=command + "\n",
+                    env=self._environment(spec),
+                    capture_output=True,
+                    text=True,
+                    timeout=COMMAND_TIMEOUT_S,
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                return False, f"{command}: {exc}"
+            if done.returncode != 0:
+                return False, f"{command}: exit {done.returncode}: {_tail(done.stderr or done.stdout)}"
+            outputs.append(done.stdout.strip())
+        return True, "\n".join(outputs)
+
+    def _environment(self, spec: DaemonSpec) -> dict[str, str]:
+        return {
+            **self._env,
+            "CUDA_MPS_PIPE_DIRECTORY": str(spec.pipe_directory),
+            "CUDA_MPS_LOG_DIRECTORY": str(spec.log_directory),
+        }
+
+    def _wait_for_pid(self, spec: DaemonSpec) -> bool:
+        """The daemon forks away from `-d` and writes its pid file a moment later."""
+        deadline = time.monotonic() + PID_WAIT_S
+        while self._read_pid(spec) is None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    @staticmethod
+    def _read_pid(spec: DaemonSpec) -> int | None:
+        try:
+            text = (spec.pipe_directory / PID_FILE).read_text().strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
+
+
+def _tail(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"

@@ -1,0 +1,208 @@
+"""What the agent needs from NVML, behind one small interface, with a real backend and a fake one.
+
+`Backend.sample()` returns a `Snapshot`: the driver version and, per GPU, its identity, memory, utilization
+and compute processes. It never raises: NVML missing (no driver, no library) is a snapshot with `error`
+set and no GPUs, and a call failing on one GPU marks that GPU unhealthy with the reason, so one bad GPU
+cannot stop the agent from reporting and guarding the others.
+
+The fake backend reads a JSON or YAML file and reads it again whenever it changes, so a test plays out a
+scenario by rewriting the file between ticks::
+
+    driver_version: "535.104.05"
+    nvml_error: "..."            # optional: NVML as a whole fails, as if the library were missing
+    gpus:
+      - index: 0
+        uuid: GPU-00000000-0000-0000-0000-000000000000
+        model: NVIDIA A100-SXM4-80GB
+        memory_mib: 81920
+        utilization: 0.25        # optional, 0 to 1
+        error: "GPU is lost"     # optional: every call on this GPU fails
+        processes:
+          - {pid: 4242, used_mib: 1024}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process with a CUDA context on a GPU; `used_bytes` is None where NVML cannot tell."""
+
+    pid: int
+    used_bytes: int | None
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU at one moment. Unhealthy GPUs carry `error`, and whatever NVML still answered."""
+
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    healthy: bool
+    utilization: float | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every GPU of the node at one moment; `error` set (and no GPUs) when NVML itself is unavailable."""
+
+    driver_version: str = ""
+    gpus: tuple[GpuSample, ...] = ()
+    error: str = ""
+
+
+class Backend(Protocol):
+    def sample(self) -> Snapshot: ...
+
+    def close(self) -> None: ...
+
+
+def open_backend(spec: str) -> Backend:
+    """`real`, or `fake:FILE`; a ValueError naming both forms for anything else."""
+    if spec == "real":
+        return RealBackend()
+    if spec.startswith("fake:") and len(spec) > len("fake:"):
+        return FakeBackend(Path(spec[len("fake:") :]))
+    raise ValueError(f"--nvml {spec!r}: use 'real' or 'fake:FILE'")
+
+
+class RealBackend:
+    """NVML through `nvidia-ml-py`. Initialised on first use and again after NVML fails as a whole, so an
+    agent started before the driver was loaded picks the GPUs up once it is."""
+
+    def __init__(self) -> None:
+        self._ready = False
+
+    def sample(self) -> Snapshot:
+        try:
+            import pynvml
+        except ImportError as error:  # pragma: no cover - a dependency of gpufrac
+            return Snapshot(error=f"nvidia-ml-py is not installed ({error})")
+        try:
+            if not self._ready:
+                pynvml.nvmlInit()
+                self._ready = True
+            driver = _text(pynvml.nvmlSystemGetDriverVersion())
+            count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as error:
+            self.close()
+            return Snapshot(error=f"NVML unavailable: {error}")
+        return Snapshot(driver, tuple(self._gpu(pynvml, index) for index in range(count)))
+
+    def _gpu(self, pynvml: Any, index: int) -> GpuSample:
+        uuid, model, memory_mib = "", "", 0
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+            model = _text(pynvml.nvmlDeviceGetName(handle))
+            memory_mib = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // MIB
+            processes = _processes(pynvml, handle)
+        except pynvml.NVMLError as error:
+            return GpuSample(index, uuid, model, memory_mib, healthy=False, error=str(error))
+        try:
+            utilization: float | None = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100
+        except pynvml.NVMLError:
+            utilization = None  # not supported on every GPU; not a health problem
+        return GpuSample(index, uuid, model, memory_mib, True, utilization, processes)
+
+    def close(self) -> None:
+        if self._ready:
+            self._ready = False
+            try:
+                import pynvml
+
+                pynvml.nvmlShutdown()
+            except Exception:
+                pass
+
+
+def _processes(pynvml: Any, handle: Any) -> tuple[GpuProcess, ...]:
+    """Compute processes, and MPS clients where the driver lists them apart; one entry per pid."""
+    found: dict[int, int | None] = {}
+    listings = [pynvml.nvmlDeviceGetComputeRunningProcesses(handle)]
+    # No MPS on this GPU, or a driver that does not list MPS clients apart: the first listing has them all.
+    with contextlib.suppress(pynvml.NVMLError):
+        listings.append(pynvml.nvmlDeviceGetMPSComputeRunningProcesses(handle))
+    for listing in listings:
+        for info in listing:
+            used = info.usedGpuMemory
+            if used is not None or info.pid not in found:
+                found[int(info.pid)] = None if used is None else int(used)
+    return tuple(GpuProcess(pid, used) for pid, used in sorted(found.items()))
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class FakeBackend:
+    """Reads a scenario file (format in the module docstring), again each time it changes or is replaced."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp: tuple[int, int, int] | None = None
+        self._snapshot = Snapshot(error="not read yet")
+
+    def sample(self) -> Snapshot:
+        try:
+            stat = os.stat(self.path)
+        except OSError as error:
+            self._stamp = None
+            return Snapshot(error=f"fake NVML file {self.path}: {error.strerror}")
+        # The inode too: a file replaced twice within the clock's resolution keeps its mtime.
+        stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        if stamp != self._stamp:
+            self._stamp = stamp
+            try:
+                self._snapshot = _scenario(yaml.safe_load(self.path.read_text()))
+            except (OSError, yaml.YAMLError, ValueError, TypeError, KeyError) as error:
+                self._snapshot = Snapshot(error=f"fake NVML file {self.path}: {error}")
+        return self._snapshot
+
+    def close(self) -> None:
+        pass
+
+
+def _scenario(data: Any) -> Snapshot:
+    if not isinstance(data, dict):
+        raise ValueError("must be a mapping with driver_version and gpus")
+    if data.get("nvml_error"):
+        return Snapshot(error=f"NVML unavailable: {data['nvml_error']}")
+    gpus = []
+    for item in data.get("gpus") or []:
+        processes = tuple(
+            GpuProcess(int(p["pid"]), None if p.get("used_mib") is None else int(p["used_mib"]) * MIB)
+            for p in item.get("processes") or []
+        )
+        error = str(item.get("error") or "")
+        utilization = item.get("utilization")
+        gpus.append(
+            GpuSample(
+                index=int(item["index"]),
+                uuid=str(item["uuid"]),
+                model=str(item.get("model", "")),
+                memory_mib=int(item.get("memory_mib", 0)),
+                healthy=not error,
+                utilization=None if utilization is None or error else float(utilization),
+                processes=() if error else processes,
+                error=error,
+            )
+        )
+    return Snapshot(str(data.get("driver_version", "")), tuple(gpus))

@@ -1,0 +1,218 @@
+"""The watchdog's decisions, as data in and data out: GPU processes and the contracts of the pods on the
+node in, per-share usage and findings out. The agent does the I/O (NVML, /proc, the API) and the acting.
+
+A process belongs to a container through its cgroup (see `procfs`), and a container to a pod through
+`status.containerStatuses[].containerID`. Its memory counts against the share of that container on that GPU;
+several processes of one container on one GPU share one limit. Two kinds of finding:
+
+- a breach: a share uses more than its limit on a GPU;
+- a process without a contract: in no container, in a container of no pod on this node, in a container
+  whose pod has no GPU contract (or a broken one), or on a GPU its contract does not grant. This is how the
+  watchdog sees GPUs claimed through routes the webhook cannot see (DESIGN.md, threat model).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from gpufrac import contract
+from gpufrac.node import procfs
+from gpufrac.node.nvml import MIB
+
+log = logging.getLogger(__name__)
+
+
+class Mode(StrEnum):
+    """What the agent does about a finding."""
+
+    KILL = "kill"  # SIGKILL the offending processes
+    EVICT = "evict"  # evict the pod through the eviction API (PodDisruptionBudgets apply)
+    REPORT = "report"  # an Event and a log line only
+
+
+class Kind(StrEnum):
+    """A finding's kind; the value is the Event reason."""
+
+    BREACH = "GPUMemoryLimitExceeded"
+    NO_CONTRACT = "GPUProcessWithoutContract"
+
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+    uid: str
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class Container:
+    """A container on the node, and the GPUs its pod's contract gives it; `limit_mib` None for whole GPUs,
+    `devices` empty for a container with no GPU contract."""
+
+    pod: PodRef
+    name: str
+    devices: tuple[str, ...] = ()
+    request_mib: int | None = None
+    limit_mib: int | None = None
+    sm_sharing: bool = False
+    problem: str = ""  # why the pod has no usable contract, when it has a broken one
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+
+
+@dataclass(frozen=True)
+class Process:
+    """A GPU process as the agent saw it this interval."""
+
+    pid: int
+    start_time: int
+    gpu: Gpu
+    used_bytes: int | None
+    container_id: str | None
+
+    @property
+    def ident(self) -> str:
+        """pid@start: a pid alone may be reused by a later process."""
+        return f"{self.pid}@{self.start_time}"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one share uses on one GPU."""
+
+    container: Container
+    gpu: Gpu
+    used_bytes: int
+    processes: tuple[Process, ...]
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: Kind
+    gpu: Gpu
+    processes: tuple[Process, ...]
+    detail: str  # one sentence for the Event and the log line
+    container: Container | None = None  # the container the processes are in, if any pod on the node has it
+    used_bytes: int = 0
+    limit_bytes: int | None = None
+
+    @property
+    def key(self) -> str:
+        """Stable across ticks and agent restarts while the same processes are at fault."""
+        owner = f"{self.container.pod.uid}/{self.container.name}" if self.container else "-"
+        who = ",".join(sorted(p.ident for p in self.processes))
+        return f"{self.kind.value}/{owner}/{self.gpu.uuid}/{who}"
+
+
+@dataclass(frozen=True)
+class Assessment:
+    usages: tuple[Usage, ...]
+    findings: tuple[Finding, ...]
+
+
+def containers_on_node(pods: Iterable[Mapping[str, Any]]) -> dict[str, Container]:
+    """Container ID -> container, for the pods on the node (plain dicts as the API returns them)."""
+    found: dict[str, Container] = {}
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        ref = PodRef(
+            namespace=metadata.get("namespace", ""),
+            name=metadata.get("name", ""),
+            uid=metadata.get("uid", ""),
+            deleting=metadata.get("deletionTimestamp") is not None,
+        )
+        grants, problem = _grants(pod)
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        for status in statuses:
+            if not status.get("containerID"):
+                continue  # not started yet
+            name = status.get("name", "")
+            devices, request, limit, sm_sharing = grants.get(name, ((), None, None, False))
+            container_id = procfs.runtime_container_id(status["containerID"])
+            found[container_id] = Container(ref, name, devices, request, limit, sm_sharing, problem)
+    return found
+
+
+_Grant = tuple[tuple[str, ...], int | None, int | None, bool]
+
+
+def _grants(pod: Mapping[str, Any]) -> tuple[dict[str, _Grant], str]:
+    """Per container: (devices, request MiB, limit MiB, sm-sharing); a ContractError becomes a problem, not
+    a crash."""
+    try:
+        placement = contract.parse_placement(pod)
+    except contract.ContractError as error:
+        return {}, f"its GPU contract is broken ({error})"
+    if placement is None:
+        return {}, ""
+    grants: dict[str, _Grant] = {
+        share.container: (
+            share.devices,
+            share.request_mib,
+            share.limit_mib,
+            share.mode is contract.ComputeMode.SM_SHARING,
+        )
+        for share in placement.shares
+    }
+    for whole in placement.whole:
+        grants[whole.container] = (whole.devices, None, None, False)
+    return grants, ""
+
+
+def assess(processes: Iterable[Process], containers: Mapping[str, Container]) -> Assessment:
+    """Usage per share and GPU, every breach, and every process without a contract, in a stable order."""
+    by_share: dict[tuple[str, Gpu], list[Process]] = {}
+    findings: list[Finding] = []
+    for process in processes:
+        container = containers.get(process.container_id) if process.container_id else None
+        why = _no_contract(process, container)
+        if why:
+            findings.append(Finding(Kind.NO_CONTRACT, process.gpu, (process,), why, container))
+            continue
+        assert process.container_id is not None and container is not None
+        by_share.setdefault((process.container_id, process.gpu), []).append(process)
+    usages = []
+    for (container_id, gpu), members in by_share.items():
+        container = containers[container_id]
+        used = sum(p.used_bytes or 0 for p in members)
+        if container.limit_mib is None:
+            continue  # whole GPUs: no limit below the GPU itself
+        usages.append(Usage(container, gpu, used, tuple(members)))
+        limit = container.limit_mib * MIB
+        if used > limit:
+            detail = (
+                f"container {container.name} of pod {container.pod.namespace}/{container.pod.name} uses "
+                f"{used // MIB} MiB on GPU {gpu.index} ({gpu.uuid}), "
+                f"over its limit of {container.limit_mib} MiB"
+            )
+            findings.append(Finding(Kind.BREACH, gpu, tuple(members), detail, container, used, limit))
+    findings.sort(key=lambda f: (f.kind.value, f.gpu.index, f.key))
+    usages.sort(
+        key=lambda u: (u.container.pod.namespace, u.container.pod.name, u.container.name, u.gpu.index)
+    )
+    return Assessment(tuple(usages), tuple(findings))
+
+
+def _no_contract(process: Process, container: Container | None) -> str:
+    """Why `process` has no contract on its GPU; empty if it has one."""
+    where = f"process {process.pid} on GPU {process.gpu.index} ({process.gpu.uuid})"
+    if process.container_id is None:
+        return f"{where} runs in no container"
+    if container is None:
+        return f"{where} runs in container {process.container_id[:12]}, which is in no pod on this node"
+    owner = f"container {container.name} of pod {container.pod.namespace}/{container.pod.name}"
+    if not container.devices:
+        return f"{where} runs in {owner}, " + (container.problem or "which has no GPU contract")
+    if process.gpu.uuid not in container.devices and str(process.gpu.index) not in container.devices:
+        granted = ",".join(container.devices)
+        return f"{where} runs in {owner}, whose contract grants GPUs {granted}, not this one"
+    return ""

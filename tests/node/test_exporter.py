@@ -1,0 +1,79 @@
+"""The agent's /metrics."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpufrac.node.exporter import Exporter, GpuView, Observation
+from gpufrac.node.labels import Enforcement
+from gpufrac.node.nvml import MIB
+from gpufrac.node.watchdog import Container, Gpu, PodRef, Usage
+
+APP = Container(PodRef("ns", "web", "uid"), "app", ("GPU-0",), request_mib=1024, limit_mib=2048)
+
+
+def _observation() -> Observation:
+    return Observation(
+        usages=(Usage(APP, Gpu(0, "GPU-0"), 1500 * MIB, ()),),
+        gpus=(
+            GpuView(0, "GPU-0", True, Enforcement.WATCHDOG, utilization=0.25),
+            GpuView(1, "GPU-1", False, Enforcement.NONE),
+        ),
+        node_level=Enforcement.WATCHDOG,
+        mps={"sm-sharing": False},
+    )
+
+
+def test_per_share_and_per_gpu_series() -> None:
+    exporter = Exporter()
+    exporter.observe(_observation())
+    exporter.breaches.labels("GPUMemoryLimitExceeded").inc()
+    exporter.actions.labels("kill").inc()
+    samples = _samples(exporter.text())
+    share = {"namespace": "ns", "pod": "web", "container": "app", "gpu": "0", "uuid": "GPU-0"}
+    assert samples["gpufrac_share_memory_used_bytes", _key(share)] == 1500 * MIB
+    assert samples["gpufrac_share_memory_request_bytes", _key(share)] == 1024 * MIB
+    assert samples["gpufrac_share_memory_limit_bytes", _key(share)] == 2048 * MIB
+    gpu0, gpu1 = {"gpu": "0", "uuid": "GPU-0"}, {"gpu": "1", "uuid": "GPU-1"}
+    assert samples["gpufrac_gpu_utilization_ratio", _key(gpu0)] == 0.25
+    assert ("gpufrac_gpu_utilization_ratio", _key(gpu1)) not in samples  # unknown is absent, not zero
+    assert samples["gpufrac_gpu_healthy", _key(gpu1)] == 0
+    assert samples["gpufrac_gpu_enforcement", _key({**gpu0, "level": "watchdog"})] == 1
+    assert samples["gpufrac_gpu_enforcement", _key({**gpu0, "level": "mps"})] == 0
+    assert samples["gpufrac_node_enforcement", _key({"level": "watchdog"})] == 1
+    assert samples["gpufrac_mps_daemon_up", _key({"daemon": "sm-sharing"})] == 0
+    assert samples["gpufrac_watchdog_breaches_total", _key({"reason": "GPUMemoryLimitExceeded"})] == 1
+    assert samples["gpufrac_watchdog_actions_total", _key({"action": "kill"})] == 1
+
+
+def _key(labels: dict[str, str]) -> frozenset[tuple[str, str]]:
+    return frozenset(labels.items())
+
+
+def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (sample.name, _key(sample.labels)): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_an_ended_share_disappears_at_once() -> None:
+    exporter = Exporter()
+    exporter.observe(_observation())
+    exporter.observe(Observation())
+    assert "gpufrac_share_memory_used_bytes{" not in exporter.text()
+
+
+def test_served_over_http() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    exporter = Exporter()
+    exporter.observe(_observation())
+    exporter.serve(port, address="127.0.0.1")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert b"gpufrac_share_memory_limit_bytes" in response.read()

@@ -1,0 +1,114 @@
+"""What the agent publishes on its Node, and the enforcement levels."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpufrac.node import inventory, labels
+from gpufrac.node.labels import Enforcement, GpuInfo
+from gpufrac.node.nvml import GpuSample, Snapshot
+
+A100 = "NVIDIA A100-SXM4-80GB"
+
+
+def _snapshot(*healthy: bool, driver: str = "535.104.05") -> Snapshot:
+    gpus = tuple(
+        GpuSample(i, f"GPU-{i}", A100, 81920, ok)
+        if ok
+        else GpuSample(i, "", "", 0, False, error="Unknown Error")
+        for i, ok in enumerate(healthy)
+    )
+    return Snapshot(driver, gpus)
+
+
+def test_gpus_from_a_snapshot() -> None:
+    assert inventory.gpus(_snapshot(True, True), ()) == (
+        GpuInfo(0, "GPU-0", A100, 81920, True),
+        GpuInfo(1, "GPU-1", A100, 81920, True),
+    )
+
+
+def test_a_failing_gpu_keeps_what_was_published_for_it() -> None:
+    before = (GpuInfo(0, "GPU-0", A100, 81920, True), GpuInfo(1, "GPU-1", A100, 81920, True))
+    assert inventory.gpus(_snapshot(True, False), before)[1] == GpuInfo(1, "GPU-1", A100, 81920, False)
+    assert inventory.gpus(_snapshot(False), ())[0] == GpuInfo(0, "unknown-0", "unknown", 0, False)
+
+
+def test_nvml_gone_marks_every_published_gpu_unhealthy() -> None:
+    before = (GpuInfo(0, "GPU-0", A100, 81920, True),)
+    assert inventory.gpus(Snapshot(error="NVML unavailable"), before) == (
+        GpuInfo(0, "GPU-0", A100, 81920, False),
+    )
+    assert inventory.gpus(Snapshot(error="NVML unavailable"), ()) == ()
+
+
+@pytest.mark.parametrize(
+    ("driver", "nvml_ok", "mps", "acting", "level"),
+    [
+        ("615.01", True, False, False, Enforcement.NATIVE),
+        ("620.10.01", False, False, False, Enforcement.NATIVE),
+        ("535.104.05", True, True, True, Enforcement.MPS),
+        ("535.104.05", True, True, False, Enforcement.MPS),
+        ("535.104.05", True, False, True, Enforcement.WATCHDOG),
+        ("535.104.05", True, False, False, Enforcement.NONE),
+        ("", False, True, True, Enforcement.NONE),
+    ],
+)
+def test_enforcement(driver: str, nvml_ok: bool, mps: bool, acting: bool, level: Enforcement) -> None:
+    assert (
+        inventory.enforcement(driver_version=driver, nvml_ok=nvml_ok, mps_healthy=mps, acting=acting) is level
+    )
+
+
+def test_gpu_enforcement() -> None:
+    level = inventory.gpu_enforcement
+    assert level(Enforcement.NATIVE, healthy=False, sm_sharing=False, acting=False) is Enforcement.NATIVE
+    assert level(Enforcement.MPS, healthy=True, sm_sharing=True, acting=True) is Enforcement.MPS
+    assert level(Enforcement.MPS, healthy=True, sm_sharing=False, acting=True) is Enforcement.WATCHDOG
+    assert level(Enforcement.MPS, healthy=True, sm_sharing=False, acting=False) is Enforcement.NONE
+    assert level(Enforcement.WATCHDOG, healthy=False, sm_sharing=False, acting=True) is Enforcement.NONE
+
+
+def test_patch_fills_gfd_labels_only_where_absent() -> None:
+    gpus = inventory.gpus(_snapshot(True, True), ())
+    patch = inventory.node_patch({}, gpus=gpus, driver_version="535.104.05", level=Enforcement.WATCHDOG)
+    assert patch is not None
+    assert patch["metadata"]["labels"] == {
+        labels.ENFORCEMENT_LABEL: "watchdog",
+        labels.DRIVER_MAJOR_LABEL: "535",
+        labels.GPU_COUNT_LABEL: "2",
+        labels.GPU_MEMORY_LABEL: "81920",
+        labels.GPU_PRODUCT_LABEL: "NVIDIA-A100-SXM4-80GB",
+    }
+    annotations = patch["metadata"]["annotations"]
+    assert annotations[labels.DRIVER_VERSION_ANNOTATION] == "535.104.05"
+    assert [gpu["uuid"] for gpu in json.loads(annotations[labels.GPUS_ANNOTATION])] == ["GPU-0", "GPU-1"]
+
+    gfd = {labels.GPU_COUNT_LABEL: "8", labels.GPU_MEMORY_LABEL: "81559", labels.GPU_PRODUCT_LABEL: "H100"}
+    patch = inventory.node_patch({"labels": gfd}, gpus=gpus, driver_version="535.1", level=Enforcement.MPS)
+    assert patch is not None and set(patch["metadata"]["labels"]) == {
+        labels.ENFORCEMENT_LABEL,
+        labels.DRIVER_MAJOR_LABEL,
+    }
+
+
+def test_an_up_to_date_node_needs_no_patch() -> None:
+    gpus = inventory.gpus(_snapshot(True), ())
+    patch = inventory.node_patch({}, gpus=gpus, driver_version="535.1", level=Enforcement.MPS)
+    assert patch is not None
+    assert (
+        inventory.node_patch(patch["metadata"], gpus=gpus, driver_version="535.1", level=Enforcement.MPS)
+        is None
+    )
+    # NVML down: the driver labels stay, the GPUs turn unhealthy and the level drops.
+    down = inventory.gpus(Snapshot(error="gone"), inventory.published_gpus(patch["metadata"]["annotations"]))
+    again = inventory.node_patch(patch["metadata"], gpus=down, driver_version="", level=Enforcement.NONE)
+    assert again is not None and again["metadata"]["labels"] == {labels.ENFORCEMENT_LABEL: "none"}
+    assert json.loads(again["metadata"]["annotations"][labels.GPUS_ANNOTATION])[0]["healthy"] is False
+
+
+def test_an_unreadable_annotation_is_replaced() -> None:
+    assert inventory.published_gpus({labels.GPUS_ANNOTATION: "not json"}) == ()
+    assert inventory.published_gpus({}) == ()

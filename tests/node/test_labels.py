@@ -1,0 +1,70 @@
+"""The node annotation format the scheduler reads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpufrac.node import labels
+from gpufrac.node.labels import GpuInfo
+
+
+def test_gpus_round_trip_sorted_by_index() -> None:
+    gpus = [GpuInfo(1, "GPU-b", "NVIDIA H100 80GB HBM3", 81559, False), GpuInfo(0, "GPU-a", "A", 40960, True)]
+    text = labels.dump_gpus(gpus)
+    assert json.loads(text) == [
+        {"index": 0, "uuid": "GPU-a", "model": "A", "memory_mib": 40960, "healthy": True},
+        {
+            "index": 1,
+            "uuid": "GPU-b",
+            "model": "NVIDIA H100 80GB HBM3",
+            "memory_mib": 81559,
+            "healthy": False,
+        },
+    ]
+    assert labels.load_gpus(text) == tuple(sorted(gpus, key=lambda gpu: gpu.index))
+    assert labels.dump_gpus(reversed(gpus)) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "is not JSON"),
+        ('{"index": 0}', "must be a JSON list"),
+        ("[1]", "[0] must be an object"),
+        (
+            '[{"index": true, "uuid": "u", "model": "m", "memory_mib": 1, "healthy": true}]',
+            ".index must be int",
+        ),
+        (
+            '[{"index": 0, "uuid": "u", "model": "m", "memory_mib": "1", "healthy": true}]',
+            ".memory_mib must be",
+        ),
+        ('[{"index": 0, "uuid": "u", "model": "m", "memory_mib": 1}]', ".healthy must be bool"),
+    ],
+)
+def test_bad_annotations_say_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        labels.load_gpus(text)
+
+
+def test_driver_major() -> None:
+    assert labels.driver_major("535.104.05") == 535
+    assert labels.driver_major("615.01") == 615
+    assert labels.driver_major("") is None
+    assert labels.driver_major("N/A") is None
+
+
+@pytest.mark.parametrize(
+    ("model", "value"),
+    [
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA-A100-SXM4-80GB"),
+        ("  Tesla T4 ", "Tesla-T4"),
+        ("NVIDIA GeForce RTX 4090 (rev 2)", "NVIDIA-GeForce-RTX-4090-rev-2"),
+        ("x" * 80, "x" * 63),
+        ("-(A)-", "A"),
+    ],
+)
+def test_label_values_are_valid(model: str, value: str) -> None:
+    assert labels.label_value(model) == value

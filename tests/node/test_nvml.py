@@ -1,0 +1,152 @@
+"""NVML backends: the fake plays scenarios from a file; failures degrade GPUs, never the agent."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufrac.node import nvml
+from gpufrac.node.fakehost import FakeHost
+from gpufrac.node.nvml import MIB, GpuProcess
+
+
+def test_open_backend() -> None:
+    assert isinstance(nvml.open_backend("real"), nvml.RealBackend)
+    fake = nvml.open_backend("fake:some/file.yaml")
+    assert isinstance(fake, nvml.FakeBackend) and fake.path == Path("some/file.yaml")
+    for bad in ("", "fake:", "nvidia", "fake"):
+        with pytest.raises(ValueError, match="use 'real' or 'fake:FILE'"):
+            nvml.open_backend(bad)
+
+
+def test_fake_plays_a_scenario_and_follows_changes(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path)
+    host.add_gpus(2, memory_mib=40960)
+    host.write({0: [(100, 512)]}, utilization=0.5)
+    backend = nvml.FakeBackend(host.nvml_file)
+    first = backend.sample()
+    assert first.error == "" and first.driver_version == "535.104.05"
+    assert [(g.index, g.uuid, g.memory_mib, g.healthy) for g in first.gpus] == [
+        (0, host.uuid(0), 40960, True),
+        (1, host.uuid(1), 40960, True),
+    ]
+    assert first.gpus[0].processes == (GpuProcess(100, 512 * MIB),)
+    assert first.gpus[0].utilization == 0.5
+    assert backend.sample() is first  # unchanged file: not read again
+
+    host.write({0: [(100, 2048)], 1: [(200, 1)]})
+    second = backend.sample()
+    assert second.gpus[0].processes == (GpuProcess(100, 2048 * MIB),)
+    assert second.gpus[1].processes == (GpuProcess(200, MIB),)
+
+
+def test_fake_gpu_error_degrades_that_gpu_only(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path)
+    host.add_gpus(2)
+    host.write({0: [(1, 1)], 1: [(2, 1)]}, errors={1: "GPU is lost"})
+    snapshot = nvml.FakeBackend(host.nvml_file).sample()
+    assert [g.healthy for g in snapshot.gpus] == [True, False]
+    assert snapshot.gpus[1].error == "GPU is lost" and snapshot.gpus[1].processes == ()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "No such file"),
+        ("gpus: [", "fake NVML file"),
+        ("- 1\n", "must be a mapping"),
+        ("gpus:\n  - index: 0\n", "'uuid'"),
+        ("nvml_error: libnvidia-ml.so.1 not found\n", "NVML unavailable: libnvidia-ml.so.1 not found"),
+    ],
+)
+def test_fake_nvml_unavailable(tmp_path: Path, content: str | None, message: str) -> None:
+    path = tmp_path / "nvml.yaml"
+    if content is not None:
+        path.write_text(content)
+    snapshot = nvml.FakeBackend(path).sample()
+    assert message in snapshot.error and snapshot.gpus == ()
+
+
+def test_real_backend_without_nvml_reports_an_error() -> None:
+    """On a machine without the NVIDIA driver (CI), NVML fails to load; the backend says so, every time."""
+    backend = nvml.RealBackend()
+    try:
+        snapshot = backend.sample()
+        if not snapshot.error:
+            pytest.skip("this machine has a working NVML")
+        assert snapshot.error.startswith("NVML unavailable") and snapshot.gpus == ()
+        assert backend.sample().error == snapshot.error
+    finally:
+        backend.close()
+
+
+class _NVMLError(Exception):
+    pass
+
+
+def _fake_pynvml(broken: set[int]) -> Any:
+    """A pynvml stand-in with two GPUs; `broken` GPUs fail their memory query."""
+    module: Any = types.ModuleType("pynvml")
+    module.NVMLError = _NVMLError
+    module.nvmlInit = lambda: None
+    module.nvmlShutdown = lambda: None
+    module.nvmlSystemGetDriverVersion = lambda: b"550.54.15"
+    module.nvmlDeviceGetCount = lambda: 2
+    module.nvmlDeviceGetHandleByIndex = lambda index: index
+    module.nvmlDeviceGetUUID = lambda handle: f"GPU-{handle}"
+    module.nvmlDeviceGetName = lambda handle: "NVIDIA L4"
+
+    def memory(handle: int) -> Any:
+        if handle in broken:
+            raise _NVMLError("Unknown Error")
+        return types.SimpleNamespace(total=24 * 1024 * MIB)
+
+    def processes(handle: int) -> list[Any]:
+        return [
+            types.SimpleNamespace(pid=7, usedGpuMemory=MIB),
+            types.SimpleNamespace(pid=8, usedGpuMemory=None),
+        ]
+
+    def mps_processes(handle: int) -> list[Any]:
+        return [types.SimpleNamespace(pid=8, usedGpuMemory=3 * MIB)]
+
+    def utilization(handle: int) -> Any:
+        raise _NVMLError("Not Supported")
+
+    module.nvmlDeviceGetMemoryInfo = memory
+    module.nvmlDeviceGetComputeRunningProcesses = processes
+    module.nvmlDeviceGetMPSComputeRunningProcesses = mps_processes
+    module.nvmlDeviceGetUtilizationRates = utilization
+    return module
+
+
+def test_real_backend_degrades_one_failing_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(broken={1}))
+    snapshot = nvml.RealBackend().sample()
+    assert snapshot.driver_version == "550.54.15" and snapshot.error == ""
+    good, bad = snapshot.gpus
+    assert (good.uuid, good.model, good.memory_mib, good.healthy) == ("GPU-0", "NVIDIA L4", 24576, True)
+    # MPS clients listed apart are merged in, with the memory the MPS listing knows.
+    assert good.processes == (GpuProcess(7, MIB), GpuProcess(8, 3 * MIB))
+    assert good.utilization is None
+    assert (bad.uuid, bad.healthy, bad.error) == ("GPU-1", False, "Unknown Error")
+
+
+def test_real_backend_retries_after_nvml_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _fake_pynvml(broken=set())
+    calls = {"init": 0}
+
+    def init() -> None:
+        calls["init"] += 1
+        if calls["init"] == 1:
+            raise _NVMLError("Driver Not Loaded")
+
+    module.nvmlInit = init
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    backend = nvml.RealBackend()
+    assert backend.sample().error == "NVML unavailable: Driver Not Loaded"
+    assert len(backend.sample().gpus) == 2

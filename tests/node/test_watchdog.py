@@ -1,0 +1,158 @@
+"""The watchdog's decisions: from GPU processes and pod contracts to usage, breaches and rogue processes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufrac import contract
+from gpufrac.contract import ComputeMode, PodPlacement, SharePlacement, WholeGpuPlacement
+from gpufrac.node import watchdog
+from gpufrac.node.fakehost import container_id
+from gpufrac.node.nvml import MIB
+from gpufrac.node.watchdog import Gpu, Kind, Process
+
+GPU0 = Gpu(0, "GPU-0")
+GPU1 = Gpu(1, "GPU-1")
+
+
+def bound_pod(
+    name: str,
+    placement: PodPlacement | None,
+    containers: dict[str, int],
+    *,
+    whole: dict[str, int] | None = None,
+    annotations: dict[str, str] | None = None,
+    deleting: bool = False,
+) -> dict[str, Any]:
+    """A pod bound to the node, running `containers` (name -> number for its container ID)."""
+    specs = []
+    for container in containers:
+        count = (whole or {}).get(container)
+        resources = {"limits": {"nvidia.com/gpu": str(count)}} if count else {}
+        specs.append({"name": container, "image": "busybox", "resources": resources})
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": "ns",
+        "uid": f"uid-{name}",
+        "annotations": {
+            **(contract.render_annotations(placement) if placement else {}),
+            **(annotations or {}),
+        },
+    }
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    statuses = [{"name": c, "containerID": f"containerd://{container_id(n)}"} for c, n in containers.items()]
+    return {"metadata": metadata, "spec": {"containers": specs}, "status": {"containerStatuses": statuses}}
+
+
+def share(container: str, *devices: str, request: int = 1024, limit: int = 2048) -> PodPlacement:
+    return PodPlacement((SharePlacement(container, devices, request, limit, ComputeMode.TIME_SLICING),))
+
+
+def proc(pid: int, gpu: Gpu, used_mib: int | None, container: int | None) -> Process:
+    used = None if used_mib is None else used_mib * MIB
+    return Process(pid, 1000 + pid, gpu, used, None if container is None else container_id(container))
+
+
+def test_containers_on_node_reads_contracts_and_statuses() -> None:
+    sm = PodPlacement((SharePlacement("app", ("GPU-0",), 512, 1024, ComputeMode.SM_SHARING),))
+    pods = [
+        bound_pod("a", sm, {"app": 1, "sidecar": 2}),
+        bound_pod(
+            "w",
+            PodPlacement(whole=(WholeGpuPlacement("train", ("GPU-1",)),)),
+            {"train": 3},
+            whole={"train": 1},
+        ),
+        bound_pod("plain", None, {"web": 4}, deleting=True),
+        {"metadata": {"name": "pending", "namespace": "ns", "uid": "u"}, "spec": {"containers": []}},
+    ]
+    found = watchdog.containers_on_node(pods)
+    app = found[container_id(1)]
+    assert (app.name, app.devices, app.request_mib, app.limit_mib, app.sm_sharing) == (
+        "app",
+        ("GPU-0",),
+        512,
+        1024,
+        True,
+    )
+    assert found[container_id(2)].devices == ()
+    train = found[container_id(3)]
+    assert (train.devices, train.limit_mib) == (("GPU-1",), None)
+    assert found[container_id(4)].pod.deleting
+    assert len(found) == 4
+
+
+def test_a_broken_contract_is_a_problem_not_a_crash() -> None:
+    pod = bound_pod("x", None, {"app": 1}, annotations={"nvidia.com/container.app.gpus.devices": "GPU-0"})
+    (container,) = watchdog.containers_on_node([pod]).values()
+    assert container.devices == () and "contract is broken" in container.problem
+    (finding,) = watchdog.assess([proc(1, GPU0, 10, 1)], {container_id(1): container}).findings
+    assert finding.kind is Kind.NO_CONTRACT and "contract is broken" in finding.detail
+
+
+def test_usage_within_limit_is_no_finding() -> None:
+    containers = watchdog.containers_on_node([bound_pod("a", share("app", "GPU-0"), {"app": 1})])
+    result = watchdog.assess([proc(1, GPU0, 1500, 1), proc(2, GPU0, 548, 1)], containers)
+    assert result.findings == ()
+    (usage,) = result.usages
+    assert (usage.container.name, usage.gpu, usage.used_bytes) == ("app", GPU0, 2048 * MIB)
+
+
+def test_processes_of_one_container_share_its_limit() -> None:
+    containers = watchdog.containers_on_node([bound_pod("a", share("app", "GPU-0"), {"app": 1})])
+    (finding,) = watchdog.assess([proc(1, GPU0, 1500, 1), proc(2, GPU0, 600, 1)], containers).findings
+    assert finding.kind is Kind.BREACH
+    assert [p.pid for p in finding.processes] == [1, 2]
+    assert (finding.used_bytes, finding.limit_bytes) == (2100 * MIB, 2048 * MIB)
+    assert finding.detail == (
+        "container app of pod ns/a uses 2100 MiB on GPU 0 (GPU-0), over its limit of 2048 MiB"
+    )
+
+
+def test_a_multi_device_share_has_its_limit_on_each_gpu() -> None:
+    kai = {"gpu-memory": "1024", "gpu-memory.limit": "2048", "gpu-fraction-num-devices": "2"}
+    pod = bound_pod("a", share("app", "GPU-0", "1"), {"app": 1}, annotations=kai)
+    containers = watchdog.containers_on_node([pod])
+    result = watchdog.assess([proc(1, GPU0, 2000, 1), proc(2, GPU1, 2000, 1)], containers)
+    assert result.findings == () and len(result.usages) == 2
+    (finding,) = watchdog.assess([proc(1, GPU0, 100, 1), proc(2, GPU1, 3000, 1)], containers).findings
+    assert finding.gpu == GPU1  # devices may name GPUs by index
+
+
+def test_processes_without_a_contract() -> None:
+    pods = [
+        bound_pod("a", share("app", "GPU-0"), {"app": 1, "sidecar": 2}),
+        bound_pod("w", PodPlacement(whole=(WholeGpuPlacement("t", ("GPU-1",)),)), {"t": 3}, whole={"t": 1}),
+    ]
+    containers = watchdog.containers_on_node(pods)
+    processes = [
+        proc(10, GPU0, 1, None),  # on the host
+        proc(11, GPU0, 1, 99),  # in a container of no pod here
+        proc(12, GPU0, 1, 2),  # in a container without a contract
+        proc(13, GPU1, 1, 1),  # on a GPU its share is not on
+        proc(14, GPU1, 70000, 3),  # whole GPU: no limit below the GPU
+        proc(15, GPU0, None, 1),  # memory unknown: counts as nothing
+    ]
+    result = watchdog.assess(processes, containers)
+    assert [(f.kind, f.processes[0].pid) for f in result.findings] == [
+        (Kind.NO_CONTRACT, 10),
+        (Kind.NO_CONTRACT, 11),
+        (Kind.NO_CONTRACT, 12),
+        (Kind.NO_CONTRACT, 13),
+    ]
+    details = [f.detail for f in result.findings]
+    assert details[0] == "process 10 on GPU 0 (GPU-0) runs in no container"
+    assert "which is in no pod on this node" in details[1]
+    assert details[2].endswith("runs in container sidecar of pod ns/a, which has no GPU contract")
+    assert details[3].endswith("whose contract grants GPUs GPU-0, not this one")
+    assert [(u.container.name, u.used_bytes) for u in result.usages] == [("app", 0)]
+
+
+def test_finding_keys_are_stable_and_name_the_processes() -> None:
+    containers = watchdog.containers_on_node([bound_pod("a", share("app", "GPU-0"), {"app": 1})])
+    first = watchdog.assess([proc(2, GPU0, 3000, 1), proc(1, GPU0, 1, 1)], containers).findings[0]
+    again = watchdog.assess([proc(1, GPU0, 1, 1), proc(2, GPU0, 4000, 1)], containers).findings[0]
+    assert first.key == again.key == f"{Kind.BREACH.value}/uid-a/app/GPU-0/1@1001,2@1002"
+    restarted = Process(2, 5, GPU0, 4000 * MIB, container_id(1))
+    assert watchdog.assess([restarted], containers).findings[0].key != first.key
