@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -253,3 +254,37 @@ async def test_of_two_replicas_only_the_leader_binds_and_the_other_takes_over(
             if replica.poll() is None:
                 os.kill(replica.pid, signal.SIGTERM)
                 replica.wait()
+
+
+async def test_top_shows_each_gpu_with_its_pods(
+    control_plane: controlplane.ControlPlane,
+    admin_client: lightkube.AsyncClient,
+    scheduler_client: lightkube.AsyncClient,
+    namespace: str,
+    gpu_nodes: fakenodes.GpuNodes,
+) -> None:
+    node = (await gpu_nodes.create(gpus=1, gpu_memory_mib=16384)).metadata.name  # type: ignore[union-attr]
+    await admin_client.create(
+        gpu_pod("half", namespace, annotations={"gpu-fraction": "0.5", "gpu-fraction.limit": "0.75"})
+    )
+    async with running_scheduler(scheduler_client):
+        await wait_bound(admin_client, namespace, 1)
+    command = [
+        sys.executable,
+        "-m",
+        "gpufrac.cli",
+        "top",
+        "--kubeconfig",
+        str(control_plane.kubeconfig("admin")),
+    ]
+    shown = subprocess.run([*command, "--format", "json"], capture_output=True, text=True, check=True)
+    (gpu,) = [row for row in json.loads(shown.stdout) if row["node"] == node]
+    assert (gpu["requested_mib"], gpu["limits_mib"], gpu["free_mib"], gpu["mode"]) == (
+        8192,
+        12288,
+        8192,
+        "time-slicing",
+    )
+    assert [share["pod"] for share in gpu["pods"]] == [f"{namespace}/half"]
+    table = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    assert node in table and "8192/16384" in table

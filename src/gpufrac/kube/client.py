@@ -12,6 +12,7 @@ from typing import Any, TypeVar, cast
 
 import httpx2
 import lightkube
+import yaml
 from lightkube.core.exceptions import ConfigError
 
 from gpufrac.errors import UserError
@@ -34,7 +35,7 @@ def load_config(kubeconfig: Path | None) -> lightkube.KubeConfig:
                 f"{SERVICE_ACCOUNT_DIR}); pass --kubeconfig PATH"
             )
         return lightkube.KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR)
-    except (ConfigError, OSError, ValueError, KeyError) as error:
+    except (ConfigError, OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError) as error:
         source = kubeconfig or SERVICE_ACCOUNT_DIR
         raise UserError(f"{source}: not a usable kubeconfig ({error}); fix or replace it") from None
 

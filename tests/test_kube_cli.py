@@ -1,0 +1,58 @@
+"""The Kubernetes-facing commands fail with one clear line when they cannot reach a cluster."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+UNREACHABLE = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+users: [{name: u, user: {token: t}}]
+"""
+
+
+def gpufrac(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpufrac.cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize("command", ["scheduler", "top"])
+def test_a_missing_kubeconfig_is_one_line_naming_the_file(command: str, tmp_path: Path) -> None:
+    result = gpufrac(command, "--kubeconfig", str(tmp_path / "absent"))
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        == f"gpufrac: --kubeconfig {tmp_path / 'absent'}: no such file; pass a readable kubeconfig"
+    )
+
+
+@pytest.mark.parametrize("command", ["scheduler", "top"])
+def test_an_unreachable_api_server_is_one_line_naming_the_server(command: str, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE)
+    result = gpufrac(command, "--kubeconfig", str(kubeconfig))
+    assert result.returncode == 2
+    assert "cannot reach the Kubernetes API server at https://127.0.0.1:1" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_broken_kubeconfig_and_bad_options_are_one_line(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("not: [a kubeconfig")
+    broken = gpufrac("top", "--kubeconfig", str(kubeconfig))
+    assert (
+        broken.returncode == 2
+        and "not a usable kubeconfig" in broken.stderr
+        and "Traceback" not in broken.stderr
+    )
+    policy = gpufrac("scheduler", "--kubeconfig", str(kubeconfig), "--policy", "nope")
+    assert policy.returncode == 2 and "--policy nope: unknown" in policy.stderr
+    selector = gpufrac("scheduler", "--kubeconfig", str(kubeconfig), "--node-selector", "novalue")
+    assert selector.returncode == 2 and "expected key=value pairs" in selector.stderr
