@@ -28,10 +28,12 @@ from gpufrac.kube import binder
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "test-cluster"
 SCHEDULER_RBAC = REPO / "deploy" / "rbac" / "scheduler.yaml"
+AGENT_RBAC = REPO / "deploy" / "rbac" / "agent.yaml"  # applied after SCHEDULER_RBAC: its namespace
 TENANT_ROLE = Path(__file__).with_name("tenant-role.yaml")
 
 SCHEDULER_NAMESPACE = "gpufrac-system"
 SCHEDULER_USER = f"system:serviceaccount:{SCHEDULER_NAMESPACE}:gpufrac-scheduler"
+AGENT_USER = f"system:serviceaccount:{SCHEDULER_NAMESPACE}:gpufrac-agent"
 TENANT_USER = "tenant"
 
 # Controllers worth having without kubelets: namespace deletion that empties the namespace, garbage
@@ -98,6 +100,7 @@ def _identities(rundir: Path) -> list[Identity]:
             f"system:serviceaccounts:{SCHEDULER_NAMESPACE}",
         ),
         make("tenant", TENANT_USER),
+        make("agent", AGENT_USER, "system:serviceaccounts", f"system:serviceaccounts:{SCHEDULER_NAMESPACE}"),
     ]
 
 
@@ -152,13 +155,14 @@ def start(rundir: Path, *, controllers: str = CONTROLLERS) -> ControlPlane:
         identities={i.name: i for i in identities},
         start_seconds=time.monotonic() - started,
     )
-    try:
-        with plane.sync_client() as admin:
-            for obj in codecs.load_all_yaml(SCHEDULER_RBAC.read_text()):
-                admin.create(obj)
-    except Exception as e:
-        plane.stop()
-        raise ControlPlaneError(f"could not apply {SCHEDULER_RBAC.relative_to(REPO)}: {e}") from e
+    for rbac in (SCHEDULER_RBAC, AGENT_RBAC):
+        try:
+            with plane.sync_client() as admin:
+                for obj in codecs.load_all_yaml(rbac.read_text()):
+                    admin.create(obj)
+        except Exception as e:
+            plane.stop()
+            raise ControlPlaneError(f"could not apply {rbac.relative_to(REPO)}: {e}") from e
     return plane
 
 
