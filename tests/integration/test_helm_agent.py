@@ -1,0 +1,60 @@
+"""The chart's node agent: a privileged hostPID DaemonSet wired to the MPS pipe directory the scheduler names,
+running under exactly the RBAC the agent's integration tests run under. (test_helm_chart.py dry-runs every
+rendered object, these included, against the apiserver.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from gpufrac import contract
+
+from . import controlplane
+from .test_helm_chart import helm_template
+
+
+def _daemonset(*values: str) -> dict[str, Any] | None:
+    found = [d for d in helm_template(*values) if d["kind"] == "DaemonSet"]
+    return found[0] if found else None
+
+
+def test_the_agent_daemonset() -> None:
+    daemonset = _daemonset()
+    assert daemonset is not None and daemonset["metadata"]["name"] == "gpufrac-agent"
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True and pod["serviceAccountName"] == "gpufrac-agent"
+    (container,) = pod["containers"]
+    assert container["securityContext"]["privileged"] is True
+    args = container["args"]
+    assert args[:2] == ["agent", "--mode=kill"] and "--proc-root=/host/proc" in args
+    assert f"--mps-pipe-directory={contract.DEFAULT_MPS_PIPE_DIRECTORY}" in args
+    node_name = next(e for e in container["env"] if e["name"] == "NODE_NAME")
+    assert node_name["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    assert (mounts["host-proc"], volumes["host-proc"]) == ("/host/proc", "/proc")
+    assert mounts["mps-pipe"] == volumes["mps-pipe"] == contract.DEFAULT_MPS_PIPE_DIRECTORY
+
+
+def test_agent_values() -> None:
+    daemonset = _daemonset("agent.mode=report", "agent.mps.enabled=false", "agent.runtimeClassName=nvidia")
+    assert daemonset is not None
+    pod = daemonset["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--mode=report" in args and "--mps-control=" in args
+    assert not any(a.startswith("--mps-pipe-directory") for a in args)
+    assert pod["runtimeClassName"] == "nvidia"
+    assert {v["name"] for v in pod["volumes"]} == {"host-proc"}
+    limited = _daemonset("agent.mps.pinnedMemoryLimitMiB=2048")
+    assert limited is not None
+    assert "--mps-pinned-limit-mib=2048" in limited["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert _daemonset("agent.enabled=false") is None
+
+
+def test_the_chart_ships_the_agent_rbac_the_tests_run_under() -> None:
+    def rules(documents: list[dict[str, Any]]) -> dict[str, list[Any]]:
+        return {d["metadata"]["name"]: d["rules"] for d in documents if d["kind"] == "ClusterRole"}
+
+    tested = rules([d for d in yaml.safe_load_all(controlplane.AGENT_RBAC.read_text()) if d])
+    assert tested["gpufrac-agent"] == rules(helm_template())["gpufrac-agent"]
