@@ -117,6 +117,10 @@ class Supervisor:
         state = self.daemons.get(name)
         return state is not None and state.healthy
 
+    def send(self, name: str, command: str) -> tuple[bool, str]:
+        """One command to the daemon `name`: (whether it answered, its answer or the error)."""
+        return self._send(self.daemons[name].spec, [command])
+
     def pids(self) -> set[int]:
         """The control daemons' pids: they and their children (the MPS servers) are the agent's own."""
         return {state.pid for state in self.daemons.values() if state.pid is not None}
