@@ -156,3 +156,13 @@ def test_finding_keys_are_stable_and_name_the_processes() -> None:
     assert first.key == again.key == f"{Kind.BREACH.value}/uid-a/app/GPU-0/1@1001,2@1002"
     restarted = Process(2, 5, GPU0, 4000 * MIB, container_id(1))
     assert watchdog.assess([restarted], containers).findings[0].key != first.key
+
+
+def test_a_share_with_no_process_is_in_the_usage_at_zero() -> None:
+    pods = [
+        bound_pod("a", share("app", "GPU-0"), {"app": 1}),
+        bound_pod("b", share("app", "1"), {"app": 2}),
+        bound_pod("w", PodPlacement(whole=(WholeGpuPlacement("t", ("GPU-1",)),)), {"t": 3}, whole={"t": 1}),
+    ]
+    usages = watchdog.assess([], watchdog.containers_on_node(pods), gpus=[GPU0, GPU1]).usages
+    assert [(u.container.pod.name, u.gpu, u.used_bytes) for u in usages] == [("a", GPU0, 0), ("b", GPU1, 0)]

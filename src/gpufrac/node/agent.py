@@ -183,9 +183,12 @@ class Agent:
             return report
         containers = watchdog.containers_on_node(pods)
         self._log_broken_contracts(containers)
-        assessment = watchdog.assess(self._processes(snapshot), containers)
+        gpus = [watchdog.Gpu(gpu.index, gpu.uuid) for gpu in snapshot.gpus]
+        assessment = watchdog.assess(self._processes(snapshot), containers, gpus=gpus)
         report.findings, report.usages = assessment.findings, assessment.usages
         suspects = set()
+        # Forget what is no longer found: memory stays bounded, and should it come back, its Event says.
+        self._done &= {self._key(finding) for finding in assessment.findings}
         for finding in assessment.findings:
             if finding.kind is Kind.NO_CONTRACT and finding.key not in self._suspects:
                 suspects.add(finding.key)
@@ -281,10 +284,17 @@ class Agent:
             return Mode.REPORT.value  # a process in no pod cannot be evicted
         return mode.value
 
+    def _key(self, finding: Finding) -> str:
+        """What an action is on: an eviction on the pod, anything else on the processes at fault."""
+        action = self._action(finding)
+        if action == Mode.EVICT and finding.container is not None:
+            return f"evict/{finding.container.pod.uid}"
+        return f"{action}/{finding.key}"
+
     async def _handle(self, finding: Finding) -> Handled | None:
         action = self._action(finding)
         pod = finding.container.pod if finding.container else None
-        key = f"evict/{pod.uid}" if action == Mode.EVICT and pod else f"{action}/{finding.key}"
+        key = self._key(finding)
         if key in self._done:
             return None
         if action == Mode.EVICT and pod is not None and pod.deleting:

@@ -168,9 +168,18 @@ def _grants(pod: Mapping[str, Any]) -> tuple[dict[str, _Grant], str]:
     return grants, ""
 
 
-def assess(processes: Iterable[Process], containers: Mapping[str, Container]) -> Assessment:
-    """Usage per share and GPU, every breach, and every process without a contract, in a stable order."""
+def assess(
+    processes: Iterable[Process], containers: Mapping[str, Container], *, gpus: Iterable[Gpu] = ()
+) -> Assessment:
+    """Usage per share and GPU, every breach, and every process without a contract, in a stable order.
+
+    Shares on `gpus` appear in the usage even with no process running, at zero.
+    """
     by_share: dict[tuple[str, Gpu], list[Process]] = {}
+    for gpu in gpus:
+        for container_id, held in containers.items():
+            if held.limit_mib is not None and _holds(held, gpu):
+                by_share[container_id, gpu] = []
     findings: list[Finding] = []
     for process in processes:
         container = containers.get(process.container_id) if process.container_id else None
@@ -212,7 +221,12 @@ def _no_contract(process: Process, container: Container | None) -> str:
     owner = f"container {container.name} of pod {container.pod.namespace}/{container.pod.name}"
     if not container.devices:
         return f"{where} runs in {owner}, " + (container.problem or "which has no GPU contract")
-    if process.gpu.uuid not in container.devices and str(process.gpu.index) not in container.devices:
+    if not _holds(container, process.gpu):
         granted = ",".join(container.devices)
         return f"{where} runs in {owner}, whose contract grants GPUs {granted}, not this one"
     return ""
+
+
+def _holds(container: Container, gpu: Gpu) -> bool:
+    """Devices name GPUs by UUID, or by index where UUIDs were unknown."""
+    return gpu.uuid in container.devices or str(gpu.index) in container.devices
