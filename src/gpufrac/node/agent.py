@@ -186,17 +186,18 @@ class Agent:
         gpus = [watchdog.Gpu(gpu.index, gpu.uuid) for gpu in snapshot.gpus]
         assessment = watchdog.assess(self._processes(snapshot), containers, gpus=gpus)
         report.findings, report.usages = assessment.findings, assessment.usages
-        suspects = set()
         # Forget what is no longer found: memory stays bounded, and should it come back, its Event says.
         self._done &= {self._key(finding) for finding in assessment.findings}
+        suspects, self._suspects = (
+            self._suspects,
+            {f.key for f in assessment.findings if f.kind is Kind.NO_CONTRACT},
+        )
         for finding in assessment.findings:
-            if finding.kind is Kind.NO_CONTRACT and finding.key not in self._suspects:
-                suspects.add(finding.key)
-                continue
+            if finding.kind is Kind.NO_CONTRACT and finding.key not in suspects:
+                continue  # seen for the first time: wait one interval
             handled = await self._handle(finding)
             if handled is not None:
                 report.handled.append(handled)
-        self._suspects = suspects
         self._observe(snapshot, assessment.usages, containers.values(), level)
         return report
 

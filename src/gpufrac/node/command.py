@@ -68,7 +68,10 @@ def run(
     )
     exporter = Exporter()
     if metrics_port and not once:
-        exporter.serve(metrics_port)
+        try:
+            exporter.serve(metrics_port)
+        except OSError as error:
+            raise UserError(f"--metrics-port {metrics_port}: cannot listen ({error.strerror})") from None
         log.info("serving /metrics on port %d", metrics_port)
     own = procfs.ProcFS().process(os.getpid())
     settings = node_agent.Settings(node_name=node_name, mode=mode, interval=interval, proc_root=proc_root)
@@ -134,7 +137,8 @@ def _supervisor(
     if found is None:
         log.warning("MPS disabled: %s not found; sm-sharing shares are held by the watchdog alone", program)
         return None
-    devices = [gpu.index for gpu in backend.sample().gpus]
+    # The default pinned limit is set per device, so only then are the GPUs needed before the first tick.
+    devices = [gpu.index for gpu in backend.sample().gpus] if pinned_limit_mib else []
     spec = mps.DaemonSpec(
         name=node_agent.SM_SHARING_DAEMON,
         pipe_directory=pipe_directory,
