@@ -11,7 +11,8 @@ import numpy as np
 from gpufrac.cluster.model import Assignment, Placement, PodDemand, Unschedulable
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement import exact
-from gpufrac.placement.fit import Fit, find_fit, is_simple
+from gpufrac.placement.filters import is_simple
+from gpufrac.placement.fit import Fit, find_fit
 from gpufrac.placement.framework import Policy
 
 

@@ -1,0 +1,140 @@
+"""The filter plugins: each decides, for every candidate node at once, whether the pod could go there.
+
+A filter is a name, the reason a rejected node is counted under, and a vectorized predicate. They run in
+the order of `FILTERS`, cheapest and most general first, so a node is reported under the most basic thing
+it lacks. Every policy uses all of them: the invariants do not depend on the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from gpufrac.cluster.model import PodDemand
+from gpufrac.cluster.state import MODE_CODE, MODE_NONE, MODE_OF_CODE, ClusterState
+from gpufrac.contract.model import Mebibytes, MemoryAmount
+
+
+def gpus_wanted(pod: PodDemand) -> int:
+    """The fewest GPUs a node must have: whole GPUs are exclusive, but a pod's shares may stack on the same
+    GPUs, so only its widest share adds to them."""
+    return pod.whole_gpus + max((share.num_devices for share in pod.shares), default=0)
+
+
+def is_simple(pod: PodDemand) -> bool:
+    """One share, or only whole GPUs: the shapes these filters decide exactly.
+
+    Anything else (several share containers, or whole GPUs beside a share) is rare and goes through the
+    exact per-node search in `exact`, after the filters that do not look at shares.
+    """
+    return len(pod.shares) + (pod.whole_gpus > 0) <= 1
+
+
+def resolve(amount: MemoryAmount, gpu_mem: np.ndarray) -> np.ndarray:
+    """`resolve_mib` for every GPU of every node at once."""
+    if isinstance(amount, Mebibytes):
+        return np.full_like(gpu_mem, amount.value)
+    return amount.value.numerator * gpu_mem // amount.value.denominator
+
+
+class Candidates:
+    """The arrays the filters share for one pod, over the candidate `rows`; computed once, on first use."""
+
+    def __init__(self, state: ClusterState, pod: PodDemand, rows: np.ndarray) -> None:
+        self.state, self.pod, self.rows = state, pod, rows
+        self.gpu_mem = state.gpu_mem[rows]
+
+    @cached_property
+    def open_gpus(self) -> np.ndarray:
+        """Healthy GPUs not held whole: where a new tenant could go."""
+        return self.state.gpu_healthy[self.rows] & ~self.state.gpu_whole[self.rows]
+
+    @cached_property
+    def empty(self) -> np.ndarray:
+        return self.open_gpus & (self.state.gpu_tenants[self.rows] == 0) & (self.gpu_mem > 0)
+
+    @cached_property
+    def request_mib(self) -> np.ndarray:
+        shares = self.pod.shares
+        return resolve(shares[0].request, self.gpu_mem) if shares else np.zeros_like(self.gpu_mem)
+
+    @cached_property
+    def limit_mib(self) -> np.ndarray:
+        shares = self.pod.shares
+        return resolve(shares[0].limit, self.gpu_mem) if shares else np.zeros_like(self.gpu_mem)
+
+    @cached_property
+    def memory_ok(self) -> np.ndarray:
+        """GPUs with room for the share's request and enough memory for its limit."""
+        room = self.state.gpu_free[self.rows] >= self.request_mib
+        return self.open_gpus & (self.request_mib >= 1) & room & (self.gpu_mem >= self.limit_mib)
+
+    @cached_property
+    def share_ok(self) -> np.ndarray:
+        """`memory_ok` GPUs whose compute mode is unset or the share's own."""
+        if not (self.pod.shares and is_simple(self.pod)):
+            return np.zeros_like(self.empty)
+        modes = self.state.gpu_mode[self.rows]
+        same = (modes == MODE_NONE) | (modes == MODE_CODE[self.pod.shares[0].mode])
+        return self.memory_ok & same
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    name: str
+    passes: Callable[[Candidates], np.ndarray]
+    why: str | Callable[[PodDemand], str]
+    applies: Callable[[PodDemand], bool] = lambda pod: pod.wants_gpu
+
+    def reason(self, pod: PodDemand) -> str:
+        return self.why if isinstance(self.why, str) else self.why(pod)
+
+
+def _allowed_model(c: Candidates) -> np.ndarray:
+    models = c.pod.models or frozenset()
+    return np.isin(c.state.model_id[c.rows], [i for i, model in enumerate(c.state.models) if model in models])
+
+
+def _devices(c: Candidates) -> int:
+    return c.pod.shares[0].num_devices
+
+
+def _simple_share(pod: PodDemand) -> bool:
+    return bool(pod.shares) and is_simple(pod)
+
+
+FILTERS: tuple[Filter, ...] = (
+    Filter("cpu", lambda c: c.state.cpu_free[c.rows] >= c.pod.cpu_milli, "not enough CPU", lambda pod: True),
+    Filter(
+        "memory",
+        lambda c: c.state.mem_free[c.rows] >= c.pod.memory_mib,
+        "not enough memory",
+        lambda pod: True,
+    ),
+    Filter("gpu-count", lambda c: c.state.gpu_count[c.rows] >= gpus_wanted(c.pod), "too few GPUs"),
+    Filter(
+        "gpu-model",
+        _allowed_model,
+        "GPU model not allowed",
+        lambda pod: pod.wants_gpu and pod.models is not None,
+    ),
+    Filter("gpu-health", lambda c: np.any(c.open_gpus, axis=1), "no healthy free GPU"),
+    Filter(
+        "whole-gpus",
+        lambda c: c.empty.sum(axis=1) >= c.pod.whole_gpus,
+        "not enough free GPUs",
+        lambda pod: pod.whole_gpus > 0,
+    ),
+    Filter(
+        "gpu-memory", lambda c: c.memory_ok.sum(axis=1) >= _devices(c), "not enough GPU memory", _simple_share
+    ),
+    Filter(
+        "gpu-mode",
+        lambda c: c.share_ok.sum(axis=1) >= _devices(c),
+        lambda pod: f"GPU mode is {MODE_OF_CODE[3 - MODE_CODE[pod.shares[0].mode]]}",
+        _simple_share,
+    ),
+)
