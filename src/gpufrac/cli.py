@@ -249,7 +249,8 @@ def webhook(
     configmap_deleters: Annotated[
         str | None,
         typer.Option(
-            help="Users besides the scheduler that may delete env ConfigMaps (default: GC, namespace controller)."
+            help="Users besides the scheduler that may delete env ConfigMaps, comma-separated "
+            "(default: the garbage collector and namespace controller)."
         ),
     ] = None,
     generate_certs: Annotated[

@@ -256,11 +256,7 @@ def _annotation_patch(
         added[keys.CONTAINER_NAME] = _names(_list(_map(pod.get("spec")).get("containers")))[0]
     if configmap_name is not None:
         added[keys.ENV_CONFIGMAP_ANNOTATION] = configmap_name
-    metadata = pod.get("metadata")
-    if not isinstance(metadata, dict):
-        return [{"op": "add", "path": "/metadata", "value": {"annotations": added}}]
-    if not isinstance(metadata.get("annotations"), dict):
-        return [{"op": "add", "path": "/metadata/annotations", "value": added}]
+    # A share pod has annotations: parse_pod found its share there.
     return [
         {"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}
         for key, value in added.items()
@@ -344,12 +340,27 @@ def validate(request: Request, policy: Policy) -> Decision:
     return ALLOW
 
 
-def _validate_new_pod(pod: Mapping[str, Any], user: str, policy: Policy) -> Decision:
+def _contract(pod: Mapping[str, Any], *, placement: bool) -> contract.PodGpuRequest | Decision:
+    """What the pod asks for; with `placement`, a pod that carries devices must also read back as placed,
+    so that even the scheduler cannot write a bind it could not rebuild its state from."""
     try:
         asked = contract.parse_pod(pod)
+        annotations = _map(_map(pod.get("metadata")).get("annotations"))
+        if placement and any(
+            isinstance(key, str) and contract.is_scheduler_owned(key) for key in annotations
+        ):
+            contract.parse_placement(pod)
     except contract.ContractError as error:
         return deny("contract", str(error))
-    if user == policy.scheduler_identity:
+    return asked
+
+
+def _validate_new_pod(pod: Mapping[str, Any], user: str, policy: Policy) -> Decision:
+    trusted = user == policy.scheduler_identity
+    asked = _contract(pod, placement=trusted)
+    if isinstance(asked, Decision):
+        return asked
+    if trusted:
         return ALLOW
     return (
         _scheduler_owned(pod, user, policy)
@@ -369,8 +380,8 @@ def _validate_pod_update(request: Request, policy: Policy, *, trusted: bool) -> 
         return ALLOW
     if not trusted:
         key = changed[0]
-        before = "absent" if key not in old else json.dumps(old[key])
-        after = "removed" if key not in new else json.dumps(new[key])
+        before = "absent" if key not in old else json.dumps(_text(old[key]))
+        after = "removed" if key not in new else json.dumps(_text(new[key]))
         return deny(
             "contract-change",
             f"{key}: {before} -> {after}: GPU contract annotations cannot change once the pod exists; only "
@@ -378,11 +389,8 @@ def _validate_pod_update(request: Request, policy: Policy, *, trusted: bool) -> 
             "delete the pod and create it with the keys it needs",
         )
     assert request.object is not None
-    try:
-        contract.parse_pod(request.object)
-    except contract.ContractError as error:
-        return deny("contract", str(error))
-    return ALLOW
+    checked = _contract(request.object, placement=True)
+    return checked if isinstance(checked, Decision) else ALLOW
 
 
 def _scheduler_owned(pod: Mapping[str, Any], user: str, policy: Policy) -> Decision | None:

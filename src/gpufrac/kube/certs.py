@@ -231,8 +231,8 @@ def run(
     the Secret `--secret NAMESPACE/NAME` and the caBundle of `--webhook-configurations` (the chart's Job)."""
     if bool(secret) == bool(tls_cert or tls_key):
         raise UserError(
-            "--generate-certs needs either --secret NAMESPACE/NAME (in a cluster) or --tls-cert and --tls-key "
-            "(files), not both"
+            "--generate-certs needs either --secret NAMESPACE/NAME (in a cluster) or --tls-cert and "
+            "--tls-key (files), not both"
         )
     if not secret:
         if tls_cert is None or tls_key is None:

@@ -200,10 +200,12 @@ async def serve(
     host: str,
     port: int,
     stop: asyncio.Event,
+    listening: Callable[[str, int], None] | None = None,
+    registry: CollectorRegistry | None = None,
 ) -> None:
-    """Serve over HTTPS until `stop` is set."""
+    """Serve over HTTPS until `stop` is set; `listening(host, port)` is called once it accepts."""
     context = tls_context(tls_cert, tls_key)
-    runner = web.AppRunner(build_app(policy), access_log=None, handle_signals=False)
+    runner = web.AppRunner(build_app(policy, registry=registry), access_log=None, handle_signals=False)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port, ssl_context=context)
@@ -212,8 +214,7 @@ async def serve(
         except OSError as error:
             raise UserError(f"cannot listen on {host}:{port} ({error}); pick another --port") from None
         for address in runner.addresses:
-            # Printed, not only logged, so that a test or a person running `--port 0` learns the port.
-            print(f"gpufrac webhook: serving on https://{address[0]}:{address[1]}", flush=True)
+            (listening or _print_address)(address[0], address[1])
         reload = asyncio.create_task(_reload_certificates(context, tls_cert, tls_key))
         await stop.wait()
         reload.cancel()
@@ -221,6 +222,11 @@ async def serve(
             await reload
     finally:
         await runner.cleanup()
+
+
+def _print_address(host: str, port: int) -> None:
+    # Printed, not only logged, so that a person or a test running `--port 0` learns the port.
+    print(f"gpufrac webhook: serving on https://{host}:{port}", flush=True)
 
 
 def run(

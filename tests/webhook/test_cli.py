@@ -1,0 +1,116 @@
+"""`gpufrac webhook` as a person runs it: certificates into files, serving HTTPS, one-line errors."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from gpufrac import cli, contract
+from gpufrac.kube import admission, certs
+
+from .reviews import pod, review
+
+GPUFRAC = [sys.executable, "-m", "gpufrac.cli"]
+
+
+def gpufrac(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*GPUFRAC, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_the_flags_defaults_are_the_policys() -> None:
+    defaults = {name: p.default for name, p in inspect.signature(cli.webhook).parameters.items()}
+    assert defaults["scheduler_identity"] == admission.DEFAULT_SCHEDULER_IDENTITY
+    assert defaults["scheduler_name"] == admission.DEFAULT_SCHEDULER_NAME
+    assert defaults["exempt_namespaces"] == ",".join(admission.DEFAULT_EXEMPT_NAMESPACES)
+    assert defaults["mps_host_directory"] == contract.DEFAULT_MPS_PIPE_DIRECTORY
+
+
+def test_generate_certs_into_files(tmp_path: Path) -> None:
+    done = gpufrac(
+        "webhook",
+        "--generate-certs",
+        "--hosts",
+        "127.0.0.1, localhost",
+        "--tls-cert",
+        str(tmp_path / "tls.crt"),
+        "--tls-key",
+        str(tmp_path / "tls.key"),
+        "--ca-cert",
+        str(tmp_path / "ca.crt"),
+    )
+    assert done.returncode == 0, done.stderr
+    bundle = certs.Bundle(*((tmp_path / name).read_bytes() for name in ("ca.crt", "tls.crt", "tls.key")))
+    assert certs.still_valid(bundle, ["127.0.0.1", "localhost"])
+    assert not certs.still_valid(bundle, ["gpufrac-webhook.gpufrac-system.svc"])
+    assert (tmp_path / "tls.key").stat().st_mode & 0o777 == 0o600
+
+
+def test_one_line_errors() -> None:
+    for args, message in [
+        ((), "gpufrac: the webhook serves HTTPS only: pass --tls-cert and --tls-key (or --generate-certs)\n"),
+        (
+            ("--generate-certs", "--hosts", "x"),
+            "gpufrac: --generate-certs needs either --secret NAMESPACE/NAME (in a cluster) or --tls-cert and "
+            "--tls-key (files), not both\n",
+        ),
+        (
+            ("--generate-certs", "--tls-cert", "a", "--tls-key", "b"),
+            "gpufrac: a serving certificate needs at least one host name or IP address\n",
+        ),
+        (
+            ("--generate-certs", "--secret", "nameonly", "--hosts", "x"),
+            "gpufrac: --secret nameonly: expected NAMESPACE/NAME\n",
+        ),
+        (
+            ("--tls-cert", "/nonexistent/tls.crt", "--tls-key", "/nonexistent/tls.key"),
+            "gpufrac: --tls-cert /nonexistent/tls.crt / --tls-key /nonexistent/tls.key: cannot load them",
+        ),
+    ]:
+        done = gpufrac("webhook", *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.startswith(message), done.stderr
+
+
+def test_serves_https_until_sigterm(tmp_path: Path) -> None:
+    certs.write(
+        certs.generate(["127.0.0.1"]),
+        cert=tmp_path / "tls.crt",
+        key=tmp_path / "tls.key",
+        ca=tmp_path / "ca.crt",
+    )
+    args = ["webhook", "--port", "0", "--host", "127.0.0.1", "--tls-cert", str(tmp_path / "tls.crt")]
+    server = subprocess.Popen(
+        [*GPUFRAC, *args, "--tls-key", str(tmp_path / "tls.key"), "--exempt-namespaces", ""],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert line.startswith("gpufrac webhook: serving on https://127.0.0.1:"), line
+        url = line.split()[-1]
+        trust = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        with urllib.request.urlopen(f"{url}/healthz", context=trust, timeout=10) as response:
+            assert response.read() == b"ok\n"
+        # --exempt-namespaces "" guards kube-system too.
+        forged = pod({"nvidia.com/container.app.gpus.devices": "GPU-1"})
+        body = json.dumps(review(forged, namespace="kube-system")).encode()
+        ask = urllib.request.Request(
+            f"{url}/validate", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(ask, context=trust, timeout=10) as response:
+            assert json.loads(response.read())["response"]["allowed"] is False
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, stderr = server.communicate(timeout=30)
+    assert server.returncode == 0, stderr
+    assert "validate denied CREATE pods kube-system/p for user 'tenant' (rule scheduler-owned)" in stderr

@@ -1,0 +1,414 @@
+"""The HTTP server: routes, metrics, the denial log, answers to garbage, TLS, and a fuzzer that must never
+get anything but a well-formed AdmissionReview back."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from gpufrac.contract import keys
+from gpufrac.kube import admission, certs, webhook_server
+
+from .reviews import NAME, POLICY, SCHEDULER, TENANT, apply_patch, container, pod, review, share_pods
+
+Client = TestClient[web.Request, web.Application]
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[Client]:
+    app = webhook_server.build_app(POLICY, registry=CollectorRegistry(), configmap_name=lambda: NAME)
+    async with TestClient(TestServer(app)) as test_client:
+        yield test_client
+
+
+async def post(client: Client, endpoint: str, body: bytes | dict[str, Any]) -> dict[str, Any]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    response = await client.post(f"/{endpoint}", data=data, headers={"Content-Type": "application/json"})
+    assert response.status == 200, await response.text()
+    answer: dict[str, Any] = await response.json()
+    return answer
+
+
+async def metrics(client: Client) -> str:
+    response = await client.get("/metrics")
+    assert response.status == 200
+    return await response.text()
+
+
+async def test_mutate_answers_with_a_jsonpatch(client: Client) -> None:
+    answer = await post(client, "mutate", review(pod({"gpu-fraction": "0.5"})))
+    assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
+    response = answer["response"]
+    assert response["uid"] == review(None)["request"]["uid"]
+    assert response["allowed"] is True and response["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(response["patch"]))
+    assert {"op": "add", "path": "/spec/schedulerName", "value": "gpufrac"} in patch
+    assert 'gpufrac_webhook_reviews_total{endpoint="mutate",outcome="patched"} 1.0' in await metrics(client)
+
+
+async def test_a_denial_is_answered_counted_and_logged(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    thief = pod({})
+    container(thief)["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    with caplog.at_level(logging.WARNING, logger="gpufrac.webhook"):
+        answer = await post(client, "validate", review(thief, user=TENANT))
+    response = answer["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 403 and response["status"]["reason"] == "Forbidden"
+    assert response["status"]["message"].startswith('container "app" sets NVIDIA_VISIBLE_DEVICES')
+    text = await metrics(client)
+    assert 'gpufrac_webhook_denials_total{endpoint="validate",rule="env"} 1.0' in text
+    assert 'gpufrac_webhook_reviews_total{endpoint="validate",outcome="denied"} 1.0' in text
+    assert 'gpufrac_webhook_review_seconds_count{endpoint="validate"} 1.0' in text
+    [record] = caplog.records
+    assert record.getMessage() == (
+        "validate denied CREATE pods team/p for user 'tenant' (rule env): " + response["status"]["message"]
+    )
+
+
+async def test_allowed_reviews_are_counted_and_not_logged(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="gpufrac.webhook"):
+        answer = await post(client, "validate", review(pod({}), user=SCHEDULER))
+    assert answer["response"] == {"uid": review(None)["request"]["uid"], "allowed": True}
+    assert not caplog.records
+    assert 'gpufrac_webhook_reviews_total{endpoint="validate",outcome="allowed"} 1.0' in await metrics(client)
+
+
+async def test_healthz(client: Client) -> None:
+    response = await client.get("/healthz")
+    assert response.status == 200 and await response.text() == "ok\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "uid", "message"),
+    [
+        (b"", "", "malformed AdmissionReview: not JSON (JSONDecodeError)"),
+        (b"\xc3\x28", "", "malformed AdmissionReview: not JSON (UnicodeDecodeError)"),
+        (b"[" * 100_000, "", "malformed AdmissionReview: not JSON (RecursionError)"),
+        (b"[]", "", "malformed AdmissionReview: not a JSON object"),
+        (
+            b'{"request": {"uid": 7}}',
+            "",
+            'malformed AdmissionReview: "request.uid" is missing or not a string',
+        ),
+        (
+            b'{"request": {"uid": "u1", "operation": "EAT"}}',
+            "u1",
+            "malformed AdmissionReview: \"request.operation\" is 'EAT'",
+        ),
+        (
+            b'{"request": {"uid": "u2", "operation": "CREATE", "resource": {"resource": "pods"}, '
+            b'"object": []}}',
+            "u2",
+            'malformed AdmissionReview: "request.object" is not an object',
+        ),
+    ],
+)
+async def test_garbage_gets_a_well_formed_denial(client: Client, body: bytes, uid: str, message: str) -> None:
+    for endpoint in webhook_server.ENDPOINTS:
+        response = (await post(client, endpoint, body))["response"]
+        assert response == {
+            "uid": uid,
+            "allowed": False,
+            "status": {"code": 400, "reason": "BadRequest", "message": message},
+        }
+    assert 'gpufrac_webhook_denials_total{endpoint="mutate",rule="malformed"} 1.0' in await metrics(client)
+
+
+async def test_a_body_over_the_limit_is_denied_as_unreadable(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    big = json.dumps(review(pod({"filler": "x" * (webhook_server.MAX_BODY_BYTES + 10)}))).encode()
+    response = (await post(client, "validate", big))["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 400
+
+
+async def test_a_bug_in_a_rule_still_gets_an_answer(
+    client: Client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args: object, **kwargs: object) -> admission.Decision:
+        raise KeyError("bug")
+
+    monkeypatch.setattr(admission, "decide", broken)
+    response = (await post(client, "validate", review(pod({}))))["response"]
+    assert response["uid"] == review(None)["request"]["uid"]
+    assert response["allowed"] is False and response["status"]["code"] == 500
+    assert "internal error in the gpufrac webhook" in response["status"]["message"]
+    assert any(record.exc_info for record in caplog.records)
+
+
+async def test_serves_tls_and_stops(tmp_path: Path) -> None:
+    bundle = certs.generate(["127.0.0.1", "localhost"])
+    certs.write(bundle, cert=tmp_path / "tls.crt", key=tmp_path / "tls.key", ca=tmp_path / "ca.crt")
+    stop = asyncio.Event()
+    ports: list[int] = []
+    server = asyncio.create_task(
+        webhook_server.serve(
+            POLICY,
+            tls_cert=tmp_path / "tls.crt",
+            tls_key=tmp_path / "tls.key",
+            host="127.0.0.1",
+            port=0,
+            stop=stop,
+            listening=lambda host, port: ports.append(port),
+        )
+    )
+    try:
+        while not ports:
+            await asyncio.sleep(0.01)
+        trust = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        async with aiohttp.ClientSession() as session:
+            url = f"https://localhost:{ports[0]}"
+            async with session.get(f"{url}/healthz", ssl=trust) as response:
+                assert response.status == 200
+            async with session.post(f"{url}/validate", json=review(pod({})), ssl=trust) as response:
+                assert (await response.json())["response"]["allowed"] is True
+            with pytest.raises(aiohttp.ClientConnectorCertificateError):
+                await session.get(f"{url}/healthz", ssl=ssl.create_default_context())
+    finally:
+        stop.set()
+        await asyncio.wait_for(server, 10)
+
+
+async def test_a_certificate_that_will_not_load_is_a_user_error(tmp_path: Path) -> None:
+    (tmp_path / "tls.crt").write_text("not a certificate")
+    with pytest.raises(webhook_server.UserError, match="cannot load them"):
+        webhook_server.tls_context(tmp_path / "tls.crt", tmp_path / "missing.key")
+
+
+# Fuzzing: whatever the body, an AdmissionReview comes back, with the uid where there is one to read.
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+junk = st.one_of(json_values, st.just(None))
+
+
+def maybe(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Mostly the strategy, sometimes any JSON value instead."""
+    return st.one_of(strategy, strategy, strategy, json_values)
+
+
+annotation_keys = st.sampled_from(
+    [
+        *sorted(keys.POD_KEYS),
+        keys.ENV_CONFIGMAP_ANNOTATION,
+        *(f"{keys.CONTAINER_PREFIX}app.{suffix}" for suffix in keys.CONTAINER_SUFFIXES),
+        "nvidia.com/container.side.gpu-memory.request",
+        "nvidia.com/container.x.bogus",
+        "team",
+    ]
+)
+annotation_values = st.sampled_from(
+    [
+        "0.5",
+        "1.5",
+        "0",
+        "8Gi",
+        "9Gi",
+        "512",
+        "sm-sharing",
+        "time-slicing",
+        " ",
+        "GPU-1",
+        "GPU-1,GPU-2",
+        "2",
+        "app",
+        "side",
+        "gpufrac-env-abc",
+        NAME,
+        "",
+    ]
+)
+env_names = st.sampled_from(
+    ["A", "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "CUDA_MPS_X", "NVIDIA_GPU_MEMORY_LIMIT"]
+)
+configmap_names = st.sampled_from(["settings", "gpufrac-env-abc-app", f"{NAME}-app", f"{NAME}-side"])
+containers = st.fixed_dictionaries(
+    {"name": maybe(st.sampled_from(["app", "side"]))},
+    optional={
+        "env": maybe(
+            st.lists(
+                st.fixed_dictionaries(
+                    {"name": maybe(env_names)},
+                    optional={
+                        "valueFrom": maybe(
+                            st.fixed_dictionaries(
+                                {
+                                    "configMapKeyRef": maybe(
+                                        st.fixed_dictionaries({"name": maybe(configmap_names)})
+                                    )
+                                }
+                            )
+                        )
+                    },
+                ),
+                max_size=2,
+            )
+        ),
+        "envFrom": maybe(
+            st.lists(
+                st.fixed_dictionaries(
+                    {"configMapRef": maybe(st.fixed_dictionaries({"name": maybe(configmap_names)}))}
+                ),
+                max_size=2,
+            )
+        ),
+        "resources": maybe(
+            st.fixed_dictionaries(
+                {
+                    "limits": maybe(
+                        st.fixed_dictionaries({"nvidia.com/gpu": maybe(st.sampled_from(["1", "2", "0.5"]))})
+                    )
+                }
+            )
+        ),
+        "securityContext": maybe(st.fixed_dictionaries({"privileged": maybe(st.booleans())})),
+        "volumeMounts": maybe(
+            st.lists(st.fixed_dictionaries({"name": st.just("m"), "mountPath": st.just("/m")}), max_size=1)
+        ),
+    },
+)
+pods = st.fixed_dictionaries(
+    {
+        "metadata": maybe(
+            st.fixed_dictionaries(
+                {"name": maybe(st.just("p"))},
+                optional={
+                    "annotations": maybe(
+                        st.dictionaries(annotation_keys, maybe(annotation_values), max_size=5)
+                    ),
+                    "labels": maybe(
+                        st.dictionaries(st.sampled_from([keys.ENV_CONFIGMAP_LABEL, "a"]), st.just("true"))
+                    ),
+                },
+            )
+        ),
+        "spec": maybe(
+            st.fixed_dictionaries(
+                {"containers": maybe(st.lists(containers, max_size=3))},
+                optional={
+                    "schedulerName": maybe(
+                        st.sampled_from(["default-scheduler", "gpufrac", "kai-scheduler"])
+                    ),
+                    "nodeName": maybe(st.just("node-1")),
+                    "volumes": maybe(
+                        st.lists(
+                            st.fixed_dictionaries(
+                                {
+                                    "name": maybe(st.sampled_from(["gpufrac-mps", "v"])),
+                                    "hostPath": maybe(
+                                        st.fixed_dictionaries(
+                                            {
+                                                "path": maybe(
+                                                    st.sampled_from(["/run/gpufrac/mps", "/var/log", "/"])
+                                                )
+                                            }
+                                        )
+                                    ),
+                                }
+                            ),
+                            max_size=2,
+                        )
+                    ),
+                    "ephemeralContainers": maybe(st.lists(containers, max_size=1)),
+                },
+            )
+        ),
+    }
+)
+requests = st.fixed_dictionaries(
+    {
+        "uid": maybe(st.text(min_size=1, max_size=10)),
+        "operation": maybe(st.sampled_from(["CREATE", "UPDATE", "DELETE", "CONNECT"])),
+        "resource": maybe(
+            st.fixed_dictionaries(
+                {
+                    "group": maybe(st.sampled_from(["", "apps"])),
+                    "resource": maybe(st.sampled_from(["pods", "configmaps", "deployments"])),
+                }
+            )
+        ),
+        "userInfo": maybe(
+            st.fixed_dictionaries({"username": maybe(st.sampled_from([TENANT, SCHEDULER, ""]))})
+        ),
+    },
+    optional={
+        "subResource": maybe(st.sampled_from(["", "status", "ephemeralcontainers"])),
+        "namespace": maybe(st.sampled_from(["team", "kube-system", ""])),
+        "name": maybe(st.sampled_from(["p", "gpufrac-env-abc-app", ""])),
+        "object": st.one_of(pods, junk),
+        "oldObject": st.one_of(pods, junk),
+    },
+)
+# Valid pods under every operation, user and endpoint: the webhook's ordinary traffic, patched or not.
+ordinary = st.builds(
+    lambda obj, operation, user, namespace: review(
+        obj, operation=operation, user=user, namespace=namespace, old=obj if operation == "UPDATE" else None
+    ),
+    share_pods(),
+    st.sampled_from(["CREATE", "UPDATE"]),
+    st.sampled_from([TENANT, SCHEDULER]),
+    st.sampled_from(["team", "kube-system"]),
+)
+bodies = st.one_of(
+    st.binary(max_size=300),
+    ordinary.map(lambda value: json.dumps(value).encode()),
+    json_values.map(lambda value: json.dumps(value).encode()),
+    st.fixed_dictionaries(
+        {
+            "apiVersion": st.just(admission.API_VERSION),
+            "kind": st.just("AdmissionReview"),
+            "request": maybe(requests),
+        }
+    ).map(lambda value: json.dumps(value).encode()),
+)
+
+
+def expected_uid(body: bytes) -> str:
+    try:
+        request = json.loads(body)["request"]
+        uid = request["uid"]
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError):
+        return ""
+    return uid if isinstance(uid, str) else ""
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=bodies, endpoint=st.sampled_from(webhook_server.ENDPOINTS))
+async def test_fuzz_every_body_gets_a_well_formed_review(client: Client, body: bytes, endpoint: str) -> None:
+    answer = await post(client, endpoint, body)
+    assert set(answer) == {"apiVersion", "kind", "response"}
+    assert (answer["apiVersion"], answer["kind"]) == (admission.API_VERSION, "AdmissionReview")
+    response = answer["response"]
+    assert response["uid"] == expected_uid(body)
+    assert isinstance(response["allowed"], bool)
+    event("patched" if "patch" in response else "allowed" if response["allowed"] else "denied")
+    if not response["allowed"]:
+        status = response["status"]
+        assert status["code"] in (400, 403) and isinstance(status["message"], str) and status["message"]
+    if "patch" in response:
+        assert endpoint == "mutate" and response["patchType"] == "JSONPatch"
+        obj = json.loads(body)["request"]["object"]
+        apply_patch(obj, json.loads(base64.b64decode(response["patch"])))

@@ -1,0 +1,391 @@
+"""The validating webhook: every rule, with its exact message, and who it lets through."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpufrac.contract import ContractError, parse_pod
+from gpufrac.kube import admission
+
+from .reviews import NAME, SCHEDULER, TENANT, container, mutated, pod, validate
+
+N = "nvidia.com/container."
+IDENTITY = SCHEDULER
+CM = f"{NAME}-app"  # the env ConfigMap the mutation gives container "app"
+
+
+def denial(obj: dict[str, Any] | None, rule: str, **fields: Any) -> str:
+    decision = validate(obj, **fields)
+    assert not decision.allowed, "expected a denial"
+    assert decision.rule == rule, decision.message
+    assert decision.code == 403
+    return decision.message
+
+
+def allowed(obj: dict[str, Any] | None, **fields: Any) -> bool:
+    decision = validate(obj, **fields)
+    assert decision.allowed, decision.message
+    return True
+
+
+def bound(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` after the scheduler's bind patch on container "app"."""
+    result = dict(obj, metadata=dict(obj["metadata"], annotations=dict(obj["metadata"]["annotations"])))
+    result["metadata"]["annotations"].update(
+        {
+            f"{N}app.gpu-memory.request": "40960Mi",
+            f"{N}app.gpu-memory.limit": "40960Mi",
+            f"{N}app.gpu-compute.mode": "time-slicing",
+            f"{N}app.gpus.devices": "GPU-1",
+        }
+    )
+    result["spec"] = dict(obj["spec"], nodeName="node-1")
+    return result
+
+
+# The contract, for everyone.
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {"gpu-fraction": "1.5"},
+        {"gpu-fraction": "0.5", f"{N}app.gpu-memory.limit": "80Gi"},  # a raised limit beside a KAI share
+        {f"{N}app.gpu-memory.request": "9Gi", f"{N}app.gpu-memory.limit": "8Gi"},
+        {f"{N}app.gpu-compute.mode": " "},
+        {f"{N}other.gpu-memory.request": "1Gi"},
+    ],
+)
+@pytest.mark.parametrize("user", [TENANT, SCHEDULER])
+def test_every_contract_error_is_the_denial_with_its_message(annotations: dict[str, str], user: str) -> None:
+    with pytest.raises(ContractError) as caught:
+        parse_pod(pod(annotations))
+    assert denial(pod(annotations), "contract", user=user) == str(caught.value)
+
+
+def test_a_pod_without_gpu_keys_and_a_valid_share_pod_are_allowed() -> None:
+    assert allowed(pod({"prometheus.io/scrape": "true"}))
+    assert allowed(mutated(pod({"gpu-fraction": "0.5"})))
+    assert allowed(mutated(pod({f"{N}app.gpu-memory.request": "8Gi"})))
+
+
+# Scheduler-owned keys on create.
+
+
+def test_only_the_scheduler_creates_a_pod_with_devices() -> None:
+    forged = bound(mutated(pod({"gpu-fraction": "0.5"})))
+    del forged["spec"]["nodeName"]
+    assert denial(forged, "scheduler-owned") == (
+        f'{N}app.gpus.devices="GPU-1": is written by the gpufrac scheduler at bind ({IDENTITY}) and names '
+        'the GPUs a container may use; "tenant" may not set it; remove it'
+    )
+    assert allowed(forged, user=SCHEDULER)
+
+
+def test_devices_on_a_whole_gpu_container_are_the_schedulers_too() -> None:
+    whole = pod({f"{N}app.gpus.devices": "GPU-1"})
+    container(whole)["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    assert "may not set it" in denial(whole, "scheduler-owned")
+    assert allowed(whole, user=SCHEDULER)
+
+
+# Contract keys after create.
+
+
+def test_a_tenant_cannot_raise_a_limit_after_binding() -> None:
+    before = bound(mutated(pod({"gpu-fraction": "0.5"})))
+    after = bound(before)
+    after["metadata"]["annotations"][f"{N}app.gpu-memory.limit"] = "81920Mi"
+    message = denial(after, "contract-change", operation="UPDATE", old=before)
+    assert message == (
+        f'{N}app.gpu-memory.limit: "40960Mi" -> "81920Mi": GPU contract annotations cannot change once the '
+        f'pod exists; only the gpufrac scheduler ({IDENTITY}) may write them, not "tenant"; delete the pod '
+        "and create it with the keys it needs"
+    )
+    assert allowed(after, operation="UPDATE", old=before, user=SCHEDULER)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"gpu-fraction": "0.9"}, 'gpu-fraction: "0.5" -> "0.9"'),
+        ({"gpu-fraction-num-devices": "2"}, "gpu-fraction-num-devices: absent -> " + '"2"'),
+        ({"gpufrac.io/env-configmap": "gpufrac-env-other"}, "gpufrac.io/env-configmap: "),
+        (
+            {f"{N}app.gpu-compute.mode": "sm-sharing"},
+            f'{N}app.gpu-compute.mode: "time-slicing" -> "sm-sharing"',
+        ),
+    ],
+)
+def test_every_change_to_a_contract_key_is_denied_even_before_binding(
+    change: dict[str, str], expected: str
+) -> None:
+    before = mutated(pod({"gpu-fraction": "0.5"}))
+    after = mutated(pod({"gpu-fraction": "0.5"}))
+    after["metadata"]["annotations"].update(change)
+    assert denial(after, "contract-change", operation="UPDATE", old=before).startswith(expected)
+
+
+def test_removing_a_contract_key_is_a_change() -> None:
+    before = bound(mutated(pod({"gpu-fraction": "0.5"})))
+    after = bound(before)
+    del after["metadata"]["annotations"][f"{N}app.gpu-memory.limit"]
+    assert denial(after, "contract-change", operation="UPDATE", old=before).startswith(
+        f'{N}app.gpu-memory.limit: "40960Mi" -> removed:'
+    )
+
+
+def test_updates_that_leave_the_contract_alone_are_allowed() -> None:
+    before = bound(mutated(pod({"gpu-fraction": "0.5"})))
+    after = bound(before)
+    after["metadata"]["labels"] = {"team": "a"}
+    after["metadata"]["annotations"]["note"] = "hello"
+    assert allowed(after, operation="UPDATE", old=before)
+
+
+def test_the_schedulers_bind_patch_is_allowed_and_must_keep_the_contract() -> None:
+    before = mutated(pod({"gpu-fraction": "0.5"}))
+    assert allowed(bound(before), operation="UPDATE", old=before, user=SCHEDULER)
+    broken = bound(before)
+    broken["metadata"]["annotations"][f"{N}app.gpus.devices"] = "GPU-1,GPU-1"
+    assert denial(broken, "contract", operation="UPDATE", old=before, user=SCHEDULER) == (
+        f'{N}app.gpus.devices="GPU-1,GPU-1": names the same GPU twice'
+    )
+
+
+# GPU variables set directly.
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_GPU_MEMORY_LIMIT",
+        "NVIDIA_GPU_MEMORY_REQUEST",
+        "NVIDIA_GPU_MEMORY_ANYTHING",
+        "CUDA_MPS_PIPE_DIRECTORY",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+    ],
+)
+def test_containers_may_not_set_gpu_variables(name: str) -> None:
+    plain = pod({})
+    container(plain)["env"] = [{"name": "A", "value": "1"}, {"name": name, "value": "all"}]
+    assert denial(plain, "env") == (
+        f'container "app" sets {name} in its env: the GPUs a container sees and its memory limits come '
+        "only from gpufrac; remove the variable and ask for a share with gpu-fraction or gpu-memory, or "
+        "whole GPUs with nvidia.com/gpu"
+    )
+    assert allowed(plain, user=SCHEDULER)
+
+
+def test_gpu_variables_are_refused_in_init_containers_and_from_any_source() -> None:
+    plain = pod({}, initContainers=[{"name": "init", "image": "busybox"}])
+    plain["spec"]["initContainers"][0]["env"] = [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
+    ]
+    assert denial(plain, "env").startswith('container "init" sets NVIDIA_VISIBLE_DEVICES')
+
+
+def test_other_nvidia_variables_are_allowed() -> None:
+    plain = pod({})
+    container(plain)["env"] = [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}]
+    assert allowed(plain)
+
+
+def test_ephemeral_containers_may_not_set_gpu_variables_or_borrow_env() -> None:
+    # v1.20 sends an EphemeralContainers object to the subresource; later versions send the pod.
+    debug = {"name": "debug", "image": "busybox", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}
+    legacy = {"kind": "EphemeralContainers", "metadata": {"name": "p"}, "ephemeralContainers": [debug]}
+    assert "NVIDIA_VISIBLE_DEVICES" in denial(
+        legacy, "env", operation="UPDATE", sub_resource="ephemeralcontainers"
+    )
+    target = mutated(pod({"gpu-fraction": "0.5"}))
+    target["spec"]["ephemeralContainers"] = [
+        {"name": "debug", "image": "busybox", "envFrom": [{"configMapRef": {"name": CM}}]}
+    ]
+    message = denial(target, "env-configmap-ref", operation="UPDATE", sub_resource="ephemeralcontainers")
+    assert message.startswith(f'container "debug" takes its env from ConfigMap "{CM}", another container\'s')
+    assert allowed(target, operation="UPDATE", sub_resource="ephemeralcontainers", user=SCHEDULER)
+
+
+# Privileged shares.
+
+
+def test_a_privileged_share_container_is_denied() -> None:
+    share = mutated(pod({"gpu-fraction": "0.5"}))
+    container(share)["securityContext"] = {"privileged": True}
+    assert denial(share, "privileged") == (
+        'container "app" asks for a GPU share and is privileged: a privileged container sees every GPU on '
+        "its node, so no share boundary holds for it; drop securityContext.privileged"
+    )
+
+
+def test_a_privileged_container_without_a_share_is_not_this_webhooks_business() -> None:
+    share = mutated(pod({"gpu-fraction": "0.5", "gpu-fraction-container-name": "app"}, ("app", "sidecar")))
+    container(share, "sidecar")["securityContext"] = {"privileged": True}
+    assert allowed(share)
+    container(share, "app")["securityContext"] = {"privileged": False}
+    assert allowed(share)
+
+
+# References to env ConfigMaps.
+
+
+def test_borrowing_another_pods_env_configmap_is_denied() -> None:
+    thief = pod({})
+    container(thief)["envFrom"] = [{"configMapRef": {"name": "gpufrac-env-aaaaaaaaaaaaaaaa-main"}}]
+    assert denial(thief, "env-configmap-ref") == (
+        'container "app" takes its env from ConfigMap "gpufrac-env-aaaaaaaaaaaaaaaa-main", another pod\'s '
+        "gpufrac env ConfigMap, which holds the GPU devices and limits of the share it was made for; remove "
+        "the reference (gpufrac adds the right one to each share container itself)"
+    )
+    assert allowed(thief, user=SCHEDULER)
+
+
+def test_borrowing_one_variable_with_value_from_is_denied_too() -> None:
+    thief = mutated(pod({"gpu-fraction": "0.5"}))
+    container(thief)["env"] = [
+        {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "gpufrac-env-bbbb-app", "key": "NVIDIA_GPU"}}}
+    ]
+    assert "another pod's" in denial(thief, "env-configmap-ref")
+
+
+def test_a_sidecar_may_not_share_the_share_containers_configmap() -> None:
+    share = mutated(pod({"gpu-fraction": "0.5"}, ("app", "sidecar")))
+    container(share, "sidecar")["envFrom"] = [{"configMapRef": {"name": CM}}]
+    assert "another container's" in denial(share, "env-configmap-ref")
+
+
+def test_ordinary_configmaps_may_be_referenced() -> None:
+    share = mutated(pod({"gpu-fraction": "0.5"}))
+    container(share)["envFrom"].insert(0, {"configMapRef": {"name": "settings"}})
+    assert allowed(share)
+
+
+def test_the_env_configmap_annotation_comes_from_the_mutation_only() -> None:
+    def forged(annotations: dict[str, str], **spec: Any) -> dict[str, Any]:
+        return pod({"gpufrac.io/env-configmap": "gpufrac-env-cccc", **annotations}, **spec)
+
+    assert denial(forged({}), "env-configmap") == (
+        'gpufrac.io/env-configmap="gpufrac-env-cccc": is set on a pod that asks for no GPU share; only '
+        "gpufrac's mutating webhook sets this annotation; remove it"
+    )
+    share = {"gpu-fraction": "0.5"}
+    assert 'not scheduled by "gpufrac"' in denial(forged(share), "env-configmap")
+    assert "(spec.nodeName)" in denial(forged(share, schedulerName="gpufrac", nodeName="n"), "env-configmap")
+    wrong = pod({"gpufrac.io/env-configmap": "mine", **share}, schedulerName="gpufrac")
+    assert 'does not name a gpufrac env ConfigMap ("gpufrac-env-...")' in denial(wrong, "env-configmap")
+
+
+def test_a_share_pod_for_gpufrac_that_skipped_the_mutation_is_denied() -> None:
+    unprepared = pod({"gpu-fraction": "0.5"}, schedulerName="gpufrac")
+    assert denial(unprepared, "delivery") == (
+        'container "app" asks for a GPU but has no envFrom to its gpufrac env ConfigMap: the pod did not '
+        "pass gpufrac's mutating webhook, so it would run without its limits; create it in a namespace the "
+        "webhook serves, and leave schedulerName, envFrom and the gpufrac.io/env-configmap annotation to "
+        "gpufrac"
+    )
+    assert allowed(unprepared, policy=admission.Policy(env_configmap=False))
+    # A share pod for another scheduler (KAI, say) is that scheduler's business.
+    assert allowed(pod({"gpu-fraction": "0.5"}, schedulerName="kai-scheduler"))
+
+
+# The MPS pipe directory.
+
+
+def test_only_the_mutations_volume_mounts_the_mps_directory() -> None:
+    sm = mutated(pod({f"{N}app.gpu-memory.request": "8Gi", f"{N}app.gpu-compute.mode": "sm-sharing"}))
+    assert allowed(sm)
+    sneaky = pod({}, volumes=[{"name": "pipes", "hostPath": {"path": "/var/run/gpufrac/mps/"}}])
+    assert denial(sneaky, "mps-host-path") == (
+        'volume "pipes" mounts /run/gpufrac/mps from the host, where gpufrac\'s MPS daemons listen: only an '
+        "sm-sharing share gets it, from gpufrac; remove the volume"
+    )
+    below = pod({}, volumes=[{"name": "gpufrac-mps", "hostPath": {"path": "/run/gpufrac/mps/0"}}])
+    assert "mounts /run/gpufrac/mps/0" in denial(below, "mps-host-path")
+    assert allowed(pod({}, volumes=[{"name": "logs", "hostPath": {"path": "/var/log"}}]))
+
+
+# The env ConfigMaps themselves.
+
+
+def configmap(name: str = "gpufrac-env-dddd-app", **metadata: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, **metadata},
+        "data": {"A": "1"},
+    }
+
+
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE", "DELETE"])
+def test_only_the_scheduler_writes_env_configmaps(operation: str) -> None:
+    fields: dict[str, Any] = {
+        "operation": operation,
+        "resource": "configmaps",
+        "name": "gpufrac-env-dddd-app",
+    }
+    obj = None if operation == "DELETE" else configmap()
+    old = None if operation == "CREATE" else configmap()
+    verb = operation.lower()
+    assert denial(obj, "env-configmap-write", old=old, **fields) == (
+        'ConfigMap "gpufrac-env-dddd-app" is a gpufrac env ConfigMap (name "gpufrac-env-..." or label '
+        "gpufrac.io/env), which sets a pod's GPU devices and memory limits: only the gpufrac scheduler "
+        f'({IDENTITY}) may {verb} it, not "tenant"'
+    )
+    assert allowed(obj, old=old, user=SCHEDULER, **fields)
+
+
+def test_the_label_guards_a_configmap_whatever_its_name_and_removing_it_is_an_edit() -> None:
+    labelled = configmap("settings", labels={"gpufrac.io/env": "true"})
+    assert "may create it" in denial(labelled, "env-configmap-write", resource="configmaps")
+    unlabelled = configmap("settings")
+    assert "may update it" in denial(
+        unlabelled, "env-configmap-write", resource="configmaps", old=labelled, operation="UPDATE"
+    )
+    generated = configmap("", generateName="gpufrac-env-")
+    assert denial(generated, "env-configmap-write", resource="configmaps").startswith(
+        'ConfigMap "gpufrac-env-"'
+    )
+
+
+def test_the_garbage_collector_may_delete_env_configmaps_but_not_write_them() -> None:
+    gc = "system:serviceaccount:kube-system:generic-garbage-collector"
+    fields: dict[str, Any] = {"resource": "configmaps", "user": gc}
+    assert allowed(None, operation="DELETE", old=configmap(), name="gpufrac-env-dddd-app", **fields)
+    assert 'not "system:serviceaccount:kube-system:generic-garbage-collector"' in denial(
+        configmap(), "env-configmap-write", **fields
+    )
+
+
+def test_other_configmaps_are_allowed() -> None:
+    assert allowed(configmap("settings"), resource="configmaps")
+    assert allowed(
+        None, resource="configmaps", operation="DELETE", old=configmap("settings"), name="settings"
+    )
+
+
+# Scope.
+
+
+def test_exempt_namespaces_and_other_resources_are_let_through() -> None:
+    forged = pod({f"{N}app.gpus.devices": "GPU-1"})
+    assert allowed(forged, namespace="kube-system")
+    assert allowed(configmap(), resource="configmaps", namespace="gpufrac-system")
+    assert allowed(forged, resource="deployments")
+    assert allowed(forged, resource="pods.apps")
+    assert allowed(forged, operation="DELETE", old=forged)
+    assert allowed(forged, sub_resource="status", operation="UPDATE", old=forged)
+    assert not validate(
+        forged, admission.Policy(exempt_namespaces=frozenset()), namespace="kube-system"
+    ).allowed
+
+
+def test_an_anonymous_user_is_named_as_such() -> None:
+    assert "an anonymous user may not set it" in denial(
+        pod({f"{N}app.gpus.devices": "GPU-1"}), "scheduler-owned", user=""
+    )
