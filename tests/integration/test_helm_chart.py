@@ -18,12 +18,14 @@ from . import controlplane
 CHART = controlplane.REPO / "deploy" / "helm" / "gpufrac"
 
 
-def helm_template(*values: str) -> list[dict[str, Any]]:
+def helm_template(*values: str, api_versions: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     helm = shutil.which("helm", path=str(Path(sys.executable).parent)) or shutil.which("helm")
     assert helm, "helm is a dev dependency (helm-binary); run make install"
     args = [helm, "template", "gpufrac", str(CHART), "--namespace", controlplane.SCHEDULER_NAMESPACE]
     for value in values:
         args += ["--set", value]
+    for api_version in api_versions:  # what .Capabilities.APIVersions.Has sees, e.g. cert-manager.io/v1
+        args += ["--api-versions", api_version]
     rendered = subprocess.run(args, capture_output=True, text=True, check=True).stdout
     return [doc for doc in yaml.safe_load_all(rendered) if doc]
 

@@ -1,0 +1,158 @@
+"""The chart's admission webhook: configurations that fail closed outside the exempt namespaces, a
+Deployment whose flags are `gpufrac webhook`'s, and TLS from cert-manager or from the one-shot Job.
+(test_helm_chart.py dry-runs every rendered object against the apiserver; test_webhook.py registers
+these very configurations and runs the acceptance tests through them.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from gpufrac import cli, contract
+from gpufrac.kube import admission, certs
+
+from . import controlplane
+from .test_helm_chart import helm_template
+
+NAMESPACE = controlplane.SCHEDULER_NAMESPACE
+EXEMPT = ["gpufrac-system", "kube-system", "kube-public", "kube-node-lease", "gpu-operator"]
+
+
+def webhook_objects(
+    *values: str, api_versions: tuple[str, ...] = ()
+) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (d["kind"], d["metadata"]["name"]): d
+        for d in helm_template(*values, api_versions=api_versions)
+        if d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "webhook"
+    }
+
+
+def webhook_flags() -> set[str]:
+    command = typer.main.get_command(cli.app).commands["webhook"]  # type: ignore[attr-defined]
+    return {option for param in command.params for option in param.opts}
+
+
+def args_of(workload: dict[str, Any]) -> dict[str, str]:
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "webhook"
+    flags = {}
+    for arg in container["args"][1:]:
+        flag, _, value = arg.partition("=")
+        assert flag in webhook_flags(), f"{flag} is not a flag of gpufrac webhook"
+        flags[flag] = value
+    return flags
+
+
+def test_every_webhook_fails_closed_outside_the_exempt_namespaces() -> None:
+    objects = webhook_objects()
+    mutating = objects["MutatingWebhookConfiguration", "gpufrac-webhook"]["webhooks"]
+    validating = objects["ValidatingWebhookConfiguration", "gpufrac-webhook"]["webhooks"]
+    for hook in mutating + validating:
+        assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["namespaceSelector"] == {
+            "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": EXEMPT}
+            ]
+        }
+        assert hook["clientConfig"]["service"]["name"] == "gpufrac-webhook"
+        assert "caBundle" not in hook["clientConfig"]  # no cluster to look the Job's Secret up in
+    rules = {
+        hook["name"]: (hook["clientConfig"]["service"]["path"], hook["rules"])
+        for hook in mutating + validating
+    }
+    assert rules["pods.mutate.gpufrac.io"] == (
+        "/mutate",
+        [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["pods"],
+                "scope": "Namespaced",
+            }
+        ],
+    )
+    path, [pods] = rules["pods.validate.gpufrac.io"]
+    assert path == "/validate" and pods["operations"] == ["CREATE", "UPDATE"]
+    assert pods["resources"] == ["pods", "pods/ephemeralcontainers"]
+    path, [configmaps] = rules["configmaps.validate.gpufrac.io"]
+    assert path == "/validate" and configmaps["operations"] == ["CREATE", "UPDATE", "DELETE"]
+    assert "objectSelector" not in next(h for h in validating if h["name"].startswith("configmaps"))
+
+
+def test_labelled_mode_narrows_the_mutation_only() -> None:
+    objects = webhook_objects("webhook.schedulePods=labelled")
+    (mutating,) = objects["MutatingWebhookConfiguration", "gpufrac-webhook"]["webhooks"]
+    assert mutating["namespaceSelector"]["matchLabels"] == {"gpufrac.io/scheduling": "enabled"}
+    for hook in objects["ValidatingWebhookConfiguration", "gpufrac-webhook"]["webhooks"]:
+        assert "matchLabels" not in hook["namespaceSelector"]
+
+
+def test_the_deployment_runs_gpufrac_webhook_with_the_charts_settings() -> None:
+    objects = webhook_objects()
+    deployment = objects["Deployment", "gpufrac-webhook"]
+    assert deployment["spec"]["replicas"] == 2
+    flags = args_of(deployment)
+    assert (
+        flags["--scheduler-identity"] == controlplane.SCHEDULER_USER == admission.DEFAULT_SCHEDULER_IDENTITY
+    )
+    assert flags["--exempt-namespaces"].split(",") == EXEMPT
+    assert flags["--mps-host-directory"] == contract.DEFAULT_MPS_PIPE_DIRECTORY
+    assert (flags["--scheduler-name"], flags["--env-delivery"]) == ("gpufrac", "configmap")
+    assert (flags["--tls-cert"], flags["--tls-key"]) == ("/tls/tls.crt", "/tls/tls.key")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["volumes"] == [{"name": "tls", "secret": {"secretName": "gpufrac-webhook-tls"}}]
+    service = objects["Service", "gpufrac-webhook"]
+    assert service["spec"]["ports"] == [
+        {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}
+    ]
+
+
+def test_without_cert_manager_a_job_makes_the_certificate_before_and_sets_the_ca_after() -> None:
+    objects = webhook_objects()
+    assert ("Certificate", "gpufrac-webhook") not in objects
+    pre, post = objects["Job", "gpufrac-webhook-certs-pre"], objects["Job", "gpufrac-webhook-certs-post"]
+    assert pre["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert post["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    hosts = ",".join(certs.service_hosts("gpufrac-webhook", NAMESPACE))
+    common = {"--generate-certs": "", "--secret": f"{NAMESPACE}/gpufrac-webhook-tls", "--hosts": hosts}
+    assert args_of(pre) == common
+    assert args_of(post) == {**common, "--webhook-configurations": "gpufrac-webhook"}
+    # The rights the Job's command needs, and no more.
+    role = objects["Role", "gpufrac-webhook-certs"]["rules"]
+    assert {
+        "apiGroups": [""],
+        "resources": ["secrets"],
+        "resourceNames": ["gpufrac-webhook-tls"],
+        "verbs": ["get", "patch"],
+    } in role
+    (cluster_rule,) = objects["ClusterRole", "gpufrac-webhook-certs"]["rules"]
+    assert cluster_rule["resourceNames"] == ["gpufrac-webhook"] and cluster_rule["verbs"] == ["get", "patch"]
+    for kind in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"):
+        hooks = objects[kind, "gpufrac-webhook-certs"]["metadata"]["annotations"]["helm.sh/hook"]
+        assert hooks == "pre-install,pre-upgrade,post-install,post-upgrade"
+
+
+def test_with_cert_manager_it_issues_and_injects_the_certificate() -> None:
+    objects = webhook_objects(api_versions=("cert-manager.io/v1",))
+    assert not [name for kind, name in objects if kind == "Job"]
+    certificate = objects["Certificate", "gpufrac-webhook"]["spec"]
+    assert certificate["secretName"] == "gpufrac-webhook-tls"
+    assert certificate["dnsNames"] == certs.service_hosts("gpufrac-webhook", NAMESPACE)
+    assert objects["Issuer", "gpufrac-webhook"]["spec"] == {"selfSigned": {}}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        annotations = objects[kind, "gpufrac-webhook"]["metadata"]["annotations"]
+        assert annotations == {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/gpufrac-webhook"}
+    forced = webhook_objects("webhook.tls=job", api_versions=("cert-manager.io/v1",))
+    assert ("Job", "gpufrac-webhook-certs-post") in forced and (
+        "Certificate",
+        "gpufrac-webhook",
+    ) not in forced
+
+
+def test_the_webhook_can_be_left_out() -> None:
+    assert webhook_objects("webhook.enabled=false") == {}
