@@ -1,0 +1,422 @@
+"""`gpufrac webhook` against the real apiserver: the acceptance list of the admission webhook.
+
+As the tenant, each way of taking more GPU than granted is denied with the webhook's message; as the
+scheduler's identity the same operations succeed; valid tenant pods are admitted, normalized and then
+scheduled by the gpufrac scheduler. The scheduler's deployed RBAC does not let it create pods or edit
+and delete ConfigMaps at all, so for the "same operations" the test widens its RBAC in the test's
+namespace: what is checked there is that the webhook, not RBAC, lets it through.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import ssl
+import subprocess
+import sys
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from typing import Any
+
+import lightkube
+import pytest
+from lightkube import codecs
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.admissionregistration_v1 import (
+    MutatingWebhookConfiguration,
+    ValidatingWebhookConfiguration,
+)
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod, Secret
+
+from gpufrac import contract
+from gpufrac.contract import keys
+from gpufrac.kube import certs
+
+from . import controlplane, fakenodes
+from .scheduling import running_scheduler, wait_bound
+from .test_helm_chart import helm_template
+from .webhook_fixtures import (
+    LABEL,
+    RunningWebhook,
+    denied_by_webhook,
+    register,
+    start_webhook,
+    unregister,
+    wait_until_guarded,
+)
+
+N = keys.CONTAINER_PREFIX
+SCHEDULER = controlplane.SCHEDULER_USER
+BASE = re.compile(r"gpufrac-env-[0-9a-f]{16}")
+
+
+@pytest.fixture(scope="module")
+def webhook(
+    control_plane: controlplane.ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[RunningWebhook, str]]:
+    """`gpufrac webhook` with its default policy, registered for namespaces labelled with the token."""
+    running = start_webhook(tmp_path_factory.mktemp("webhook"))
+    try:
+        with control_plane.sync_client() as admin:
+            token, names = register(admin, running)
+            try:
+                yield running, token
+            finally:
+                unregister(admin, names)
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+async def guarded(
+    webhook: tuple[RunningWebhook, str], namespace: str, admin_client: lightkube.AsyncClient
+) -> AsyncIterator[str]:
+    """The test's namespace, served by the webhook, with the scheduler's rights widened there (see the
+    module docstring)."""
+    _, token = webhook
+    await admin_client.patch(Namespace, namespace, {"metadata": {"labels": {LABEL: token}}})
+    rbac = codecs.load_all_yaml(
+        f"""
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: scheduler-widened, namespace: {namespace}}}
+rules:
+  - apiGroups: [""]
+    resources: [pods, configmaps]
+    verbs: [create, get, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: scheduler-widened, namespace: {namespace}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: scheduler-widened}}
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: "{SCHEDULER}"}}]
+"""
+    )
+    for obj in rbac:
+        await admin_client.create(obj)
+    await wait_until_guarded(admin_client, namespace)
+    yield namespace
+    # Off again before the namespace goes, so that its deletion of env ConfigMaps (by the controller
+    # manager, as admin here) is not refused.
+    await admin_client.patch(Namespace, namespace, {"metadata": {"labels": {LABEL: None}}})
+
+
+def pod(
+    name: str, annotations: dict[str, str] | None = None, containers: tuple[str, ...] = ("main",)
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": dict(annotations or {})},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "containers": [
+                {"name": c, "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}
+                for c in containers
+            ],
+        },
+    }
+
+
+def with_devices(obj: dict[str, Any], limit: str = "40960Mi") -> dict[str, Any]:
+    """`obj` carrying what the scheduler writes at bind for container main."""
+    obj["metadata"]["annotations"].update(
+        {
+            f"{N}main.gpu-memory.request": "40960Mi",
+            f"{N}main.gpu-memory.limit": limit,
+            f"{N}main.gpu-compute.mode": "time-slicing",
+            f"{N}main.gpus.devices": "GPU-0",
+        }
+    )
+    return obj
+
+
+async def create(client: lightkube.AsyncClient, obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+    created = await client.create(codecs.from_dict(obj), namespace=namespace)
+    result: dict[str, Any] = created.to_dict()
+    return result
+
+
+async def refused(call: Awaitable[object]) -> str:
+    with pytest.raises(lightkube.ApiError) as caught:
+        await call
+    assert caught.value.status.code == 403, caught.value.status.message
+    return denied_by_webhook(caught.value)
+
+
+# Valid tenant pods.
+
+
+async def test_a_tenant_share_pod_is_admitted_and_normalized(
+    tenant_client: lightkube.AsyncClient, guarded: str
+) -> None:
+    asked = pod("share", {"gpu-fraction": "0.5"})
+    created = await create(tenant_client, asked, guarded)
+    assert created["spec"]["schedulerName"] == "gpufrac"
+    annotations = created["metadata"]["annotations"]
+    assert annotations[f"{N}main.gpu-compute.mode"] == "time-slicing"
+    assert annotations["gpu-fraction-container-name"] == "main"
+    base = annotations[keys.ENV_CONFIGMAP_ANNOTATION]
+    assert BASE.fullmatch(base)
+    assert created["spec"]["containers"][0]["envFrom"] == [
+        {"configMapRef": {"name": f"{base}-main", "optional": False}}
+    ]
+    assert contract.parse_pod(created) == contract.parse_pod(asked)
+    # A pod from generateName is named only after admission; it gets a ConfigMap name all the same.
+    unnamed = pod("", {"gpu-memory": "8Gi"})
+    unnamed["metadata"] = {"generateName": "notebook-", "annotations": {"gpu-memory": "8Gi"}}
+    other = await create(tenant_client, unnamed, guarded)
+    assert BASE.fullmatch(other["metadata"]["annotations"][keys.ENV_CONFIGMAP_ANNOTATION]) and other != base
+    # Pods without GPUs pass untouched.
+    plain = await create(tenant_client, pod("plain"), guarded)
+    assert plain["spec"]["schedulerName"] == "default-scheduler"
+
+
+# Forged devices, raised limits.
+
+
+async def test_forged_devices_are_denied_to_the_tenant_and_allowed_to_the_scheduler(
+    control_plane: controlplane.ControlPlane, tenant_client: lightkube.AsyncClient, guarded: str
+) -> None:
+    forged = with_devices(pod("forged", {"gpu-fraction": "0.5"}))
+    message = await refused(create(tenant_client, forged, guarded))
+    assert message.startswith(f'{N}main.gpus.devices="GPU-0": is written by the gpufrac scheduler at bind')
+    assert '"tenant" may not set it' in message
+    async with control_plane.client("scheduler", namespace=guarded) as scheduler:
+        created = await create(scheduler, forged, guarded)
+    assert created["metadata"]["annotations"][f"{N}main.gpus.devices"] == "GPU-0"
+
+
+async def test_a_raised_limit_is_denied_to_the_tenant_and_allowed_to_the_scheduler(
+    control_plane: controlplane.ControlPlane, tenant_client: lightkube.AsyncClient, guarded: str
+) -> None:
+    # Beside gpu-fraction, a memory limit can only be the scheduler's resolved value.
+    raised = pod("raised", {"gpu-fraction": "0.5", f"{N}main.gpu-memory.limit": "80Gi"})
+    message = await refused(create(tenant_client, raised, guarded))
+    assert message == (
+        f'{N}main.gpu-memory.limit="80Gi": container "main" has its share from gpu-fraction already; set '
+        "memory one way"
+    )
+    bound = with_devices(pod("raised", {"gpu-fraction": "0.5"}), limit="81920Mi")
+    assert "may not set it" in await refused(create(tenant_client, bound, guarded))
+    async with control_plane.client("scheduler", namespace=guarded) as scheduler:
+        await create(scheduler, bound, guarded)
+
+
+async def test_a_limit_patched_after_binding_is_denied_to_the_tenant_and_allowed_to_the_scheduler(
+    control_plane: controlplane.ControlPlane,
+    tenant_client: lightkube.AsyncClient,
+    scheduler_client: lightkube.AsyncClient,
+    gpu_nodes: fakenodes.GpuNodes,
+    guarded: str,
+) -> None:
+    node = await gpu_nodes.create(gpus=1, gpu_memory_mib=81920)
+    assert node.metadata is not None and node.metadata.name is not None
+    await create(tenant_client, pod("tenant-pod", {"gpu-fraction": "0.5"}), guarded)
+    # Before binding too: the request is fixed at creation.
+    message = await refused(
+        tenant_client.patch(Pod, "tenant-pod", {"metadata": {"annotations": {"gpu-fraction": "0.9"}}})
+    )
+    assert message.startswith('gpu-fraction: "0.5" -> "0.9": GPU contract annotations cannot change')
+    bind = with_devices(pod("x"))["metadata"]["annotations"]
+    await scheduler_client.patch(Pod, "tenant-pod", {"metadata": {"annotations": bind}}, namespace=guarded)
+    await controlplane.bind_pod(scheduler_client, "tenant-pod", node.metadata.name, namespace=guarded)
+    raise_limit = {"metadata": {"annotations": {f"{N}main.gpu-memory.limit": "81920Mi"}}}
+    message = await refused(tenant_client.patch(Pod, "tenant-pod", raise_limit))
+    assert message == (
+        f'{N}main.gpu-memory.limit: "40960Mi" -> "81920Mi": GPU contract annotations cannot change once the '
+        f'pod exists; only the gpufrac scheduler ({SCHEDULER}) may write them, not "tenant"; delete the pod '
+        "and create it with the keys it needs"
+    )
+    drop_limit = {"metadata": {"annotations": {f"{N}main.gpu-memory.limit": None}}}
+    assert "-> removed" in await refused(tenant_client.patch(Pod, "tenant-pod", drop_limit))
+    # Other annotations and labels stay the tenant's to change.
+    await tenant_client.patch(
+        Pod, "tenant-pod", {"metadata": {"labels": {"a": "b"}, "annotations": {"n": "1"}}}
+    )
+    patched = await scheduler_client.patch(Pod, "tenant-pod", raise_limit, namespace=guarded)
+    assert patched.metadata is not None and patched.metadata.annotations is not None
+    assert patched.metadata.annotations[f"{N}main.gpu-memory.limit"] == "81920Mi"
+
+
+# The GPU variables, another pod's env ConfigMap.
+
+
+async def test_setting_nvidia_visible_devices_is_denied_to_the_tenant(
+    control_plane: controlplane.ControlPlane, tenant_client: lightkube.AsyncClient, guarded: str
+) -> None:
+    greedy = pod("greedy")
+    greedy["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    message = await refused(create(tenant_client, greedy, guarded))
+    assert message.startswith('container "main" sets NVIDIA_VISIBLE_DEVICES in its env: the GPUs a container')
+    async with control_plane.client("scheduler", namespace=guarded) as scheduler:
+        await create(scheduler, greedy, guarded)
+
+
+async def test_borrowing_another_pods_env_configmap_is_denied_to_the_tenant(
+    control_plane: controlplane.ControlPlane,
+    tenant_client: lightkube.AsyncClient,
+    scheduler_client: lightkube.AsyncClient,
+    guarded: str,
+) -> None:
+    victim = await create(tenant_client, pod("victim", {"gpu-fraction": "0.5"}), guarded)
+    theirs = f"{victim['metadata']['annotations'][keys.ENV_CONFIGMAP_ANNOTATION]}-main"
+    await scheduler_client.create(
+        ConfigMap(
+            metadata=ObjectMeta(name=theirs, namespace=guarded, labels={keys.ENV_CONFIGMAP_LABEL: "true"}),
+            data={"NVIDIA_VISIBLE_DEVICES": "GPU-0"},
+            immutable=True,
+        )
+    )
+    thief = pod("thief")
+    thief["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": theirs}}]
+    message = await refused(create(tenant_client, thief, guarded))
+    assert message.startswith(f'container "main" takes its env from ConfigMap "{theirs}", another pod\'s')
+    # A share pod of its own, with a second source: still denied.
+    share_thief = pod("share-thief", {"gpu-fraction": "0.1"})
+    share_thief["spec"]["containers"][0]["env"] = [
+        {"name": "X", "valueFrom": {"configMapKeyRef": {"name": theirs, "key": "NVIDIA_VISIBLE_DEVICES"}}}
+    ]
+    assert "another pod's" in await refused(create(tenant_client, share_thief, guarded))
+    async with control_plane.client("scheduler", namespace=guarded) as scheduler:
+        await create(scheduler, thief, guarded)
+
+
+# The env ConfigMaps themselves.
+
+
+async def test_env_configmaps_are_the_schedulers_alone(
+    control_plane: controlplane.ControlPlane, tenant_client: lightkube.AsyncClient, guarded: str
+) -> None:
+    def configmap(name: str) -> ConfigMap:
+        labels = {keys.ENV_CONFIGMAP_LABEL: "true"}
+        return ConfigMap(
+            metadata=ObjectMeta(name=name, labels=labels), data={"NVIDIA_GPU_MEMORY_LIMIT": "80000"}
+        )
+
+    who = f"only the gpufrac scheduler ({SCHEDULER})"
+    assert f'{who} may create it, not "tenant"' in await refused(
+        tenant_client.create(configmap("gpufrac-env-0000000000000000-main"))
+    )
+    assert "may create it" in await refused(
+        tenant_client.create(ConfigMap(metadata=ObjectMeta(name="gpufrac-env-x"), data={}))
+    )
+    async with control_plane.client("scheduler", namespace=guarded) as scheduler:
+        await scheduler.create(configmap("gpufrac-env-1111111111111111-main"))
+        relabel = {"metadata": {"labels": {"edited": "yes"}}}
+        assert f'{who} may update it, not "tenant"' in await refused(
+            tenant_client.patch(ConfigMap, "gpufrac-env-1111111111111111-main", relabel)
+        )
+        assert f'{who} may delete it, not "tenant"' in await refused(
+            tenant_client.delete(ConfigMap, "gpufrac-env-1111111111111111-main")
+        )
+        await scheduler.patch(ConfigMap, "gpufrac-env-1111111111111111-main", relabel)
+        await scheduler.delete(ConfigMap, "gpufrac-env-1111111111111111-main")
+    # The tenant's own ConfigMaps are the tenant's.
+    await tenant_client.create(ConfigMap(metadata=ObjectMeta(name="settings"), data={"A": "1"}))
+    await tenant_client.patch(ConfigMap, "settings", {"data": {"A": "2"}})
+    await tenant_client.delete(ConfigMap, "settings")
+
+
+async def test_denials_are_logged_and_counted(
+    webhook: tuple[RunningWebhook, str], tenant_client: lightkube.AsyncClient, guarded: str
+) -> None:
+    running, _ = webhook
+    greedy = pod("logged")
+    greedy["spec"]["containers"][0]["env"] = [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]
+    await refused(create(tenant_client, greedy, guarded))
+    assert (
+        f"validate denied CREATE pods {guarded}/logged for user 'tenant' (rule env): container \"main\""
+        in (running.log())
+    )
+    trust = ssl.create_default_context(cafile=str(running.ca_file))
+    with urllib.request.urlopen(f"{running.url}/metrics", context=trust, timeout=10) as response:
+        metrics = response.read().decode()
+    counted = re.search(r'gpufrac_webhook_denials_total\{endpoint="validate",rule="env"\} (\d+)', metrics)
+    assert counted is not None and float(counted.group(1)) >= 1
+
+
+# End to end: tenant pods through the webhook, bound by the gpufrac scheduler, ConfigMaps and all.
+
+
+async def test_tenant_pods_are_scheduled_end_to_end_by_gpufrac(
+    tenant_client: lightkube.AsyncClient,
+    scheduler_client: lightkube.AsyncClient,
+    admin_client: lightkube.AsyncClient,
+    gpu_nodes: fakenodes.GpuNodes,
+    guarded: str,
+) -> None:
+    await gpu_nodes.create(gpus=2, gpu_memory_mib=81920)
+    asked = [
+        pod("half", {"gpu-fraction": "0.5"}),
+        pod("notebook", {"gpu-memory": "20Gi", "gpu-memory.limit": "40Gi"}),
+        pod("mps", {f"{N}main.gpu-memory.request": "10Gi", f"{N}main.gpu-compute.mode": "sm-sharing"}),
+        pod("pair", {f"{N}a.gpu-memory.request": "4Gi", f"{N}b.gpu-memory.request": "2Gi"}, ("a", "b")),
+    ]
+    for obj in asked:
+        await create(tenant_client, obj, guarded)
+    async with running_scheduler(scheduler_client, policy="binpack"):
+        pods = await wait_bound(admin_client, guarded, len(asked))
+    for bound in pods:
+        placement = contract.parse_placement(bound)
+        assert placement is not None, bound["metadata"]["name"]
+        base = bound["metadata"]["annotations"][keys.ENV_CONFIGMAP_ANNOTATION]
+        devices = {share.container: share.devices for share in placement.shares}
+        for spec in bound["spec"]["containers"]:
+            name = f"{base}-{spec['name']}"
+            assert {"configMapRef": {"name": name, "optional": False}} in spec["envFrom"]
+            configmap = await admin_client.get(ConfigMap, name, namespace=guarded)
+            assert configmap.data is not None and configmap.immutable is True
+            assert configmap.data["NVIDIA_VISIBLE_DEVICES"] == ",".join(devices[spec["name"]])
+    mps = next(p for p in pods if p["metadata"]["name"] == "mps")
+    assert mps["spec"]["volumes"][-1]["hostPath"]["path"] == contract.DEFAULT_MPS_PIPE_DIRECTORY
+
+
+# The certificate Job's command, against the real apiserver.
+
+
+async def test_generate_certs_fills_the_secret_and_the_ca_bundles(
+    control_plane: controlplane.ControlPlane, admin_client: lightkube.AsyncClient, namespace: str
+) -> None:
+    # The chart's configurations as the Job finds them after install, but for no namespace at all.
+    name = f"gpufrac-webhook-{namespace}"
+    for document in helm_template():
+        if document["kind"].endswith("WebhookConfiguration"):
+            document["metadata"]["name"] = name
+            for hook in document["webhooks"]:
+                hook["namespaceSelector"] = {"matchLabels": {LABEL: "nowhere"}}
+            await admin_client.create(codecs.from_dict(document))
+    hosts = certs.service_hosts("gpufrac-webhook", namespace)
+    command = [sys.executable, "-m", "gpufrac.cli", "webhook", "--generate-certs"]
+    command += [
+        "--kubeconfig",
+        str(control_plane.kubeconfig("admin")),
+        "--secret",
+        f"{namespace}/webhook-tls",
+    ]
+    command += ["--hosts", ",".join(hosts), "--webhook-configurations", name]
+    try:
+        bundles = []
+        for _ in range(2):
+            done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+            assert done.returncode == 0, done.stderr
+            secret = await admin_client.get(Secret, "webhook-tls", namespace=namespace)
+            assert secret.type == "kubernetes.io/tls" and secret.data is not None
+            bundle = certs.Bundle(
+                *(base64.b64decode(secret.data[k]) for k in ("ca.crt", "tls.crt", "tls.key"))
+            )
+            assert certs.still_valid(bundle, hosts)
+            bundles.append(bundle)
+            for kind in (MutatingWebhookConfiguration, ValidatingWebhookConfiguration):
+                configuration = await admin_client.get(kind, name)
+                for hook in configuration.webhooks or []:
+                    assert base64.b64decode(hook.clientConfig.caBundle or "") == bundle.ca
+        assert bundles[0] == bundles[1], "a second run keeps a certificate that is still good"
+        missing = subprocess.run(
+            [*command[:-1], "no-such-configuration"], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert missing.returncode == 2
+        assert "no Mutating- or ValidatingWebhookConfiguration named no-such-configuration" in missing.stderr
+    finally:
+        for kind in (MutatingWebhookConfiguration, ValidatingWebhookConfiguration):
+            await admin_client.delete(kind, name)
