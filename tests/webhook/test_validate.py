@@ -308,6 +308,9 @@ def test_only_the_mutations_volume_mounts_the_mps_directory() -> None:
     below = pod({}, volumes=[{"name": "gpufrac-mps", "hostPath": {"path": "/run/gpufrac/mps/0"}}])
     assert "mounts /run/gpufrac/mps/0" in denial(below, "mps-host-path")
     assert allowed(pod({}, volumes=[{"name": "logs", "hostPath": {"path": "/var/log"}}]))
+    assert allowed(pod({}, volumes=[{"name": "data", "hostPath": {"path": "/data/var/run/gpufrac/mps"}}]))
+    dotted = pod({}, volumes=[{"name": "up", "hostPath": {"path": "/var/run/x/../gpufrac/mps"}}])
+    assert "mounts /run/gpufrac/mps from the host" in denial(dotted, "mps-host-path")
 
 
 # The env ConfigMaps themselves.

@@ -516,7 +516,9 @@ def _mps_host_path(pod: Mapping[str, Any], asked: contract.PodGpuRequest, policy
         path = _map(volume.get("hostPath")).get("path")
         if not isinstance(path, str) or not path:
             continue
-        path = posixpath.normpath(path.replace("/var/run/", "/run/", 1))
+        path = posixpath.normpath(path)
+        if path.startswith("/var/run/"):  # a link to /run on every distribution Kubernetes runs on
+            path = path.removeprefix("/var")
         if path != root and not path.startswith(root.rstrip("/") + "/"):
             continue
         if volume.get("name") == MPS_VOLUME and sm_sharing and path == root:
