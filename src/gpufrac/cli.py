@@ -94,6 +94,49 @@ def simulate(
 
 @app.command()
 @one_line_errors
+def plan(
+    nodes: Annotated[Path | None, typer.Option(help="Node list CSV (openb format); default bundled.")] = None,
+    pods: Annotated[Path | None, typer.Option(help="Pod list CSV (openb format); default: bundled.")] = None,
+    strategies: Annotated[str, typer.Option(help="Comma-separated sharing strategies, or all.")] = "all",
+    seeds: Annotated[str, typer.Option(help="Seeds: ranges and lists, e.g. 42-44 or 1,5,9.")] = "42",
+    price_per_gpu_hour: Annotated[float, typer.Option(help="Price of one GPU for one hour.")] = 2.0,
+    gpu_model: Annotated[
+        str | None, typer.Option(help="Replace every node's GPUs by this model, e.g. H100-80GB.")
+    ] = None,
+    reference_gb: Annotated[
+        float | None, typer.Option(help="Read each portion as a portion of a GPU of this many GB.")
+    ] = None,
+    replicas: Annotated[int, typer.Option(help="time-slicing-replicas: replicas per GPU.")] = 4,
+    trusted_share: Annotated[float, typer.Option(help="fractions-mixed: portion of pods trusted.")] = 0.5,
+    policy: Annotated[str, typer.Option(help="Engine placement policy.")] = "bestfit",
+    timed: Annotated[bool, typer.Option(help="Also replay creation and deletion times.")] = True,
+    workers: Annotated[int, typer.Option(help="Worker processes (default: one per CPU).")] = 0,
+    out: Annotated[Path | None, typer.Option(help="Write plan.json, charts and plan.html here.")] = None,
+    output_format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
+) -> None:
+    """How many GPUs a workload needs under each sharing strategy, and what that costs."""
+    from gpufrac.plan import command as planning
+
+    planning.run(
+        nodes=nodes,
+        pods=pods,
+        strategies=strategies,
+        seeds=seeds,
+        policy=policy,
+        replicas=replicas,
+        trusted_share=trusted_share,
+        price_per_gpu_hour=price_per_gpu_hour,
+        gpu_model=gpu_model,
+        reference_gb=reference_gb,
+        timed=timed,
+        workers=workers or None,
+        out=out,
+        output_format=output_format,
+    )
+
+
+@app.command()
+@one_line_errors
 def scheduler(
     kubeconfig: Annotated[
         Path | None, typer.Option(help="Kubeconfig file; default: in-cluster config.")
@@ -141,6 +184,22 @@ def scheduler(
             lease_namespace=lease_namespace,
         )
     )
+
+
+@app.command()
+@one_line_errors
+def top(
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="Kubeconfig file; default: in-cluster config.")
+    ] = None,
+    output_format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
+) -> None:
+    """Show every GPU: mode, memory requested, limits and free, and the pods on it."""
+    import asyncio
+
+    from gpufrac.kube import top as gpu_top
+
+    gpu_top.show(asyncio.run(gpu_top.collect(kubeconfig)), output_format=output_format)
 
 
 def parse_labels(text: str, *, option: str) -> dict[str, str]:
