@@ -127,8 +127,13 @@ class Scheduler:
     def on_pods_listed(self, pods: list[dict[str, Any]]) -> None:
         """Rebuild every pod-derived fact from a full list: what is bound where, what waits."""
         listed = {objects.pod_key(pod) for pod in pods}
-        for key in list(self.pod_nodes):
-            if key not in listed and key not in self.in_flight:
+        waiting = [key for held in self.unplaced.values() for key in held]  # bound to nodes not seen yet
+        for key in [*self.pod_nodes, *waiting]:
+            if key in listed:
+                continue
+            if key in self.in_flight:
+                self.gone_in_flight.add(key)  # released when its bind finishes
+            else:
                 self._release(key)
         for key in list(self.pending):
             if key not in listed:

@@ -15,6 +15,7 @@ import lightkube
 from lightkube import ApiError
 from lightkube.resources.core_v1 import Node, Pod
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gpufrac.cluster.state import MODE_OF_CODE, ClusterState
@@ -70,7 +71,8 @@ def table(rows: list[dict[str, Any]]) -> Table:
             column, justify="right" if column in ("gpu", "requested", "limits", "free") else "left"
         )
     for row in rows:
-        pods = ", ".join(f"{share['pod']}[{share['container']}]" for share in row["pods"])
+        # Escaped: rich would read "[main]" as a style tag and drop it.
+        pods = escape(", ".join(f"{share['pod']}[{share['container']}]" for share in row["pods"]))
         view.add_row(
             row["node"],
             str(row["gpu"]) + ("" if row["healthy"] else " (unhealthy)"),

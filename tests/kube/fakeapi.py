@@ -1,0 +1,164 @@
+"""Stand-ins for lightkube's async client, and API errors built the way lightkube builds them."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+from lightkube import ApiError
+
+
+def api_error(code: int, reason: str = "Failure", message: str = "") -> ApiError:
+    """An ApiError as lightkube raises it: from a response whose body is a Status."""
+    request = httpx2.Request("GET", "https://apiserver.test/api/v1")
+    status = {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "status": "Failure",
+        "reason": reason,
+        "code": code,
+        "message": message or f"{reason} ({code})",
+    }
+    return ApiError(request=request, response=httpx2.Response(code, json=status, request=request))
+
+
+def transport_error() -> httpx2.TransportError:
+    return httpx2.ConnectError("connection refused")
+
+
+@dataclass
+class Call:
+    verb: str
+    kind: str  # the class name of what was written or read: ConfigMap, Binding, Event, Pod, PodStatus
+    name: str | None
+    body: Any = None
+
+
+@dataclass
+class RecordingClient:
+    """Records every call the scheduler makes; `fail` maps a call ("create Binding") to the error it raises;
+    `gate`, when set, holds a Binding until it is opened."""
+
+    calls: list[Call] = field(default_factory=list)
+    fail: dict[str, Exception] = field(default_factory=dict)
+    gate: asyncio.Event | None = None
+
+    def _record(self, verb: str, kind: str, name: str | None, body: Any) -> None:
+        self.calls.append(Call(verb, kind, name, body))
+        error = self.fail.get(f"{verb} {kind}")
+        if error is not None:
+            raise error
+
+    async def create(self, obj: Any, name: str | None = None, *, namespace: str | None = None) -> Any:
+        kind = obj.kind or type(obj).__name__
+        if kind == "Binding" and self.gate is not None:
+            await self.gate.wait()
+        self._record("create", kind, obj.metadata.name if obj.metadata else name, obj)
+        return obj
+
+    async def patch(self, resource: type[Any], name: str, obj: Any, **_: Any) -> None:
+        self._record("patch", resource.__name__, name, obj)
+
+    async def get(self, resource: type[Any], name: str, **_: Any) -> Any:
+        self._record("get", resource.__name__, name, None)
+
+    async def delete(self, resource: type[Any], name: str, **_: Any) -> None:
+        self._record("delete", resource.__name__, name, None)
+
+    def made(self, verb: str, kind: str) -> list[Call]:
+        return [call for call in self.calls if (call.verb, call.kind) == (verb, kind)]
+
+
+class Item:
+    """An object as lightkube yields it: something with `to_dict()`."""
+
+    def __init__(self, body: Mapping[str, Any]) -> None:
+        self._body = copy.deepcopy(dict(body))
+
+    def to_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(self._body)
+
+
+class Listing:
+    """What `AsyncClient.list` returns: an async iterable whose `resourceVersion` is known once read."""
+
+    def __init__(self, items: Sequence[Mapping[str, Any]] | Exception, version: str) -> None:
+        self._items = items
+        self._version = version
+        self.resourceVersion: str | None = None
+
+    def __aiter__(self) -> AsyncIterator[Item]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Item]:
+        if isinstance(self._items, Exception):
+            raise self._items
+        for body in self._items:
+            yield Item(body)
+        self.resourceVersion = self._version
+
+
+Step = tuple[str, Mapping[str, Any]] | Exception
+
+
+class ScriptedWatchClient:
+    """`list` answers the next of `lists` (objects, or an error to raise), `watch` plays the next of
+    `watches`: events, then the stream ends, or an exception is raised. With the script used up, `done` is
+    set and the next watch hangs."""
+
+    def __init__(
+        self, lists: Sequence[Sequence[Mapping[str, Any]] | Exception], watches: Sequence[Sequence[Step]]
+    ) -> None:
+        self._lists = list(lists)
+        self._watches = list(watches)
+        self.list_calls: list[str | None] = []
+        self.watch_versions: list[str | None] = []
+        self.done = asyncio.Event()
+
+    def list(self, resource: type[Any], *, namespace: str | None = None) -> Listing:
+        self.list_calls.append(namespace)
+        items = self._lists.pop(0)
+        return Listing(items, f"list-{len(self.list_calls)}")
+
+    def watch(
+        self, resource: type[Any], *, namespace: str | None = None, resource_version: str | None = None
+    ) -> AsyncIterator[tuple[str, Item]]:
+        self.watch_versions.append(resource_version)
+        return self._play(self._watches.pop(0) if self._watches else None)
+
+    async def _play(self, steps: Sequence[Step] | None) -> AsyncIterator[tuple[str, Item]]:
+        if steps is None:
+            self.done.set()
+            await asyncio.Event().wait()
+            return
+        for step in steps:
+            if isinstance(step, Exception):
+                raise step
+            event, body = step
+            yield event, Item(body)
+
+
+class FakeClock:
+    """Seconds that pass only when a test says so."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+async def until(condition: Callable[[], bool], *, step: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Yield to the event loop until `condition` holds (a bounded number of times)."""
+    for _ in range(1000):
+        if condition():
+            return
+        await (step() if step else asyncio.sleep(0))
+    raise AssertionError("condition never held")

@@ -1,0 +1,142 @@
+"""List, watch, relist on 410, reconnect on errors: against a scripted client, with sleeps recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import lightkube
+import pytest
+from lightkube.resources.core_v1 import Node, Pod
+
+from gpufrac.kube import reflector
+
+from .apiobjects import node, pod
+from .fakeapi import ScriptedWatchClient, Step, api_error, transport_error
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+    """The reflector's backoff sleeps, recorded; each only yields to the event loop."""
+    recorded: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float) -> None:
+        recorded.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr(reflector, "asyncio", types.SimpleNamespace(sleep=sleep))
+    yield recorded
+
+
+def versioned(obj: dict[str, Any], version: str) -> dict[str, Any]:
+    obj["metadata"]["resourceVersion"] = version
+    return obj
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.lists: list[list[dict[str, Any]]] = []
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def on_list(self, objects: list[dict[str, Any]]) -> None:
+        self.lists.append(objects)
+
+    def on_event(self, event: str, body: dict[str, Any]) -> None:
+        self.events.append((event, body))
+
+
+async def play(
+    lists: list[list[dict[str, Any]] | Exception],
+    watches: list[list[Step]],
+    *,
+    resource: type[Any] = Pod,
+    max_backoff: float = 30.0,
+) -> tuple[ScriptedWatchClient, Recorder]:
+    """Run the reflector through the script, then cancel it as the scheduler does on shutdown."""
+    client = ScriptedWatchClient(lists, watches)
+    seen = Recorder()
+    task = asyncio.create_task(
+        reflector.reflect(
+            client,
+            resource,
+            on_list=seen.on_list,
+            on_event=seen.on_event,
+            namespaced=resource is Pod,
+            max_backoff=max_backoff,
+        )
+    )
+    done = asyncio.create_task(client.done.wait())
+    finished, _ = await asyncio.wait([task, done], timeout=5, return_when=asyncio.FIRST_COMPLETED)
+    assert task not in finished, f"the reflector stopped: {task.exception() if task.done() else ''}"
+    assert done in finished, "the script was not played to its end"
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+    return client, seen
+
+
+async def test_lists_then_watches_from_the_lists_version_and_passes_dicts(sleeps: list[float]) -> None:
+    first, second = pod("a"), pod("b")
+    changed = versioned(pod("a", annotations={"note": "x"}), "12")
+    client, seen = await play(
+        [[first, second]], [[("MODIFIED", changed), ("DELETED", versioned(pod("b"), "13"))]]
+    )
+    assert client.list_calls == [lightkube.ALL_NS]
+    assert seen.lists == [[first, second]]
+    assert seen.events == [("MODIFIED", changed), ("DELETED", versioned(pod("b"), "13"))]
+    assert all(type(body) is dict for _, body in seen.events)
+    # The stream ended (as the apiserver ends watches): the next one resumes where the last event left off.
+    assert client.watch_versions[:2] == ["list-1", "13"]
+
+
+async def test_cluster_scoped_resources_are_listed_without_namespace(sleeps: list[float]) -> None:
+    client, seen = await play([[node("n1")]], [[("ADDED", versioned(node("n2"), "4"))]], resource=Node)
+    assert client.list_calls == [None]
+    assert [body["metadata"]["name"] for _, body in seen.events] == ["n2"]
+
+
+async def test_errors_are_retried_from_the_last_version_and_410_relists(sleeps: list[float]) -> None:
+    client, seen = await play(
+        [[pod("a")], [pod("b")]],
+        [
+            [("ADDED", versioned(pod("b"), "5")), ("MODIFIED", versioned(pod("b"), "6"))],
+            [transport_error()],
+            [api_error(500, "InternalError")],
+            [api_error(403, "Forbidden")],
+            [("DELETED", versioned(pod("a"), "7")), api_error(410, "Expired")],
+        ],
+    )
+    assert client.watch_versions == ["list-1", "6", "6", "6", "6", "list-2"]
+    assert len(client.list_calls) == 2
+    assert [[body["metadata"]["name"] for body in listed] for listed in seen.lists] == [["a"], ["b"]]
+    assert [(event, body["metadata"]["resourceVersion"]) for event, body in seen.events] == [
+        ("ADDED", "5"),
+        ("MODIFIED", "6"),
+        ("DELETED", "7"),
+    ]
+    # A stream that ends waits briefly; each error in a row waits twice as long; a 410 relists at once.
+    assert sleeps == [0.2, 0.4, 0.8, 1.6]
+
+
+async def test_a_failed_list_is_retried(sleeps: list[float]) -> None:
+    client, seen = await play([transport_error(), api_error(503, "ServiceUnavailable"), [pod("a")]], [[]])
+    assert len(client.list_calls) == 3
+    assert [[body["metadata"]["name"] for body in listed] for listed in seen.lists] == [["a"]]
+    assert client.watch_versions[0] == "list-3"
+    assert sleeps[:2] == [0.4, 0.8]
+
+
+async def test_backoff_is_capped_and_reset_by_an_event(sleeps: list[float]) -> None:
+    errors: list[list[Step]] = [[transport_error()] for _ in range(5)]
+    client, _ = await play(
+        [[]],
+        [*errors, [("ADDED", versioned(pod("a"), "9")), transport_error()], [transport_error()]],
+        max_backoff=1.0,
+    )
+    assert sleeps == [0.4, 0.8, 1.0, 1.0, 1.0, 0.4, 0.8]
+    assert client.watch_versions[-1] == "9"

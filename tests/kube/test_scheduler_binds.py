@@ -1,0 +1,233 @@
+"""Scheduling rounds against a client that records every call: reserve, bind, fail, report, roll back."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from gpufrac.contract import keys
+from gpufrac.kube.scheduler import Scheduler
+
+from .apiobjects import GPU_MIB, bound, container, inventory, key, node, pod
+from .fakeapi import FakeClock, RecordingClient, api_error, until
+from .schedulers import gpu_free, scheduler, share_notes
+
+ENV_BASE = "gpufrac-env-abc"
+MANAGED = {"gpufrac.io/managed": "true"}
+
+
+def gpu_node(name: str = "n1", **settings: Any) -> dict[str, Any]:
+    return node(name, agent=inventory(name, settings.pop("gpus", 2)), labels=MANAGED, **settings)
+
+
+def share_pod(name: str, fraction: str = "0.5", **settings: Any) -> dict[str, Any]:
+    notes = {"gpu-fraction": fraction, keys.ENV_CONFIGMAP_ANNOTATION: f"{ENV_BASE}-{name}"}
+    return pod(name, annotations=notes, **settings)
+
+
+def setup(
+    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], **settings: Any
+) -> tuple[Scheduler, RecordingClient, FakeClock]:
+    client, clock = RecordingClient(), FakeClock()
+    made = scheduler(client, clock, **settings)
+    made.on_nodes_listed(nodes)
+    made.on_pods_listed(pods)
+    return made, client, clock
+
+
+def attempts(made: Scheduler, result: str) -> float:
+    value = made.metrics.registry.get_sample_value("gpufrac_scheduler_attempts_total", {"result": result})
+    return value or 0.0
+
+
+def steps(client: RecordingClient) -> list[tuple[str, str]]:
+    return [(call.verb, call.kind) for call in client.calls]
+
+
+async def test_a_pod_is_reserved_at_once_then_bound() -> None:
+    made, client, _ = setup([gpu_node()], [share_pod("p")])
+    assert await made.schedule_pending() == 1
+    assert key("p") in made.in_flight and key("p") in made.state.placements
+    assert made.pending == {} and gpu_free(made, "n1").count(GPU_MIB // 2) == 1
+    await made.wait_for_binds()
+    assert steps(client) == [("create", "ConfigMap"), ("patch", "Pod"), ("create", "Binding")]
+    configmap, annotate, binding = client.calls
+    gpu = made.state.placements[key("p")].assignments[0].gpus[0]
+    assert configmap.name == f"{ENV_BASE}-p-main"
+    assert configmap.body.immutable is True
+    assert configmap.body.data[keys.ENV_VISIBLE_DEVICES] == f"GPU-n1-{gpu}"
+    assert configmap.body.data[keys.ENV_MEMORY_REQUEST] == str(GPU_MIB // 2)
+    assert [owner.uid for owner in configmap.body.metadata.ownerReferences] == ["uid-p"]
+    assert (
+        annotate.body["metadata"]["annotations"][keys.container_key("main", keys.DEVICES)] == f"GPU-n1-{gpu}"
+    )
+    assert binding.body.target["name"] == "n1" and binding.body.metadata.uid == "uid-p"
+    assert made.in_flight == {} and made.pod_nodes == {key("p"): "n1"}
+    assert attempts(made, "scheduled") == 1
+    # The watch then reports the pod bound: it is already counted, so nothing changes.
+    before = gpu_free(made, "n1")
+    made.on_pod_event("MODIFIED", bound(share_pod("p"), "n1", annotate.body["metadata"]["annotations"]))
+    assert gpu_free(made, "n1") == before
+
+
+async def test_annotations_only_delivery_creates_no_configmap() -> None:
+    made, client, _ = setup([gpu_node()], [share_pod("p")], env_delivery="annotations-only")
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert steps(client) == [("patch", "Pod"), ("create", "Binding")]
+
+
+async def test_a_reservation_keeps_the_next_pod_of_the_round_off_its_memory() -> None:
+    made, client, _ = setup([gpu_node(gpus=1)], [share_pod("first", "0.75"), share_pod("second", "0.75")])
+    assert await made.schedule_pending() == 2
+    await made.wait_for_binds()
+    assert [call.name for call in client.made("create", "Binding")] == ["first"]
+    assert [call.name for call in client.made("create", "Event")] == [None]  # generateName only
+    assert set(made.pending) == {key("second")}
+
+
+async def test_a_failed_bind_releases_the_reservation_rolls_back_and_backs_off() -> None:
+    made, client, clock = setup([gpu_node()], [share_pod("p")])
+    client.fail["create Binding"] = api_error(500, "InternalError")
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert made.state.placements == {} and made.pod_nodes == {} and made.in_flight == {}
+    assert gpu_free(made, "n1") == [GPU_MIB, GPU_MIB]
+    assert set(made.pending) == {key("p")} and key("p") in made.queue
+    assert attempts(made, "error") == 1
+    # What the bind wrote is undone: its ConfigMap deleted, its annotations removed.
+    assert steps(client)[3:] == [("delete", "ConfigMap"), ("patch", "Pod")]
+    removal = client.calls[-1].body["metadata"]["annotations"]
+    assert removal and all(value is None for value in removal.values())
+    assert client.calls[3].name == f"{ENV_BASE}-p-main"
+    # Retried after the backoff, with no cluster change needed.
+    assert await made.schedule_pending() == 0
+    clock.advance(1.0)
+    client.fail.clear()
+    assert await made.schedule_pending() == 1
+    await made.wait_for_binds()
+    assert made.pod_nodes == {key("p"): "n1"} and made.pending == {}
+
+
+async def test_an_unschedulable_pod_gets_a_condition_and_an_event_saying_why() -> None:
+    full = [
+        bound(pod(f"full-{gpu}"), "n1", share_notes("main", f"GPU-n1-{gpu}", "12000Mi")) for gpu in (0, 1)
+    ]
+    nodes = [gpu_node("n1"), gpu_node("cordoned", cordoned=True), node("unmanaged")]
+    made, client, clock = setup(nodes, [*full, share_pod("p")], node_selector=MANAGED)
+    assert await made.schedule_pending() == 1
+    message = (
+        "0/3 nodes are available: 1 node not ready or cordoned, 1 not enough GPU memory, "
+        "1 not managed by gpufrac (node selector)"
+    )
+    assert steps(client) == [("patch", "PodStatus"), ("create", "Event")]
+    condition = client.calls[0].body["status"]["conditions"][0]
+    assert condition == {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": message,
+    }
+    event = client.calls[1].body
+    assert (event.reason, event.type, event.message) == ("FailedScheduling", "Warning", message)
+    assert (event.involvedObject.name, event.involvedObject.uid) == ("p", "uid-p")
+    assert event.metadata.namespace == "team"
+    assert attempts(made, "unschedulable") == 1
+    # It waits for a change: time alone (within max_park) does not bring it back.
+    clock.advance(30.0)
+    assert await made.schedule_pending() == 0
+    made.on_node_event("MODIFIED", gpu_node("cordoned"))
+    assert await made.schedule_pending() == 1
+    await made.wait_for_binds()
+    assert made.pod_nodes[key("p")] == "cordoned"
+
+
+async def test_a_pod_that_breaks_the_contract_is_reported_and_parked() -> None:
+    made, client, _ = setup([gpu_node()], [pod("bad", annotations={"gpu-fraction": "1.5"})])
+    await made.schedule_pending()
+    assert steps(client) == [("patch", "PodStatus"), ("create", "Event")]
+    assert client.calls[1].body.message.startswith('invalid GPU request: gpu-fraction="1.5"')
+    assert attempts(made, "invalid") == 1
+    assert key("bad") in made.queue and made.queue.pop() is None
+
+
+async def test_a_report_that_cannot_be_written_is_only_logged() -> None:
+    made, client, _ = setup([], [share_pod("p")])
+    client.fail["patch PodStatus"] = api_error(403, "Forbidden")
+    assert await made.schedule_pending() == 1
+    assert steps(client) == [("patch", "PodStatus")]
+    assert key("p") in made.queue
+
+
+async def test_a_pod_deleted_while_its_bind_runs_is_released_when_the_bind_ends() -> None:
+    made, client, _ = setup([gpu_node()], [share_pod("p")])
+    client.gate = asyncio.Event()
+    await made.schedule_pending()
+    await until(lambda: ("patch", "Pod") in steps(client))
+    made.on_pod_event("DELETED", share_pod("p"))
+    assert made.gone_in_flight == {key("p")}
+    assert key("p") in made.state.placements  # still held: the Binding may yet go through
+    client.gate.set()
+    await made.wait_for_binds()
+    assert made.state.placements == {} and made.pod_nodes == {} and made.gone_in_flight == set()
+    assert made.pending == {} and key("p") not in made.queue
+    assert gpu_free(made, "n1") == [GPU_MIB, GPU_MIB]
+
+
+async def test_a_pod_deleted_while_its_bind_fails_is_not_retried() -> None:
+    made, client, _ = setup([gpu_node()], [share_pod("p")])
+    client.gate = asyncio.Event()
+    client.fail["create Binding"] = api_error(404, "NotFound")
+    await made.schedule_pending()
+    await until(lambda: ("patch", "Pod") in steps(client))
+    made.on_pods_listed([])  # a relist is how a deletion missed by the watch shows
+    client.gate.set()
+    await made.wait_for_binds()
+    assert made.state.placements == {} and made.pending == {} and len(made.queue) == 0
+    assert made.gone_in_flight == set()
+
+
+async def test_the_bound_event_during_the_bind_does_not_count_the_pod_twice() -> None:
+    made, client, _ = setup([gpu_node(gpus=1)], [share_pod("p", "0.25")])
+    client.gate = asyncio.Event()
+    await made.schedule_pending()
+    await until(lambda: ("patch", "Pod") in steps(client))
+    written = client.calls[-1].body["metadata"]["annotations"]
+    made.on_pod_event("MODIFIED", bound(share_pod("p", "0.25"), "n1", written))
+    client.gate.set()
+    await made.wait_for_binds()
+    assert gpu_free(made, "n1") == [GPU_MIB - GPU_MIB // 4]
+
+
+async def test_a_standby_does_not_schedule_until_it_leads() -> None:
+    made, client, _ = setup([gpu_node()], [share_pod("p")])
+    made.is_leader = False
+    assert await made.schedule_pending() == 0 and client.calls == []
+    made.lead()
+    assert made.metrics.registry.get_sample_value("gpufrac_scheduler_leader") == 1
+    assert await made.schedule_pending() == 1
+    await made.wait_for_binds()
+
+
+async def test_the_pending_gauge_follows_the_round() -> None:
+    made, _, _ = setup([gpu_node(gpus=1)], [share_pod("a", "0.75"), share_pod("b", "0.75")])
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert made.metrics.registry.get_sample_value("gpufrac_scheduler_pending_pods") == 1
+
+
+async def test_a_restarted_scheduler_rebuilds_what_the_first_one_bound() -> None:
+    two_containers = pod("pair", containers=[container("a", whole=1), container("b", whole=1)])
+    pods = [share_pod("half"), share_pod("quarter", "0.25"), two_containers]
+    made, client, _ = setup([gpu_node(gpus=4)], pods)
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert len(client.made("create", "Binding")) == 3
+    written = {call.name: call.body["metadata"]["annotations"] for call in client.made("patch", "Pod")}
+    assert set(written["pair"]) == {keys.container_key(c, keys.DEVICES) for c in "ab"}
+    restarted, _, _ = setup(
+        [gpu_node(gpus=4)], [bound(item, "n1", written[item["metadata"]["name"]]) for item in pods]
+    )
+    assert set(restarted.state.placements) == set(made.state.placements)
+    for array in ("gpu_free", "gpu_mode", "gpu_whole", "gpu_tenants", "cpu_free"):
+        assert (getattr(restarted.state, array) == getattr(made.state, array)).all(), array
