@@ -244,3 +244,16 @@ def test_a_pending_pod_deleted_leaves_the_queue() -> None:
     made.on_pod_event("DELETED", pod("p"))
     made.on_pods_listed([])
     assert made.pending == {} and len(made.queue) == 0
+
+
+def test_a_node_that_comes_back_counts_its_pods_again_and_heartbeats_change_nothing() -> None:
+    made = scheduler()
+    listed(made, [n1()], [sm_pod(), whole_pod()])
+    version = made.state.version.copy()
+    made.on_node_event("MODIFIED", n1())  # the same node again, as after a kubelet heartbeat
+    assert (made.state.version == version).all()
+    made.on_node_event("DELETED", n1())
+    assert made.state.placements == {}
+    made.on_node_event("ADDED", n1())
+    assert set(made.state.placements) == {key("mps"), key("whole")}
+    assert gpu_free(made, "n1") == [GPU_MIB - 8000, 0]

@@ -1,9 +1,9 @@
 """The scheduling queue: highest priority first, then oldest; pods that did not fit wait.
 
 A pod that did not fit is parked. It comes back when the cluster changes (a pod left, a node came or
-changed) once its backoff has passed, or after `max_park` seconds regardless, as kube-scheduler's
-unschedulable queue does. A pod whose bind failed backs off the same way but does not wait for a change.
-Pure bookkeeping with an injectable clock, so tests drive it step by step.
+changed) once its backoff has passed, or `max_park` seconds after that regardless, much as
+kube-scheduler's unschedulable queue does. A pod whose bind failed backs off the same way but does not
+wait for a change. Pure bookkeeping with an injectable clock, so tests drive it step by step.
 """
 
 from __future__ import annotations

@@ -67,6 +67,8 @@ class Scheduler:
         self.node_objects: dict[str, dict[str, Any]] = {}
         self.pod_nodes: dict[str, str] = {}  # pods accounted in the state -> their node
         self.unplaced: dict[str, dict[str, dict[str, Any]]] = {}  # node not seen yet -> its bound pods
+        self.bound_objects: dict[str, dict[str, Any]] = {}  # pods accounted as bound -> their latest version
+        self._node_views: dict[str, tuple[Any, ...]] = {}  # what placement reads of each node
         self.synced = {"nodes": False, "pods": False}
         self.is_leader = True
         self._binds: set[asyncio.Task[None]] = set()
@@ -90,12 +92,26 @@ class Scheduler:
         name = objects.meta(node)["name"]
         if event == "DELETED":
             self.node_objects.pop(name, None)
+            self._node_views.pop(name, None)
             if name in self.state.index and self.state.active[self.state.index[name]]:
                 for placement in self.state.remove_node(name):
                     self.pod_nodes.pop(placement.pod, None)
+                    # Kubernetes deletes these pods soon; should the node come back first, they count again.
+                    pod = self.bound_objects.pop(placement.pod, None)
+                    if pod is not None:
+                        self.unplaced.setdefault(name, {})[placement.pod] = pod
         else:
             self.node_objects[name] = node
-            self._upsert_node(objects.node_spec(node))
+            view = (
+                objects.node_spec(node),
+                objects.node_ready(node),
+                objects.node_labels_of(node),
+                objects.node_taints(node),
+            )
+            if self._node_views.get(name) == view:
+                return  # a heartbeat: nothing placement depends on has changed
+            self._node_views[name] = view
+            self._upsert_node(view[0])
             self.eligibility.update(self.state.index[name], node)
             for key, pod in self.unplaced.pop(name, {}).items():
                 self._account_bound(key, pod, name)
@@ -156,9 +172,10 @@ class Scheduler:
             return
         if node:
             self._forget_pending(key)
-            if key in self.in_flight or key in self.pod_nodes:
-                return
-            self._account_bound(key, pod, node)
+            if key in self.pod_nodes and key not in self.in_flight:
+                self.bound_objects[key] = pod
+            elif key not in self.in_flight:
+                self._account_bound(key, pod, node)
             return
         if objects.scheduler_name(pod) == self.config.name and key not in self.in_flight:
             previous = self.pending.get(key)
@@ -178,11 +195,13 @@ class Scheduler:
             log.error("bound pod %s on %s does not add up: %s", key, node, error)
             return
         self.pod_nodes[key] = node
+        self.bound_objects[key] = pod
 
     def _release(self, key: str) -> None:
         for waiting in self.unplaced.values():
             waiting.pop(key, None)
         self.pod_nodes.pop(key, None)
+        self.bound_objects.pop(key, None)
         if key in self.state.placements:
             self.state.release(key)
 
