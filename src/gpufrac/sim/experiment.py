@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -41,12 +41,17 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def parse_policies(text: str) -> list[str]:
+    return parse_names(text, POLICIES, option="--policies")
+
+
+def parse_names(text: str, known: Iterable[str], *, option: str) -> list[str]:
+    """Names separated by commas, each one of `known`, in the order given."""
+    known = list(known)
     names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in POLICIES]
+    unknown = [name for name in names if name not in known]
     if unknown or not names:
         raise UserError(
-            f'--policies "{text}": unknown {", ".join(unknown) or "(none given)"}; '
-            f"known: {', '.join(POLICIES)}"
+            f'{option} "{text}": unknown {", ".join(unknown) or "(none given)"}; known: {", ".join(known)}'
         )
     return names
 

@@ -6,12 +6,10 @@ report that looks whole.
 
 from __future__ import annotations
 
-import base64
 import csv
 import html
 import io
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from rich.table import Table
 
+from gpufrac.sim import output
 from gpufrac.sim.replay import RunResult
 
 
@@ -50,7 +49,6 @@ def summary_table(summary: dict[str, Any]) -> Table:
 
 def write(out: Path, summary: dict[str, Any], results: Sequence[RunResult]) -> list[Path]:
     """results.json, curves.csv, allocation.png, fragmentation.png and report.html in `out`."""
-    out.mkdir(parents=True, exist_ok=True)
     allocation_png = _plot(summary, results, field="allocation", ylabel="GPU allocation ratio (%)")
     fragmentation_png = _plot(summary, results, field="fragmentation", ylabel="fragmentation (% of GPUs)")
     files = {
@@ -60,14 +58,7 @@ def write(out: Path, summary: dict[str, Any], results: Sequence[RunResult]) -> l
         "fragmentation.png": fragmentation_png,
         "report.html": _html(summary, allocation_png, fragmentation_png).encode(),
     }
-    written = []
-    for name, content in files.items():
-        path = out / name
-        partial = path.with_name(f".{name}.partial")
-        partial.write_bytes(content)
-        os.replace(partial, path)
-        written.append(path)
-    return written
+    return output.write_files(out, files)
 
 
 def _curves_csv(results: Sequence[RunResult]) -> str:
@@ -108,10 +99,7 @@ def _plot(summary: dict[str, Any], results: Sequence[RunResult], *, field: str, 
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    plt.close(figure)
-    return buffer.getvalue()
+    return output.png(figure)
 
 
 def _html(summary: dict[str, Any], allocation_png: bytes, fragmentation_png: bytes) -> str:
@@ -129,9 +117,6 @@ def _html(summary: dict[str, Any], allocation_png: bytes, fragmentation_png: byt
         for policy, row in summary["policies"].items()
     )
 
-    def image(png: bytes, alt: str) -> str:
-        return f'<img alt="{alt}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
-
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gpufrac simulation: {html.escape(summary["trace"])}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}}
@@ -144,8 +129,8 @@ is dropped (the method of Weng et al., USENIX ATC '23, "Beware of Fragmentation"
 Published figures are the paper's means over seeds 42&ndash;51 on the same trace.</p>
 <table><tr><th>policy</th><th>allocation at 100% arrival (%)</th><th>published</th><th>unallocated (%)</th>
 <th>fragmentation (% of GPUs)</th><th>failed pods</th></tr>{rows}</table>
-<h2>GPU allocation against arrived workload</h2>{image(allocation_png, "allocation")}
-<h2>Fragmentation against arrived workload</h2>{image(fragmentation_png, "fragmentation")}
+<h2>GPU allocation against arrived workload</h2>{output.img(allocation_png, "allocation")}
+<h2>Fragmentation against arrived workload</h2>{output.img(fragmentation_png, "fragmentation")}
 </body></html>
 """
 

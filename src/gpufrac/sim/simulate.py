@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
-from gpufrac.sim import experiment, report, trace
+from gpufrac.sim import experiment, output, report, trace
 
 
 def run(
@@ -34,14 +31,7 @@ def run(
     seed_list = experiment.parse_seeds(seeds)
     loaded = trace.load(nodes, pods)
     console = Console(stderr=True)
-    with Progress(
-        TextColumn("[bold]replaying[/bold] {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=output_format == "json",
-    ) as progress:
+    with output.progress(console, "replaying", transient=output_format == "json") as progress:
         task = progress.add_task(
             f"{loaded.name}: {len(chosen)} policies × {len(seed_list)} seeds",
             total=len(chosen) * len(seed_list),
@@ -55,14 +45,11 @@ def run(
             on_result=lambda _: progress.advance(task),
         )
     summary = experiment.summarize(loaded, seed_list, results)
-    if out is not None:
-        try:
-            written = report.write(out, summary, results)
-        except OSError as error:
-            raise UserError(f"--out {out}: cannot write the report ({error.strerror})") from None
-        console.print(f"wrote {', '.join(path.name for path in written)} to {out}")
-    if output_format == "json":
-        json.dump(summary, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        Console().print(report.summary_table(summary))
+    output.deliver(
+        summary,
+        table=report.summary_table,
+        write=lambda folder, _: report.write(folder, summary, results),
+        out=out,
+        output_format=output_format,
+        console=console,
+    )

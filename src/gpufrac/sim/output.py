@@ -1,0 +1,94 @@
+"""What the long commands (`gpufrac simulate`, `gpufrac plan`) share at their edge: a progress bar, and
+delivering the result as a table or JSON plus report files.
+
+Files are written to a temporary name and renamed, so an interrupted run never leaves a half-written
+report that looks whole; plots travel as PNG bytes so that an HTML page can embed them and stay one file.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpufrac.errors import UserError
+
+
+def write_files(out: Path, files: Mapping[str, bytes]) -> list[Path]:
+    """Each file in `out` (created if need be), each replaced in one step; the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, content in files.items():
+        path = out / name
+        partial = path.with_name(f".{name}.partial")
+        partial.write_bytes(content)
+        os.replace(partial, path)
+        written.append(path)
+    return written
+
+
+def png(figure: Figure) -> bytes:
+    """The figure as PNG bytes; the figure is closed."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def img(data: bytes, alt: str) -> str:
+    """An <img> element carrying the PNG itself, so that the page needs no other file."""
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
+
+
+def progress(console: Console, verb: str, *, transient: bool) -> Progress:
+    """`<verb> <task description> ━━━━ 3/12 0:00:41` on `console`; transient when stdout carries JSON."""
+    return Progress(
+        TextColumn(f"[bold]{verb}[/bold] {{task.description}}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=transient,
+    )
+
+
+def deliver(
+    summary: dict[str, Any],
+    *,
+    table: Callable[[dict[str, Any]], Table],
+    write: Callable[[Path, dict[str, Any]], list[Path]],
+    out: Path | None,
+    output_format: str,
+    console: Console,
+) -> None:
+    """Write the report files to `out` if given (saying so on `console`), then print the summary to stdout:
+    JSON, or the table, which a pipe or a file gets unsqueezed."""
+    if out is not None:
+        try:
+            written = write(out, summary)
+        except OSError as error:
+            raise UserError(f"--out {out}: cannot write the report ({error.strerror})") from None
+        console.print(f"wrote {', '.join(path.name for path in written)} to {out}")
+    if output_format == "json":
+        json.dump(summary, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    screen = Console()
+    if not screen.is_terminal:
+        screen = Console(width=max(screen.width, 160))
+    screen.print(table(summary))
