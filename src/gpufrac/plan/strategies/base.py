@@ -1,0 +1,88 @@
+"""The plugin seam of the planner: a strategy turns what a pod asks for into what the cluster must allocate.
+
+Most strategies only rewrite a pod's demand and let gpufrac's own engine place it (`EngineStrategy`); MIG
+needs its own packer, since a MIG instance must sit on allowed slots, not merely fit in free memory. Every
+packer answers the same four calls, so the search, the timed replay and the measures treat all alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property, partial
+from typing import Protocol
+
+from gpufrac.cluster.model import NodeSpec, PodDemand
+from gpufrac.placement.workload import Workload
+from gpufrac.plan.engine_packer import EnginePacker
+from gpufrac.plan.packer import Packer
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What a strategy may need: the workload as the trace asks for it, and the planner's settings."""
+
+    pods: tuple[PodDemand, ...]
+    seed: int = 42
+    policy: str = "bestfit"
+    replicas: int = 4
+    trusted_share: float = 0.5
+
+
+class Strategy(Protocol):
+    name: str
+
+    @property
+    def summary(self) -> str:
+        """One sentence for the report: what the cluster allocates for a pod under this strategy."""
+        ...
+
+    def demand(self, pod: PodDemand) -> PodDemand: ...
+
+    def packer(self, nodes: Sequence[NodeSpec]) -> Packer: ...
+
+
+Factory = Callable[[Options], Strategy]
+STRATEGIES: dict[str, Factory] = {}
+
+
+def register(name: str) -> Callable[[Factory], Factory]:
+    """`@register("name")` on a factory adds it to STRATEGIES under that name."""
+    return partial(_add, name)
+
+
+def _add(name: str, factory: Factory) -> Factory:
+    STRATEGIES[name] = factory
+    return factory
+
+
+class EngineStrategy:
+    """A strategy that rewrites each pod's demand and lets gpufrac's engine place it with `options.policy`."""
+
+    name = ""
+    # What the cluster allocates for a pod, for the report; may name the options: {replicas}, {trusted_share}.
+    about = ""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    @property
+    def summary(self) -> str:
+        return self.about.format(replicas=self.options.replicas, trusted_share=self.options.trusted_share)
+
+    def demand(self, pod: PodDemand) -> PodDemand:
+        return pod
+
+    @cached_property
+    def workload(self) -> Workload:
+        """The target workload (for `fgd`) is the rewritten one: what this strategy will really place."""
+        return Workload.from_pods(self.demand(pod) for pod in self.options.pods)
+
+    def packer(self, nodes: Sequence[NodeSpec]) -> Packer:
+        return EnginePacker(
+            nodes,
+            policy=self.options.policy,
+            workload=self.workload,
+            seed=self.options.seed,
+            demand=self.demand,
+        )

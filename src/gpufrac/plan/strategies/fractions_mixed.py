@@ -1,0 +1,44 @@
+"""`fractions-mixed`: a trusted portion of the pods may use sm-sharing, the rest must time-slice.
+
+Which pods are trusted is drawn with the seed: round(P × fractional pods) of them. A GPU runs one mode at
+a time, so trusted and untrusted pods never share a GPU; what that separation costs is what this strategy
+measures against the two pure ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cached_property
+
+import numpy as np
+
+from gpufrac.cluster.model import PodDemand
+from gpufrac.contract.model import ComputeMode
+from gpufrac.plan.strategies.base import EngineStrategy, Options, register
+
+TRUSTED_STREAM = 1  # the seed's random stream for choosing trusted pods, apart from the planner's others
+
+
+class FractionsMixed(EngineStrategy):
+    name = "fractions-mixed"
+    about = (
+        "gpufrac fractions with {trusted_share:.0%} of the fractional pods trusted (sm-sharing) and the "
+        "rest time-slicing; a GPU runs one mode at a time."
+    )
+
+    @cached_property
+    def trusted(self) -> frozenset[str]:
+        names = sorted(pod.name for pod in self.options.pods if pod.shares)
+        count = round(self.options.trusted_share * len(names))
+        rng = np.random.default_rng([self.options.seed, TRUSTED_STREAM])
+        return frozenset(names[i] for i in rng.choice(len(names), size=count, replace=False))
+
+    def demand(self, pod: PodDemand) -> PodDemand:
+        mode = ComputeMode.SM_SHARING if pod.name in self.trusted else ComputeMode.TIME_SLICING
+        shares = tuple(dataclasses.replace(share, mode=mode) for share in pod.shares)
+        return dataclasses.replace(pod, shares=shares)
+
+
+@register("fractions-mixed")
+def fractions_mixed(options: Options) -> FractionsMixed:
+    return FractionsMixed(options)

@@ -1,0 +1,28 @@
+"""`whole-gpu`: no sharing; every GPU request is rounded up to whole GPUs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpufrac.cluster.model import PodDemand
+from gpufrac.plan.strategies.base import EngineStrategy, Options, register
+
+
+class WholeGpu(EngineStrategy):
+    name = "whole-gpu"
+    about = "Every GPU request takes whole GPUs: a share of any size on N devices takes N GPUs of its own."
+
+    def demand(self, pod: PodDemand) -> PodDemand:
+        if not pod.shares:
+            return pod
+        return dataclasses.replace(
+            pod,
+            whole_gpus=pod.whole_gpus + sum(share.num_devices for share in pod.shares),
+            whole_container=pod.whole_container or pod.shares[0].container,
+            shares=(),
+        )
+
+
+@register("whole-gpu")
+def whole_gpu(options: Options) -> WholeGpu:
+    return WholeGpu(options)
