@@ -44,7 +44,9 @@ def cells(summary: dict[str, Any], name: str) -> list[str]:
     gpus = f"{row['gpus_needed']:,.0f}"
     if row["gpus_needed_min"] != row["gpus_needed_max"]:
         gpus += f" ({row['gpus_needed_min']:,} to {row['gpus_needed_max']:,})"
-    versus = f"{100 * (row['gpus_needed'] / baseline['gpus_needed'] - 1):+.1f}%" if baseline else ""
+    versus = "-"
+    if baseline and name != "whole-gpu":
+        versus = f"{100 * (row['gpus_needed'] / baseline['gpus_needed'] - 1):+.1f}%"
     timed = row.get("timed")
     return [
         name,
