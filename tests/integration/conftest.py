@@ -40,7 +40,7 @@ def control_plane(
 ) -> Iterator[controlplane.ControlPlane]:
     """The session's control plane: ``url``, ``ca_file``, ``kubeconfig(identity)``, ``client(identity)``,
     with the identities ``admin`` (system:masters), ``scheduler`` (the gpufrac-scheduler service account
-    under deploy/rbac/scheduler.yaml) and ``tenant`` (edit-like rights in each test namespace)."""
+    under the Helm chart's RBAC) and ``tenant`` (edit-like rights in each test namespace)."""
     try:
         plane = controlplane.start(tmp_path_factory.mktemp("control-plane"))
     except controlplane.ControlPlaneError as e:

@@ -25,13 +25,13 @@ from lightkube.core.resource import NamespacedResource
 
 from gpufrac.kube import binder
 
+from . import chart
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "test-cluster"
-SCHEDULER_RBAC = REPO / "deploy" / "rbac" / "scheduler.yaml"
-AGENT_RBAC = REPO / "deploy" / "rbac" / "agent.yaml"  # applied after SCHEDULER_RBAC: its namespace
 TENANT_ROLE = Path(__file__).with_name("tenant-role.yaml")
 
-SCHEDULER_NAMESPACE = "gpufrac-system"
+SCHEDULER_NAMESPACE = chart.NAMESPACE
 SCHEDULER_USER = f"system:serviceaccount:{SCHEDULER_NAMESPACE}:gpufrac-scheduler"
 AGENT_USER = f"system:serviceaccount:{SCHEDULER_NAMESPACE}:gpufrac-agent"
 TENANT_USER = "tenant"
@@ -155,14 +155,15 @@ def start(rundir: Path, *, controllers: str = CONTROLLERS) -> ControlPlane:
         identities={i.name: i for i in identities},
         start_seconds=time.monotonic() - started,
     )
-    for rbac in (SCHEDULER_RBAC, AGENT_RBAC):
-        try:
-            with plane.sync_client() as admin:
-                for obj in codecs.load_all_yaml(rbac.read_text()):
-                    admin.create(obj)
-        except Exception as e:
-            plane.stop()
-            raise ControlPlaneError(f"could not apply {rbac.relative_to(REPO)}: {e}") from e
+    try:
+        with plane.sync_client() as admin:
+            for document in chart.rbac_objects():
+                admin.create(codecs.from_dict(document))
+    except Exception as e:
+        plane.stop()
+        raise ControlPlaneError(
+            f"could not apply the Helm chart's RBAC ({chart.CHART.relative_to(REPO)}): {e}"
+        ) from e
     return plane
 
 

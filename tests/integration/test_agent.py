@@ -58,7 +58,7 @@ class Clock:
 
 @pytest.fixture
 async def agent_client(control_plane: controlplane.ControlPlane) -> AsyncIterator[lightkube.AsyncClient]:
-    """An AsyncClient as the agent's service account, whose rights are deploy/rbac/agent.yaml."""
+    """An AsyncClient as the agent's service account, whose rights are the Helm chart's agent RBAC."""
     async with control_plane.client("agent") as client:
         yield client
 

