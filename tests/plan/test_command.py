@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufrac.plan import planner
+from gpufrac.plan import planner, report
 
 from . import traces
 from .traces import HALVES, whole
@@ -58,7 +58,19 @@ def test_json_and_report_files(tmp_path: Path) -> None:
     assert json.loads((out / "plan.json").read_text()) == summary
     page = (out / "plan.html").read_text()
     assert "Assumptions" in page and "portions stand for memory" in page and "data:image/png;base64," in page
-    assert "whole-gpu needs" not in page and "needs the fewest GPUs" in page
+    # Two replicas oversubscribe no pod here and tie with the fractions; the first in order is named.
+    assert "time-slicing-replicas needs the fewest GPUs: 3, about 5,475 a month" in page
+
+
+def test_the_headline_sets_apart_a_strategy_that_oversubscribes(tmp_path: Path) -> None:
+    # Four replicas: 2 GPUs, but each half-GPU pod gets a quarter; fractions need 3, whole GPUs 5.
+    summary = traces.plan(traces.write(tmp_path, HALVES), replicas=4, timed=False)
+    assert report.headline(summary) == (
+        "To run all 6 pods at once, each with the memory it asks for, fractions-time-slicing needs the "
+        "fewest GPUs: 3, about 4,380 a month. Whole GPUs need 5 (7,300 a month): 2 GPUs (40.0%) more. "
+        "time-slicing-replicas needs 2 only by giving 4 pods less memory than they ask for, which nothing "
+        "enforces."
+    )
 
 
 def test_the_table_names_every_strategy(tmp_path: Path) -> None:

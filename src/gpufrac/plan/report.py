@@ -141,13 +141,17 @@ def _timeline_chart(summary: dict[str, Any]) -> bytes:
 
 
 def headline(summary: dict[str, Any]) -> str:
-    """The answer in two sentences, for the top of the report."""
+    """The answer in a few sentences, for the top of the report. The fewest GPUs is sought among the
+    strategies that give every pod the memory it asks for; one that does not is named apart."""
     rows = summary["strategies"]
-    best = min(rows, key=lambda name: rows[name]["gpus_needed"])
+    honest = [name for name in rows if not rows[name]["oversubscribed_pods"]] or list(rows)
+    best = min(honest, key=lambda name: rows[name]["gpus_needed"])
     text = (
-        f"To run all {summary['pods']:,} pods at once, {best} needs the fewest GPUs: "
-        f"{rows[best]['gpus_needed']:,.0f}, about {rows[best]['cost_per_month']:,.0f} a month."
+        f"To run all {summary['pods']:,} pods at once, each with the memory it asks for, {best} needs the "
+        f"fewest GPUs: {rows[best]['gpus_needed']:,.0f}, about {rows[best]['cost_per_month']:,.0f} a month."
     )
+    if rows[best]["bound"] == "CPU":
+        text += " At that size the nodes' CPU, not their GPUs, is what runs out."
     if "whole-gpu" in rows and best != "whole-gpu":
         whole = rows["whole-gpu"]
         saved = whole["gpus_needed"] - rows[best]["gpus_needed"]
@@ -155,11 +159,17 @@ def headline(summary: dict[str, Any]) -> str:
             f" Whole GPUs need {whole['gpus_needed']:,.0f} ({whole['cost_per_month']:,.0f} a month): "
             f"{saved:,.0f} GPUs ({100 * saved / whole['gpus_needed']:.1f}%) more."
         )
+    for name, row in rows.items():
+        if name not in honest and row["gpus_needed"] < rows[best]["gpus_needed"]:
+            text += (
+                f" {name} needs {row['gpus_needed']:,.0f} only by giving {row['oversubscribed_pods']:,.0f} "
+                "pods less memory than they ask for, which nothing enforces."
+            )
     return text
 
 
 def _html_columns() -> list[tuple[str, str]]:
-    return [(name.replace("\n", " ").replace("- ", "-"), tip) for name, tip in COLUMNS]
+    return [(name.replace("\n/", "/").replace("-\n", "-").replace("\n", " "), tip) for name, tip in COLUMNS]
 
 
 def _html(summary: dict[str, Any], charts: dict[str, bytes]) -> str:
