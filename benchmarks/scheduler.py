@@ -531,7 +531,7 @@ async def run_one(
 # ---- report -----------------------------------------------------------------------------------------------
 
 
-def report(results: list[Result], *, cores: int, load: tuple[float, float, float]) -> None:
+def report(results: list[Result], *, cores: int, load: tuple[float, float, float], paced: float) -> None:
     table = Table(title="scheduler benchmark", title_justify="left")
     table.add_column("run", no_wrap=True)
     for column in ("pods", "bound", "not bound", "create/s", "pods/s", "p50 s", "p99 s", "max s"):
@@ -577,6 +577,13 @@ def report(results: list[Result], *, cores: int, load: tuple[float, float, float
         if result.run.split(" #")[0] != "gpufrac":
             continue
         rate, p99 = result.pods_per_second(), percentile(result.latencies(), 0.99)
+        if paced:  # pods/s is the arrival rate: only the latency is measured
+            verdict = "met" if p99 < TARGET_P99_SECONDS else "MISSED"
+            out.print(
+                f"{result.run} at {paced:g} pods/s arriving: p99 < {TARGET_P99_SECONDS:.0f} s {verdict} "
+                f"(p99 {p99:.2f} s); pods/s is the arrival rate, not what the scheduler can do"
+            )
+            continue
         verdict = "met" if rate >= TARGET_PODS_PER_SECOND and p99 < TARGET_P99_SECONDS else "MISSED"
         targets = f">= {TARGET_PODS_PER_SECOND:.0f} pods/s, p99 < {TARGET_P99_SECONDS:.0f} s"
         out.print(f"{result.run} targets ({targets}): {verdict} ({rate:.1f} pods/s, p99 {p99:.2f} s)")
@@ -630,12 +637,11 @@ PROFILE_STEPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("  Eligibility.rows_for()", ("kube/selection.py:rows_for",), ()),
     ("bind: Scheduler._bind", ("kube/scheduler.py:_bind",), ()),
     ("  objects.bind_plan()", ("kube/objects.py:bind_plan",), ()),
-    (
-        "  lightkube (build, encode, decode)",
-        ("kube/scheduler.py:_bind", "lightkube/"),
-        ("httpx2/", "httpcore2/"),
-    ),
-    ("  HTTP client and TLS", ("kube/scheduler.py:_bind",), ("httpx2/", "httpcore2/", "anyio/")),
+    ("  create the env ConfigMap", ("kube/binder.py:_create_configmap",), ()),
+    ("  annotation patch", ("kube/binder.py:bind", "async_client.py:patch"), ()),
+    ("  Binding", ("kube/binder.py:post_binding",), ()),
+    ("  of which HTTP pool bookkeeping", ("kube/scheduler.py:_bind", "_assign_requests_to_connections"), ()),
+    ("  of which HTTP client, TLS", ("kube/scheduler.py:_bind",), ("httpx2/", "httpcore2/", "anyio/")),
     ("events: reflect()", ("kube/reflector.py:reflect",), ()),
     (
         "  watch decode (lightkube)",
@@ -804,7 +810,7 @@ def main() -> None:
         f"{args.concurrency} creates in flight"
         + (f", paced at {args.rate:g} pods/s" if args.rate > 0 else " (burst)")
     )
-    report(results, cores=os.cpu_count() or 1, load=load)
+    report(results, cores=os.cpu_count() or 1, load=load, paced=args.rate)
     for result in results:
         if result.profile:
             report_profile(result.run, result.profile)
