@@ -77,10 +77,6 @@ class ClusterState:
     def width(self) -> int:
         return int(self.gpu_mem.shape[1])
 
-    @property
-    def gpu_exists(self) -> np.ndarray:
-        return self.gpu_mem > 0
-
     # ---- node changes -------------------------------------------------------------------------------------
 
     def add_node(self, spec: NodeSpec) -> int:
