@@ -17,7 +17,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 from lightkube.types import PatchType
 
-from . import controlplane, fakenodes
+from . import controlplane, fakenodes, scheduling
 
 HERE = Path(__file__).parent
 _START_SECONDS = pytest.StashKey[float]()
@@ -107,8 +107,15 @@ async def tenant_client(
 
 
 @pytest.fixture
-async def gpu_nodes(admin_client: lightkube.AsyncClient) -> AsyncIterator[fakenodes.GpuNodes]:
-    """Makes fake GPU nodes (``await gpu_nodes.create(gpus=4, ...)``) and deletes them after the test."""
+async def gpu_nodes(admin_client: lightkube.AsyncClient, namespace: str) -> AsyncIterator[fakenodes.GpuNodes]:
+    """Makes fake GPU nodes (``await gpu_nodes.create(gpus=4, ...)``) and deletes them after the test.
+
+    Before deleting them it recomputes the allocation from the API objects alone (every GPU's requests and
+    modes, from the bound pods' annotations): whatever a test did, no GPU may end up oversubscribed or with
+    two modes. Depending on ``namespace`` keeps the test's pods alive until that check has run.
+    """
     nodes = fakenodes.GpuNodes(admin_client, prefix=f"gpu-{uuid.uuid4().hex[:6]}")
     yield nodes
+    problems = await scheduling.allocation_problems(admin_client)
     await nodes.delete_all()
+    assert problems == [], f"the allocation recomputed from the API objects is unsound: {problems}"

@@ -12,10 +12,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import lightkube
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Node, Pod
 
 from gpufrac import contract
 from gpufrac.contract import keys
+from gpufrac.kube import objects
 from gpufrac.kube.scheduler import Scheduler, SchedulerConfig
 
 
@@ -82,38 +83,48 @@ async def wait_bound(
         await asyncio.sleep(0.2)
 
 
-def allocation_problems(pods: list[dict[str, Any]], gpu_memory: dict[str, int]) -> list[str]:
-    """Recompute every GPU's requested memory and modes from the bound pods' annotations alone."""
+async def allocation_problems(client: lightkube.AsyncClient) -> list[str]:
+    """Every GPU's requested memory and modes, recomputed from the API objects alone: the nodes' GPUs (as
+    the scheduler reads them) and the bound pods' annotations, in every namespace."""
+    memory: dict[tuple[str, str], int] = {}
+    nodes: set[str] = set()
+    async for node in client.list(Node):
+        spec = objects.node_spec(node.to_dict())
+        nodes.add(spec.name)
+        memory |= {(spec.name, gpu.uuid): gpu.memory_mib for gpu in spec.gpus}
     requested: dict[tuple[str, str], int] = defaultdict(int)
     modes: dict[tuple[str, str], set[str]] = defaultdict(set)
-    whole: dict[tuple[str, str], int] = defaultdict(int)
-    users: dict[tuple[str, str], int] = defaultdict(int)
-    for pod in pods:
+    holders: dict[tuple[str, str], list[str]] = defaultdict(list)
+    async for item in client.list(Pod, namespace=lightkube.ALL_NS):
+        pod = item.to_dict()
         node = pod["spec"].get("nodeName")
-        placed = contract.parse_placement(pod) if node else None
+        # Pods of a node already deleted (a test's nodes go before its namespace) hold nothing any more.
+        placed = contract.parse_placement(pod) if node in nodes and not objects.is_done(pod) else None
         if placed is None:
             continue
         for share in placed.shares:
             for device in share.devices:
                 requested[node, device] += share.request_mib
                 modes[node, device].add(share.mode.value)
-                users[node, device] += 1
-        for item in placed.whole:
-            for device in item.devices:
-                whole[node, device] += 1
-                users[node, device] += 1
+                holders[node, device].append("share")
+        for whole in placed.whole:
+            for device in whole.devices:
+                requested[node, device] += memory.get((node, device), 0)
+                holders[node, device].append("whole")
     problems = [
-        f"{node} GPU {device}: {mib} MiB requested of {gpu_memory[node]}"
+        f"{node} GPU {device}: no such GPU" for node, device in requested if (node, device) not in memory
+    ]
+    problems += [
+        f"{node} GPU {device}: {mib} MiB requested of {memory[node, device]}"
         for (node, device), mib in requested.items()
-        if mib > gpu_memory[node]
+        if (node, device) in memory and mib > memory[node, device]
     ]
     problems += [
         f"{node} GPU {device}: modes {sorted(m)}" for (node, device), m in modes.items() if len(m) > 1
     ]
     problems += [
         f"{node} GPU {device}: held whole but shared"
-        for key, n in whole.items()
-        if users[key] > 1
-        for node, device in [key]
+        for (node, device), kinds in holders.items()
+        if "whole" in kinds and len(kinds) > 1
     ]
     return problems

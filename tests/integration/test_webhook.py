@@ -118,14 +118,14 @@ def pod(
     }
 
 
-def with_devices(obj: dict[str, Any], limit: str = "40960Mi") -> dict[str, Any]:
+def with_devices(obj: dict[str, Any], limit: str = "40960Mi", device: str = "GPU-0") -> dict[str, Any]:
     """`obj` carrying what the scheduler writes at bind for container main."""
     obj["metadata"]["annotations"].update(
         {
             f"{N}main.gpu-memory.request": "40960Mi",
             f"{N}main.gpu-memory.limit": limit,
             f"{N}main.gpu-compute.mode": "time-slicing",
-            f"{N}main.gpus.devices": "GPU-0",
+            f"{N}main.gpus.devices": device,
         }
     )
     return obj
@@ -218,7 +218,9 @@ async def test_a_limit_patched_after_binding_is_denied_to_the_tenant_and_allowed
         tenant_client.patch(Pod, "tenant-pod", {"metadata": {"annotations": {"gpu-fraction": "0.9"}}})
     )
     assert message.startswith('gpu-fraction: "0.5" -> "0.9": GPU contract annotations cannot change')
-    bind = with_devices(pod("x"))["metadata"]["annotations"]
+    # Device "0": the node has no agent, so its GPUs are known by index (and the allocation check at the
+    # end of the test finds the bound pod on a GPU that exists).
+    bind = with_devices(pod("x"), device="0")["metadata"]["annotations"]
     await scheduler_client.patch(Pod, "tenant-pod", {"metadata": {"annotations": bind}}, namespace=guarded)
     await controlplane.bind_pod(scheduler_client, "tenant-pod", node.metadata.name, namespace=guarded)
     raise_limit = {"metadata": {"annotations": {f"{N}main.gpu-memory.limit": "81920Mi"}}}
