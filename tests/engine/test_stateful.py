@@ -120,10 +120,13 @@ def recomputed_totals(state: ClusterState) -> dict[str, np.ndarray]:
 
 
 class EngineMachine(RuleBasedStateMachine):
-    @initialize(policy=st.sampled_from(sorted(POLICIES)), seed=st.integers(0, 2**16))
-    def start(self, policy: str, seed: int) -> None:
+    policy_name = ""  # set per policy below
+
+    @initialize(seed=st.integers(0, 2**16))
+    def start(self, seed: int) -> None:
         self.state = ClusterState()
-        self.policy = POLICIES[policy](PolicyContext(rng=np.random.default_rng(seed), workload=WORKLOAD))
+        context = PolicyContext(rng=np.random.default_rng(seed), workload=WORKLOAD)
+        self.policy = POLICIES[self.policy_name](context)
         self.names = iter(range(10**9))
 
     def fresh_name(self) -> str:
@@ -202,7 +205,14 @@ class EngineMachine(RuleBasedStateMachine):
             assert np.array_equal(getattr(self.state, key)[active], array[active]), key
 
 
-EngineMachine.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
-TestEngine = EngineMachine.TestCase
+def stateful_test(policy: str) -> type:
+    machine = type(f"EngineMachine_{policy}", (EngineMachine,), {"policy_name": policy})
+    test: type = machine.TestCase
+    test.settings = settings(
+        max_examples=60, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
+    return test
+
+
+# One test per policy, so every policy is driven through the same kind of random sequences.
+globals().update({f"TestEngine_{name}": stateful_test(name) for name in sorted(POLICIES)})
