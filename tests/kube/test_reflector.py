@@ -140,3 +140,27 @@ async def test_backoff_is_capped_and_reset_by_an_event(sleeps: list[float]) -> N
     )
     assert sleeps == [0.4, 0.8, 1.0, 1.0, 1.0, 0.4, 0.8]
     assert client.watch_versions[-1] == "9"
+
+
+async def test_an_event_the_handler_fails_on_is_skipped_and_the_watch_goes_on(
+    sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    client = ScriptedWatchClient(
+        [[]], [[("ADDED", versioned(pod("bad"), "5")), ("ADDED", versioned(pod("good"), "6"))]]
+    )
+    handled: list[str] = []
+
+    def on_event(event: str, body: dict[str, Any]) -> None:
+        if body["metadata"]["name"] == "bad":
+            raise ValueError("cannot digest this one")
+        handled.append(body["metadata"]["name"])
+
+    task = asyncio.create_task(
+        reflector.reflect(client, Pod, on_list=lambda objects: None, on_event=on_event, namespaced=True)
+    )
+    await asyncio.wait_for(client.done.wait(), timeout=5)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert handled == ["good"]
+    assert "Pod ADDED bad: handling the event failed; skipping it" in caplog.text

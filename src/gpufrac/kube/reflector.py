@@ -1,7 +1,8 @@
 """List, then watch from the list's resourceVersion; relist on 410 Gone; reconnect with backoff.
 
 The scheduler's view of nodes and pods is only as good as this loop, so it never gives up: an API error
-or a dropped connection is logged and retried, never raised into the scheduler.
+or a dropped connection is logged and retried, and an event its handler fails on is logged and skipped,
+never raised into the scheduler.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ async def reflect(
                 body = item.to_dict()
                 version = body.get("metadata", {}).get("resourceVersion", version)
                 failures = 0
-                on_event(event, body)
+                _deliver(on_event, kind, event, body)
         except ApiError as error:
             if error.status.code == 410:
                 log.info("%s watch expired (410 Gone); relisting", kind)
@@ -58,3 +59,12 @@ async def reflect(
             failures += 1
             log.warning("%s watch: connection lost (%s); reconnecting", kind, error)
         await asyncio.sleep(min(max_backoff, 0.2 * 2**failures))
+
+
+def _deliver(on_event: Handler, kind: str, event: str, body: dict[str, Any]) -> None:
+    """One object the handler cannot digest must not stop the watch that every other object arrives on."""
+    try:
+        on_event(event, body)
+    except Exception:
+        name = body.get("metadata", {}).get("name")
+        log.exception("%s %s %s: handling the event failed; skipping it", kind, event, name)
