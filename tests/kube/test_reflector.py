@@ -164,3 +164,25 @@ async def test_an_event_the_handler_fails_on_is_skipped_and_the_watch_goes_on(
         await task
     assert handled == ["good"]
     assert "Pod ADDED bad: handling the event failed; skipping it" in caplog.text
+
+
+async def test_a_list_the_handler_fails_on_is_listed_again(
+    sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    client = ScriptedWatchClient([[pod("a")], [pod("a")]], [[("ADDED", versioned(pod("b"), "5"))]])
+    lists: list[list[dict[str, Any]]] = []
+
+    def on_list(objects: list[dict[str, Any]]) -> None:
+        lists.append(objects)
+        if len(lists) == 1:
+            raise ValueError("cannot digest this list")
+
+    task = asyncio.create_task(
+        reflector.reflect(client, Pod, on_list=on_list, on_event=lambda event, body: None, namespaced=True)
+    )
+    await asyncio.wait_for(client.done.wait(), timeout=5)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert len(lists) == 2 and len(client.list_calls) == 2
+    assert "Pod list: handling it failed; listing again" in caplog.text

@@ -41,8 +41,11 @@ async def reflect(
             if version is None:
                 listing = client.list(resource, namespace=namespace)
                 objects = [item.to_dict() async for item in listing]
+                if not _deliver_list(on_list, kind, objects):
+                    failures += 1
+                    await asyncio.sleep(min(max_backoff, 0.2 * 2**failures))
+                    continue  # list again: the handler rebuilds everything from a full list
                 version = listing.resourceVersion
-                on_list(objects)
             async for event, item in client.watch(resource, namespace=namespace, resource_version=version):
                 body = item.to_dict()
                 version = body.get("metadata", {}).get("resourceVersion", version)
@@ -68,3 +71,14 @@ def _deliver(on_event: Handler, kind: str, event: str, body: dict[str, Any]) -> 
     except Exception:
         name = body.get("metadata", {}).get("name")
         log.exception("%s %s %s: handling the event failed; skipping it", kind, event, name)
+
+
+def _deliver_list(
+    on_list: Callable[[list[dict[str, Any]]], None], kind: str, objects: list[dict[str, Any]]
+) -> bool:
+    try:
+        on_list(objects)
+    except Exception:
+        log.exception("%s list: handling it failed; listing again", kind)
+        return False
+    return True
