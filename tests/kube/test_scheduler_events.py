@@ -257,3 +257,20 @@ def test_a_node_that_comes_back_counts_its_pods_again_and_heartbeats_change_noth
     made.on_node_event("ADDED", n1())
     assert set(made.state.placements) == {key("mps"), key("whole")}
     assert gpu_free(made, "n1") == [GPU_MIB - 8000, 0]
+
+
+def test_fgd_measures_fragmentation_against_the_shapes_of_the_clusters_own_pods() -> None:
+    made = scheduler(policy="fgd")
+    listed(made, [n1()], [sm_pod(), whole_pod()])
+    made.refresh_workload()
+    shapes = made.policy.scorer.workload.shapes  # type: ignore[attr-defined]
+    # 8000 MiB of a 16000 MiB GPU (the cluster's own GPU size) is half a GPU; the whole GPU is 1000.
+    assert {(shape.cpu_milli, shape.gpus, shape.milli) for shape in shapes} == {
+        (1000, 1, 500),
+        (2000, 1, 1000),
+    }
+    before = made.policy
+    made.refresh_workload()  # within the refresh period: kept
+    assert made.policy is before
+    made.refresh_workload(every=0)
+    assert made.policy is not before

@@ -37,10 +37,11 @@ from gpufrac.kube.reflector import reflect
 from gpufrac.kube.selection import Eligibility
 from gpufrac.placement import policies as _policies  # noqa: F401  (registers the policies)
 from gpufrac.placement.engine import decide
-from gpufrac.placement.framework import POLICIES, PolicyContext
+from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Workload
 
 log = logging.getLogger("gpufrac.scheduler")
+WORKLOAD_REFRESH_SECONDS = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +80,8 @@ class Scheduler:
         self._binds: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(config.max_concurrent_binds)
         self._wakeup = asyncio.Event()
-        context = PolicyContext(rng=np.random.default_rng(), workload=Workload.from_pods([]))
-        self.policy = POLICIES[config.policy](context)
+        self.policy = self._policy(Workload.from_pods([]))
+        self._workload_at: float | None = None
 
     # ---- events -------------------------------------------------------------------------------------------
 
@@ -216,8 +217,31 @@ class Scheduler:
 
     # ---- scheduling ---------------------------------------------------------------------------------------
 
+    def _policy(self, workload: Workload) -> Policy:
+        return POLICIES[self.config.policy](PolicyContext(rng=np.random.default_rng(), workload=workload))
+
+    def refresh_workload(self, *, every: float = WORKLOAD_REFRESH_SECONDS) -> None:
+        """Rebuild the policy with the target workload of the pods now known, bound and pending.
+
+        Only `fgd` reads it (fragmentation is measured against the shapes the cluster expects); a live
+        cluster has no trace, so its own pods stand for one, refreshed every `every` seconds.
+        """
+        now = time.monotonic()
+        if self._workload_at is not None and now - self._workload_at < every:
+            return
+        demands = []
+        for pod in [*self.bound_objects.values(), *self.pending.values()]:
+            with contextlib.suppress(contract.ContractError):
+                demands.append(objects.pod_demand(pod))
+        memory = self.state.gpu_mem[self.state.gpu_mem > 0]
+        reference = int(np.median(memory)) if memory.size else 16384  # for shapes asked in MiB
+        self.policy = self._policy(Workload.from_pods(demands, reference_gpu_mib=reference))
+        self._workload_at = now
+
     async def schedule_pending(self) -> int:
         """Decide every pod that is ready to be tried, starting their binds; returns how many were tried."""
+        if self.config.policy == "fgd":
+            self.refresh_workload()
         tried = 0
         while self.is_leader and (key := self.queue.pop()) is not None:
             pod = self.pending.get(key)
