@@ -56,3 +56,10 @@ def test_a_broken_kubeconfig_and_bad_options_are_one_line(tmp_path: Path) -> Non
     assert policy.returncode == 2 and "--policy nope: unknown" in policy.stderr
     selector = gpufrac("scheduler", "--kubeconfig", str(kubeconfig), "--node-selector", "novalue")
     assert selector.returncode == 2 and "expected key=value pairs" in selector.stderr
+
+
+@pytest.mark.parametrize("command", [["scheduler"], ["agent", "--node-name", "n1"]])
+def test_a_bad_log_level_is_one_line(command: list[str], tmp_path: Path) -> None:
+    result = gpufrac(*command, "--kubeconfig", str(tmp_path / "absent"), "--log-level", "loud")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "gpufrac: --log-level loud: choose debug, info, warning or error"

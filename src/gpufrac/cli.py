@@ -213,6 +213,7 @@ def parse_labels(text: str, *, option: str) -> dict[str, str]:
 
 
 def setup_logging(level: str) -> None:
+    """One log format for every long-running command, with the level checked before anything starts."""
     import logging
 
     if level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -262,6 +263,7 @@ def agent(
     from gpufrac.node import command
     from gpufrac.node.watchdog import Mode
 
+    setup_logging(log_level)
     raise typer.Exit(
         command.run(
             node_name=node_name,
@@ -277,7 +279,6 @@ def agent(
             mps_log_directory=mps_log_directory,
             mps_thread_percentage=mps_thread_percentage,
             mps_pinned_limit_mib=mps_pinned_limit_mib,
-            log_level=log_level,
         )
     )
 
@@ -366,7 +367,8 @@ def webhook(
         env_configmap=env_delivery == "configmap",
         mps_host_directory=mps_host_directory,
     )
-    webhook_server.run(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, log_level=log_level)
+    setup_logging(log_level)
+    webhook_server.run(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port)
 
 
 def main() -> None:

@@ -84,3 +84,14 @@ async def test_http_endpoints() -> None:
         assert scrape.headers["Content-Type"].startswith("text/plain")
         assert 'gpufrac_scheduler_attempts_total{result="scheduled"} 1.0' in await scrape.text()
         assert (await client.get("/nothing")).status == 404
+
+
+def test_the_leader_gauge_follows_whether_the_replica_schedules() -> None:
+    leading = [False]
+    metrics = SchedulerMetrics(small_state, leader=lambda: leading[0])
+    assert samples(metrics)[("gpufrac_scheduler_leader", ())] == 0
+    leading[0] = True
+    assert samples(metrics)[("gpufrac_scheduler_leader", ())] == 1
+    assert (
+        samples(SchedulerMetrics(small_state))[("gpufrac_scheduler_leader", ())] == 1
+    )  # no election: it leads

@@ -52,7 +52,9 @@ class _GpuMemory(Collector):
 
 
 class SchedulerMetrics:
-    def __init__(self, state: Callable[[], ClusterState]) -> None:
+    def __init__(
+        self, state: Callable[[], ClusterState], *, leader: Callable[[], bool] = lambda: True
+    ) -> None:
         self.registry = CollectorRegistry()
         self.attempts = Counter(
             "gpufrac_scheduler_attempts", "Scheduling attempts by result", ["result"], registry=self.registry
@@ -73,8 +75,11 @@ class SchedulerMetrics:
             "gpufrac_scheduler_pending_pods", "Pods waiting to be scheduled", registry=self.registry
         )
         self.leader = Gauge(
-            "gpufrac_scheduler_leader", "1 while this replica holds the Lease", registry=self.registry
+            "gpufrac_scheduler_leader",
+            "1 while this replica schedules (holds the Lease)",
+            registry=self.registry,
         )
+        self.leader.set_function(lambda: float(leader()))
         self.registry.register(_GpuMemory(state))
 
     def exposition(self) -> bytes:

@@ -66,7 +66,7 @@ class Scheduler:
         self.state = ClusterState()
         self.eligibility = Eligibility(config.node_selector)
         self.queue = SchedulingQueue()
-        self.metrics = SchedulerMetrics(lambda: self.state)
+        self.metrics = SchedulerMetrics(lambda: self.state, leader=lambda: self.is_leader)
         self.pending: dict[str, dict[str, Any]] = {}  # our unbound pods, latest version
         self.in_flight: dict[str, Placement] = {}
         self.gone_in_flight: set[str] = set()  # deleted or finished while their bind was running
@@ -351,7 +351,6 @@ class Scheduler:
 
     def lead(self) -> None:
         self.is_leader = True
-        self.metrics.leader.set(1)
         self._wakeup.set()
 
     @property

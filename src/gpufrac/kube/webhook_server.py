@@ -229,13 +229,8 @@ def _print_address(host: str, port: int) -> None:
     print(f"gpufrac webhook: serving on https://{host}:{port}", flush=True)
 
 
-def run(
-    policy: admission.Policy, *, tls_cert: Path, tls_key: Path, host: str, port: int, log_level: str = "info"
-) -> None:
+def run(policy: admission.Policy, *, tls_cert: Path, tls_key: Path, host: str, port: int) -> None:
     """Serve until SIGTERM or SIGINT; the CLI's entry point."""
-    if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise UserError(f"--log-level {log_level}: choose debug, info, warning or error")
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     async def main() -> None:
         stop = asyncio.Event()

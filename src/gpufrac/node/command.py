@@ -38,9 +38,7 @@ def run(
     mps_log_directory: Path | None,
     mps_thread_percentage: int | None,
     mps_pinned_limit_mib: int | None,
-    log_level: str,
 ) -> int:
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not node_name.strip():
         raise UserError(
             "--node-name is empty; pass the node's name (in a pod: the downward API's spec.nodeName)"
