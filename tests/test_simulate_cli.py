@@ -56,7 +56,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: 
 def test_json_output_and_report_files(tiny: tuple[Path, Path], tmp_path: Path) -> None:
     nodes, pods = tiny
     out = tmp_path / "report"
-    args = ("--policies", "fgd,bestfit,spread", "--seeds", "1-2", "--workers", "1")
+    args = ("--policies", "fgd,bestfit,spread", "--seeds", "1-2", "--workers", "1", "--inflation", "1.5")
     result = simulate("--nodes", nodes, "--pods", pods, *args, "--format", "json", "--out", out)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
@@ -77,6 +77,7 @@ def test_json_output_and_report_files(tiny: tuple[Path, Path], tmp_path: Path) -
         assert (out / png).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     page = (out / "report.html").read_text()
     assert page.count("<img") == 2 and "data:image/png;base64," in page and "fgd" in page
+    assert "to 1.5&times; the cluster's GPUs" in page  # the inflation the run used, not the default
     curves = (out / "curves.csv").read_text().splitlines()
     assert curves[0] == "policy,seed,arrival_percent,allocation_percent,fragmentation_percent"
     assert {line.split(",")[0] for line in curves[1:]} == {"fgd", "bestfit", "spread"}

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 from rich import box
 from rich.table import Table
 
-from gpufrac.plan import mig
+from gpufrac.plan import mig, planner
 from gpufrac.sim import output
 
 COLUMNS = (  # (header, with a line break where the table may wrap it; what it means)
@@ -34,7 +34,7 @@ COLUMNS = (  # (header, with a line break where the table may wrap it; what it m
     ("SM\nshare", "mean SM share 1/n of an sm-sharing pod"),
     ("over-\nsub.", "pods allocated less memory than they ask for"),
     ("timed\npeak", "most GPUs busy at once in the timed replay"),
-    ("cost\n/month", "GPUs needed × price × 730 hours"),
+    ("cost\n/month", f"GPUs needed × price × {planner.HOURS_PER_MONTH} hours"),
 )
 
 

@@ -30,6 +30,7 @@ from gpufrac.sim.trace import Trace, TracePod
 class RunResult:
     policy: str
     seed: int
+    inflation: float
     allocation: dict[int, float]  # arrival % -> GPU allocation %
     fragmentation: dict[int, float]  # arrival % -> fragmentation, % of the cluster's GPUs
     failures: dict[int, dict[str, int]]  # arrival % -> pods dropped so far, by main reason
@@ -112,6 +113,7 @@ def replay(
     return RunResult(
         policy=policy,
         seed=seed,
+        inflation=inflation,
         allocation=allocation_curve(arrived, used, capacity),
         fragmentation=fragmentation,
         failures=failures,

@@ -56,7 +56,9 @@ def write(out: Path, summary: dict[str, Any], results: Sequence[RunResult]) -> l
         "curves.csv": _curves_csv(results).encode(),
         "allocation.png": allocation_png,
         "fragmentation.png": fragmentation_png,
-        "report.html": _html(summary, allocation_png, fragmentation_png).encode(),
+        "report.html": _html(
+            summary, allocation_png, fragmentation_png, inflation=results[0].inflation
+        ).encode(),
     }
     return output.write_files(out, files)
 
@@ -102,7 +104,9 @@ def _plot(summary: dict[str, Any], results: Sequence[RunResult], *, field: str, 
     return output.png(figure)
 
 
-def _html(summary: dict[str, Any], allocation_png: bytes, fragmentation_png: bytes) -> str:
+def _html(
+    summary: dict[str, Any], allocation_png: bytes, fragmentation_png: bytes, *, inflation: float
+) -> str:
     rows = "".join(
         "<tr><td>{}</td><td>{:.2f} ± {:.2f}</td><td>{}</td><td>{:.2f}</td><td>{:.2f}</td>"
         "<td>{:.0f}</td></tr>".format(
@@ -124,8 +128,8 @@ table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.3rem .6re
 td:first-child,th:first-child{{text-align:left}}img{{max-width:100%}}</style></head><body>
 <h1>gpufrac simulation</h1>
 <p>Trace <b>{html.escape(summary["trace"])}</b>, {summary["gpus"]} GPUs, seeds {_seed_text(summary["seeds"])}.
-Pods arrive in a seeded order, inflated by sampling to 1.3&times; the cluster's GPUs; a pod that does not fit
-is dropped (the method of Weng et al., USENIX ATC '23, "Beware of Fragmentation").
+Pods arrive in a seeded order, inflated by sampling to {inflation:g}&times; the cluster's GPUs;
+a pod that does not fit is dropped (the method of Weng et al., USENIX ATC '23, "Beware of Fragmentation").
 Published figures are the paper's means over seeds 42&ndash;51 on the same trace.</p>
 <table><tr><th>policy</th><th>allocation at 100% arrival (%)</th><th>published</th><th>unallocated (%)</th>
 <th>fragmentation (% of GPUs)</th><th>failed pods</th></tr>{rows}</table>
