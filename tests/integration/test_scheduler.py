@@ -214,7 +214,8 @@ async def test_killed_mid_burst_every_pod_is_bound_exactly_once(
         listed = await wait_bound(admin_client, namespace, burst, timeout=180)
     finally:
         second.terminate()
-        second.wait()
+        stopped = second.wait()
+    assert stopped == 0, "SIGTERM stops the scheduler cleanly"
     assert sum(1 for pod in listed if pod["spec"].get("nodeName")) == burst
     assert await allocation_problems(admin_client) == []
     # 8 nodes x 8 GPUs x 8 eighths = 512 slots: each pod has exactly one device, none counted twice.

@@ -3,6 +3,7 @@
 Only the leader schedules; a standby keeps its state warm from the same watches, so a takeover starts
 binding at once. A leader that loses its Lease exits (status 1), as kube-scheduler does: a fresh process
 rebuilds its state from the API rather than trusting what it held while it was not sure to be alone.
+SIGTERM lets the binds in flight finish (or roll back) before the process exits.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from gpufrac.kube import client as kube_client
 from gpufrac.kube.leader import LeaderElector
 from gpufrac.kube.metrics import http_app
 from gpufrac.kube.scheduler import Scheduler, SchedulerConfig
+from gpufrac.stopping import stop_on_signals
 
 log = logging.getLogger("gpufrac.scheduler")
 
@@ -54,22 +56,27 @@ async def serve(
         ) from None
     tasks: list[asyncio.Task[object]] = [asyncio.create_task(scheduler.run())]
     lost = asyncio.Event()
+    stop = stop_on_signals()
+    stopper = asyncio.create_task(stop.wait())
     if leader_elect:
         scheduler.is_leader = False
         identity = f"{socket.gethostname()}_{os.getpid()}"
         elector = LeaderElector(client, name=config.name, namespace=lease_namespace, identity=identity)
         tasks.append(asyncio.create_task(elector.run(on_lost=lost.set)))
         log.info("waiting to lead (Lease %s/%s) as %s", lease_namespace, config.name, identity)
-        await elector.became_leader.wait()
-        scheduler.lead()
+        leading = asyncio.create_task(elector.became_leader.wait())
+        await asyncio.wait([leading, stopper], return_when=asyncio.FIRST_COMPLETED)
+        if elector.became_leader.is_set():
+            scheduler.lead()
     log.info("scheduling pods with schedulerName=%s, policy %s", config.name, config.policy)
     waiter = asyncio.create_task(lost.wait())
-    done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
-    for task in tasks:
+    done, _ = await asyncio.wait([*tasks, waiter, stopper], return_when=asyncio.FIRST_COMPLETED)
+    for task in [*tasks, waiter, stopper]:
         task.cancel()
+    await scheduler.wait_for_binds()  # binds in flight finish (or roll back) before the process ends
     await runner.cleanup()
     for task in done:
-        if task is not waiter and not task.cancelled() and task.exception() is not None:
+        if task in tasks and not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
     if lost.is_set():
         log.error("lost the Lease; exiting so that a fresh process rebuilds its state")

@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 import secrets
-import signal
 import ssl
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from gpufrac.contract import keys
 from gpufrac.errors import UserError
 from gpufrac.kube import admission
+from gpufrac.stopping import stop_on_signals
 
 log = logging.getLogger("gpufrac.webhook")
 
@@ -233,10 +233,6 @@ def run(policy: admission.Policy, *, tls_cert: Path, tls_key: Path, host: str, p
     """Serve until SIGTERM or SIGINT; the CLI's entry point."""
 
     async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for number in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(number, stop.set)
-        await serve(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, stop=stop)
+        await serve(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, stop=stop_on_signals())
 
     asyncio.run(main())

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 from pathlib import Path
 
 import lightkube
@@ -19,6 +18,7 @@ from gpufrac.node import agent as node_agent
 from gpufrac.node import mps, nvml, procfs
 from gpufrac.node.exporter import Exporter
 from gpufrac.node.watchdog import Mode
+from gpufrac.stopping import stop_on_signals
 
 log = logging.getLogger("gpufrac.node")
 
@@ -102,10 +102,7 @@ async def _main(
                 report = await agent.tick()
                 print(json.dumps(_summary(report), sort_keys=True))
                 return 0
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, stop.set)
+            stop = stop_on_signals()
             log.info(
                 "agent on node %s: mode %s, every %gs",
                 settings.node_name,

@@ -22,7 +22,6 @@ from gpufrac.errors import UserError
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
-TIMED_COLUMNS = ("creation_time", "deletion_time")
 
 # The trace gives GPU models but no GPU memory. The simulator sizes each GPU at 1000 MiB per nominal GB,
 # so that a portion in thousandths resolves to whole MiB exactly and MiB accounting equals the paper's
