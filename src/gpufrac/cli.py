@@ -163,7 +163,6 @@ def scheduler(
 
     from gpufrac.kube import serve
     from gpufrac.kube.scheduler import SchedulerConfig
-    from gpufrac.placement import policies as _policies  # noqa: F401  (registers the policies)
     from gpufrac.placement.framework import POLICIES
 
     if policy not in POLICIES:

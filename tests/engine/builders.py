@@ -7,7 +7,6 @@ from fractions import Fraction
 
 import numpy as np
 
-import gpufrac.placement.policies  # noqa: F401  (registers the policies)
 from gpufrac.cluster.model import (
     Assignment,
     GpuSpec,

@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-import gpufrac.placement.policies  # noqa: F401  (registers the policies)
 from gpufrac.cluster.invariants import violations
 from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement, PodDemand, Unschedulable
 from gpufrac.cluster.state import MODE_CODE, ClusterState, PlacementRefused

@@ -35,7 +35,6 @@ from gpufrac.kube.metrics import SchedulerMetrics
 from gpufrac.kube.queue import SchedulingQueue
 from gpufrac.kube.reflector import reflect
 from gpufrac.kube.selection import Eligibility
-from gpufrac.placement import policies as _policies  # noqa: F401  (registers the policies)
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Workload

@@ -9,7 +9,6 @@ import numpy as np
 from gpufrac.cluster.model import NodeSpec, Placement, PodDemand, Unschedulable
 from gpufrac.cluster.state import ClusterState
 from gpufrac.contract.model import ComputeMode
-from gpufrac.placement import policies as _policies  # noqa: F401  (registers the policies)
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, PolicyContext
 from gpufrac.placement.workload import Workload

@@ -18,7 +18,6 @@ import numpy as np
 
 from gpufrac.cluster.model import Placement
 from gpufrac.cluster.state import ClusterState
-from gpufrac.placement import policies as _policies  # noqa: F401  (registers the policies)
 from gpufrac.placement.engine import decide
 from gpufrac.placement.fragmentation import cluster_fragmentation
 from gpufrac.placement.framework import POLICIES, PolicyContext
