@@ -14,7 +14,9 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.console import Console
 
+from gpufrac import contract
 from gpufrac.errors import UserError
+from gpufrac.kube import admission  # pure, and cheap to import: its defaults are the webhook's
 
 app = typer.Typer(
     name="gpufrac",
@@ -293,18 +295,20 @@ def webhook(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
     scheduler_identity: Annotated[
         str, typer.Option(help="The user that alone may write scheduler-owned keys and env ConfigMaps.")
-    ] = "system:serviceaccount:gpufrac-system:gpufrac-scheduler",
-    scheduler_name: Annotated[str, typer.Option(help="The schedulerName given to share pods.")] = "gpufrac",
+    ] = admission.DEFAULT_SCHEDULER_IDENTITY,
+    scheduler_name: Annotated[
+        str, typer.Option(help="The schedulerName given to share pods.")
+    ] = admission.DEFAULT_SCHEDULER_NAME,
     exempt_namespaces: Annotated[
         str, typer.Option(help="Comma-separated namespaces let through unchecked.")
-    ] = "kube-system,kube-public,kube-node-lease,gpufrac-system",
+    ] = ",".join(admission.DEFAULT_EXEMPT_NAMESPACES),
     env_delivery: Annotated[
         Literal["configmap", "annotations-only"],
         typer.Option(help="configmap: add each GPU container's env ConfigMap; annotations-only on r615+."),
     ] = "configmap",
     mps_host_directory: Annotated[
         str, typer.Option(help="The node's MPS pipe directory, mounted into sm-sharing containers.")
-    ] = "/run/gpufrac/mps",
+    ] = contract.DEFAULT_MPS_PIPE_DIRECTORY,
     configmap_deleters: Annotated[
         str | None,
         typer.Option(
@@ -351,7 +355,7 @@ def webhook(
             kubeconfig=kubeconfig,
         )
         return
-    from gpufrac.kube import admission, webhook_server
+    from gpufrac.kube import webhook_server
 
     if tls_cert is None or tls_key is None:
         raise UserError("the webhook serves HTTPS only: pass --tls-cert and --tls-key (or --generate-certs)")
