@@ -251,7 +251,7 @@ def run(
 
         config = kube_client.load_config(kubeconfig)
         try:
-            async with lightkube.AsyncClient(config=config, field_manager="gpufrac-webhook-certs") as api:
+            async with kube_client.async_client(config, field_manager="gpufrac-webhook-certs") as api:
                 await install(
                     api,
                     namespace=namespace,

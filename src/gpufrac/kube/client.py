@@ -40,8 +40,8 @@ def load_config(kubeconfig: Path | None) -> lightkube.KubeConfig:
         raise UserError(f"{source}: not a usable kubeconfig ({error}); fix or replace it") from None
 
 
-def async_client(kubeconfig: Path | None, *, field_manager: str = "gpufrac") -> lightkube.AsyncClient:
-    return lightkube.AsyncClient(config=load_config(kubeconfig), field_manager=field_manager)
+def async_client(config: lightkube.KubeConfig, *, field_manager: str = "gpufrac") -> lightkube.AsyncClient:
+    return lightkube.AsyncClient(config=config, field_manager=field_manager)
 
 
 def unreachable(error: Exception, config: lightkube.KubeConfig) -> UserError:

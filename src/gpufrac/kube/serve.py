@@ -38,7 +38,7 @@ async def serve(
     lease_namespace: str,
 ) -> None:
     kube = kube_client.load_config(kubeconfig)
-    client = kube_client.async_client(kubeconfig, field_manager=config.name)
+    client = kube_client.async_client(kube, field_manager=config.name)
     try:
         await client.get(Node, "gpufrac-connectivity-check")
     except ApiError:

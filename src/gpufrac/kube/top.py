@@ -88,7 +88,7 @@ def table(rows: list[dict[str, Any]]) -> Table:
 
 async def collect(kubeconfig: Path | None) -> list[dict[str, Any]]:
     config = kube_client.load_config(kubeconfig)
-    client = kube_client.async_client(kubeconfig)
+    client = kube_client.async_client(config)
     view = Scheduler(client, SchedulerConfig())
     try:
         view.on_nodes_listed([node.to_dict() async for node in client.list(Node)])

@@ -87,7 +87,7 @@ async def _main(
     *,
     once: bool,
 ) -> int:
-    async with lightkube.AsyncClient(config=config, field_manager=node_agent.COMPONENT) as client:
+    async with kube_client.async_client(config, field_manager=node_agent.COMPONENT) as client:
         agent = node_agent.Agent(
             settings,
             client=client,
