@@ -79,10 +79,7 @@ def _agent_inventory(node: Obj) -> tuple[node_labels.GpuInfo, ...] | None:
     if text is None:
         return None
     try:
-        gpus = node_labels.load_gpus(text)
-        if sorted(gpu.index for gpu in gpus) != list(range(len(gpus))):
-            raise ValueError(f"GPU indices must be 0..{len(gpus) - 1}, one each")
-        return gpus
+        return node_labels.load_gpus(text)
     except ValueError as error:
         log.warning(
             "node %s: ignoring its %s annotation: %s",

@@ -81,7 +81,10 @@ def load_gpus(text: str) -> tuple[GpuInfo, ...]:
         raise ValueError(f"{GPUS_ANNOTATION} is not JSON: {error}") from None
     if not isinstance(items, list):
         raise ValueError(f"{GPUS_ANNOTATION} must be a JSON list, not {type(items).__name__}")
-    return tuple(_gpu(item, position) for position, item in enumerate(items))
+    gpus = tuple(_gpu(item, position) for position, item in enumerate(items))
+    if sorted(gpu.index for gpu in gpus) != list(range(len(gpus))):
+        raise ValueError(f"{GPUS_ANNOTATION}: GPU indices must be 0..{len(gpus) - 1}, one each")
+    return gpus
 
 
 def _gpu(item: object, position: int) -> GpuInfo:
