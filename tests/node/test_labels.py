@@ -42,6 +42,10 @@ def test_gpus_round_trip_sorted_by_index() -> None:
             ".memory_mib must be",
         ),
         ('[{"index": 0, "uuid": "u", "model": "m", "memory_mib": 1}]', ".healthy must be bool"),
+        (
+            '[{"index": 1, "uuid": "u", "model": "m", "memory_mib": 1, "healthy": true}]',
+            "GPU indices must be 0..0, one each",
+        ),
     ],
 )
 def test_bad_annotations_say_what_is_wrong(text: str, message: str) -> None:
