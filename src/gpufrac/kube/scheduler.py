@@ -70,7 +70,6 @@ class Scheduler:
         self.in_flight: dict[str, Placement] = {}
         self.gone_in_flight: set[str] = set()  # deleted or finished while their bind was running
         self.node_objects: dict[str, dict[str, Any]] = {}
-        self.pod_nodes: dict[str, str] = {}  # pods accounted in the state -> their node
         self.unplaced: dict[str, dict[str, dict[str, Any]]] = {}  # node not seen yet -> its bound pods
         self.bound_objects: dict[str, dict[str, Any]] = {}  # pods accounted as bound -> their latest version
         self._node_views: dict[str, tuple[Any, ...]] = {}  # what placement reads of each node
@@ -100,7 +99,6 @@ class Scheduler:
             self._node_views.pop(name, None)
             if name in self.state.index and self.state.active[self.state.index[name]]:
                 for placement in self.state.remove_node(name):
-                    self.pod_nodes.pop(placement.pod, None)
                     # Kubernetes deletes these pods soon; should the node come back first, they count again.
                     pod = self.bound_objects.pop(placement.pod, None)
                     if pod is not None:
@@ -143,13 +141,13 @@ class Scheduler:
                 self.state.apply(placement)
             except PlacementRefused as error:
                 log.error("node %s changed under pod %s: %s", spec.name, placement.pod, error)
-                self.pod_nodes.pop(placement.pod, None)
+                self.bound_objects.pop(placement.pod, None)
 
     def on_pods_listed(self, pods: list[dict[str, Any]]) -> None:
         """Rebuild every pod-derived fact from a full list: what is bound where, what waits."""
         listed = {objects.pod_key(pod) for pod in pods}
         waiting = [key for held in self.unplaced.values() for key in held]  # bound to nodes not seen yet
-        for key in [*self.pod_nodes, *waiting]:
+        for key in [*self.state.placements, *waiting]:
             if key in listed:
                 continue
             if key in self.in_flight:
@@ -170,14 +168,14 @@ class Scheduler:
             self._forget_pending(key)
             if key in self.in_flight:
                 self.gone_in_flight.add(key)  # released when its bind finishes
-            elif key in self.pod_nodes or any(key in pods for pods in self.unplaced.values()):
+            elif key in self.state.placements or any(key in pods for pods in self.unplaced.values()):
                 self._release(key)
                 self.queue.cluster_changed()
                 self._wakeup.set()
             return
         if node:
             self._forget_pending(key)
-            if key in self.pod_nodes and key not in self.in_flight:
+            if key in self.state.placements and key not in self.in_flight:
                 self.bound_objects[key] = pod
             elif key not in self.in_flight:
                 self._account_bound(key, pod, node)
@@ -199,13 +197,11 @@ class Scheduler:
         except (contract.ContractError, PlacementRefused) as error:
             log.error("bound pod %s on %s does not add up: %s", key, node, error)
             return
-        self.pod_nodes[key] = node
         self.bound_objects[key] = pod
 
     def _release(self, key: str) -> None:
         for waiting in self.unplaced.values():
             waiting.pop(key, None)
-        self.pod_nodes.pop(key, None)
         self.bound_objects.pop(key, None)
         if key in self.state.placements:
             self.state.release(key)
@@ -272,7 +268,6 @@ class Scheduler:
             await self._report_failure(pod, message)
             return
         self.state.apply(outcome)
-        self.pod_nodes[key] = outcome.node
         self.in_flight[key] = outcome
         del self.pending[key]
         await self._slots.acquire()
@@ -347,6 +342,11 @@ class Scheduler:
             log.warning("pod %s/%s: could not record why it is unschedulable: %s", namespace, name, error)
 
     # ---- running ------------------------------------------------------------------------------------------
+
+    @property
+    def pod_nodes(self) -> dict[str, str]:
+        """Pods accounted in the state (bound, or reserved for a bind) and their nodes."""
+        return {key: placement.node for key, placement in self.state.placements.items()}
 
     def lead(self) -> None:
         self.is_leader = True
