@@ -7,12 +7,10 @@ summary, which the table, `plan.json`, the charts and `plan.html` are all drawn 
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -22,7 +20,7 @@ from gpufrac.placement.framework import POLICIES
 from gpufrac.plan import inputs, mig, search, timed
 from gpufrac.plan.measures import Measures, measure
 from gpufrac.plan.strategies import STRATEGIES, Options, Strategy
-from gpufrac.sim import experiment
+from gpufrac.sim import experiment, pool
 from gpufrac.sim.trace import Trace, TracePod
 
 ORDER = (
@@ -169,19 +167,10 @@ def run_timed(prepared: Inputs, strategy_name: str, seed: int) -> TimedRun:
     return TimedRun(strategy_name, replay, time.perf_counter() - started, time.process_time() - cpu)
 
 
-_inputs: Inputs | None = None
-
-
-def _set_inputs(prepared: Inputs) -> None:
-    global _inputs
-    _inputs = prepared
-
-
-def _run(job: Job) -> StaticRun | TimedRun:
-    assert _inputs is not None
+def _run(prepared: Inputs, job: Job) -> StaticRun | TimedRun:
     if job.kind == "static":
-        return run_static(_inputs, job.strategy, job.seed)
-    return run_timed(_inputs, job.strategy, job.seed)
+        return run_static(prepared, job.strategy, job.seed)
+    return run_timed(prepared, job.strategy, job.seed)
 
 
 def jobs(settings: Settings) -> list[Job]:
@@ -196,11 +185,11 @@ def jobs(settings: Settings) -> list[Job]:
 def run(
     prepared: Inputs, *, on_done: Callable[[Job], None] | None = None
 ) -> tuple[list[StaticRun], list[TimedRun]]:
-    todo = jobs(prepared.settings)
-    workers = max(1, min(prepared.settings.workers or os.cpu_count() or 1, len(todo)))
     static: list[StaticRun] = []
     replays: list[TimedRun] = []
-    for job, result in _outcomes(prepared, todo, workers):
+    for job, result in pool.run_jobs(
+        prepared, _run, jobs(prepared.settings), workers=prepared.settings.workers
+    ):
         if isinstance(result, StaticRun):
             static.append(result)
         else:
@@ -208,18 +197,6 @@ def run(
         if on_done is not None:
             on_done(job)
     return static, replays
-
-
-def _outcomes(prepared: Inputs, todo: list[Job], workers: int) -> Iterator[tuple[Job, StaticRun | TimedRun]]:
-    if workers == 1:
-        _set_inputs(prepared)
-        for job in todo:
-            yield job, _run(job)
-        return
-    with ProcessPoolExecutor(workers, initializer=_set_inputs, initargs=(prepared,)) as pool:
-        futures = {pool.submit(_run, job): job for job in todo}
-        for future in as_completed(futures):
-            yield futures[future], future.result()
 
 
 @dataclass

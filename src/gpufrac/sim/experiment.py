@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import statistics
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
+from gpufrac.sim import pool
 from gpufrac.sim.replay import RunResult, replay
 from gpufrac.sim.trace import Trace
 
@@ -56,18 +55,9 @@ def parse_names(text: str, known: Iterable[str], *, option: str) -> list[str]:
     return names
 
 
-_trace: Trace | None = None
-
-
-def _set_trace(trace: Trace) -> None:
-    global _trace
-    _trace = trace
-
-
-def _run(job: tuple[str, int, float]) -> RunResult:
-    assert _trace is not None
+def _replay_job(trace: Trace, job: tuple[str, int, float]) -> RunResult:
     policy, seed, inflation = job
-    return replay(_trace, policy=policy, seed=seed, inflation=inflation)
+    return replay(trace, policy=policy, seed=seed, inflation=inflation)
 
 
 def run_matrix(
@@ -79,24 +69,14 @@ def run_matrix(
     workers: int | None = None,
     on_result: Callable[[RunResult], None] | None = None,
 ) -> list[RunResult]:
-    """Every policy on every seed; each worker process receives the trace once."""
+    """Every policy on every seed, in that order; each worker process receives the trace once."""
     jobs = [(policy, seed, inflation) for policy in policies for seed in seeds]
-    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     results: list[RunResult] = []
-    for result in _outcomes(trace, jobs, workers):
+    for _, result in pool.run_jobs(trace, _replay_job, jobs, workers=workers):
         results.append(result)
         if on_result:
             on_result(result)
     return results
-
-
-def _outcomes(trace: Trace, jobs: list[tuple[str, int, float]], workers: int) -> Iterator[RunResult]:
-    if workers == 1:
-        _set_trace(trace)
-        yield from map(_run, jobs)
-        return
-    with ProcessPoolExecutor(workers, initializer=_set_trace, initargs=(trace,)) as pool:
-        yield from pool.map(_run, jobs)
 
 
 def summarize(trace: Trace, seeds: Sequence[int], results: Sequence[RunResult]) -> dict[str, Any]:

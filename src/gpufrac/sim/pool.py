@@ -1,0 +1,52 @@
+"""Running many independent replays: in this process, or in a pool of worker processes.
+
+The data every job reads (a trace, prepared inputs) is sent to each worker once, when it starts, instead of
+with every job; results come back in the order the jobs were given, so reports do not depend on timing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, TypeVar
+
+S = TypeVar("S")
+J = TypeVar("J")
+R = TypeVar("R")
+
+_shared: Any = None
+_work: Callable[[Any, Any], Any] | None = None
+
+
+def _install(shared: Any, work: Callable[[Any, Any], Any]) -> None:
+    global _shared, _work
+    _shared, _work = shared, work
+
+
+def _call(job: Any) -> Any:
+    assert _work is not None
+    return _work(_shared, job)
+
+
+def worker_count(requested: int | None, jobs: int) -> int:
+    """One per CPU unless told otherwise, never more than there are jobs, at least one."""
+    return max(1, min(requested or os.cpu_count() or 1, jobs))
+
+
+def run_jobs(
+    shared: S, work: Callable[[S, J], R], jobs: Sequence[J], *, workers: int | None
+) -> Iterator[tuple[J, R]]:
+    """`work(shared, job)` for every job, yielded with its job as each finishes in turn.
+
+    `work` must be a module-level function, so that worker processes can import it.
+    """
+    count = worker_count(workers, len(jobs))
+    if count == 1:
+        for job in jobs:
+            yield job, work(shared, job)
+        return
+    with ProcessPoolExecutor(count, initializer=_install, initargs=(shared, work)) as pool:
+        futures = [pool.submit(_call, job) for job in jobs]
+        for job, future in zip(jobs, futures, strict=True):
+            yield job, future.result()
