@@ -14,6 +14,7 @@ from gpufrac.contract import (
     Portion,
     ShareRequest,
     WholeGpuRequest,
+    kai_share_container,
     parse_pod,
 )
 
@@ -436,3 +437,12 @@ def test_contract_error_carries_its_parts() -> None:
     assert (error.key, error.value) == ("gpu-fraction", "2")
     assert error.rule.startswith("must be less than 1")
     assert isinstance(error, ValueError)
+
+
+def test_the_kai_share_goes_to_the_named_container_or_the_first() -> None:
+    assert kai_share_container(make_pod({"gpu-fraction": "0.5"}, ("app", "sidecar"))) == "app"
+    named = {"gpu-fraction": "0.5", "gpu-fraction-container-name": "sidecar"}
+    assert kai_share_container(make_pod(named, ("app", "sidecar"))) == "sidecar"
+    assert kai_share_container(make_pod({"nvidia.com/container.app.gpu-memory.request": "1Gi"})) is None
+    with pytest.raises(ContractError, match="no such container"):
+        kai_share_container(make_pod({"gpu-fraction": "0.5", "gpu-fraction-container-name": "x"}))

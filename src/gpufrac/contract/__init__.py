@@ -18,7 +18,7 @@ from gpufrac.contract.model import (
     WholeGpuPlacement,
     WholeGpuRequest,
 )
-from gpufrac.contract.parse import parse_placement, parse_pod
+from gpufrac.contract.parse import kai_share_container, parse_placement, parse_pod
 from gpufrac.contract.quantity import format_mib, kai_memory_mib, parse_decimal, parse_quantity, quantity_mib
 from gpufrac.contract.render import (
     DEFAULT_MPS_PIPE_DIRECTORY,
@@ -46,6 +46,7 @@ __all__ = [
     "is_contract_key",
     "is_scheduler_owned",
     "kai_memory_mib",
+    "kai_share_container",
     "parse_decimal",
     "parse_placement",
     "parse_pod",

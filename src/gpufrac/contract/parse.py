@@ -52,6 +52,14 @@ def parse_pod(pod: Mapping[str, object]) -> PodGpuRequest:
     return _request(_read(pod))
 
 
+def kai_share_container(pod: Mapping[str, object]) -> str | None:
+    """The container the KAI annotations (`gpu-fraction`, `gpu-memory`) give their share to, if they ask
+    for one: the one `gpu-fraction-container-name` names, or the first. Raises `ContractError` like
+    `parse_pod` for a pod that breaks the contract."""
+    share = _kai_share(_read(pod))
+    return share.container if share is not None else None
+
+
 def parse_placement(pod: Mapping[str, object]) -> PodPlacement | None:
     """Where a bound pod's GPU containers were put, read from the annotations bind wrote; None if unbound.
 

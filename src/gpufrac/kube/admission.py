@@ -250,10 +250,9 @@ def _annotation_patch(
         mode_key = contract.container_key(share.container, keys.COMPUTE_MODE)
         if mode_key not in current:
             added[mode_key] = share.mode.value
-    kai = any(key in current for key in (keys.GPU_FRACTION, keys.GPU_MEMORY))
-    if kai and keys.CONTAINER_NAME not in current:
-        # parse_pod gave the KAI share to the first container; say so.
-        added[keys.CONTAINER_NAME] = _names(_list(_map(pod.get("spec")).get("containers")))[0]
+    kai_container = contract.kai_share_container(pod)
+    if kai_container is not None and keys.CONTAINER_NAME not in current:
+        added[keys.CONTAINER_NAME] = kai_container  # which container the share went to, said explicitly
     if configmap_name is not None:
         added[keys.ENV_CONFIGMAP_ANNOTATION] = configmap_name
     # A share pod has annotations: parse_pod found its share there.
