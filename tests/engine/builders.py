@@ -17,7 +17,7 @@ from gpufrac.cluster.model import (
     resolve_mib,
 )
 from gpufrac.cluster.state import MODE_CODE, MODE_NONE, ClusterState
-from gpufrac.contract.model import ComputeMode, Portion, ShareRequest
+from gpufrac.contract.model import ComputeMode, Portion, ShareRequest, WholeGpuRequest
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Shape, Workload
@@ -66,7 +66,7 @@ def share_pod(
 
 def whole_pod(name: str, gpus: int = 1, *, cpu: int = 0, models: Iterable[str] | None = None) -> PodDemand:
     allowed = frozenset(models) if models is not None else None
-    return PodDemand(name, cpu_milli=cpu, whole_gpus=gpus, whole_container="main", models=allowed)
+    return PodDemand(name, cpu_milli=cpu, whole=(WholeGpuRequest("main", gpus),), models=allowed)
 
 
 def share_at(

@@ -7,7 +7,7 @@ import pytest
 from gpufrac.cluster.invariants import violations
 from gpufrac.cluster.model import Assignment, PodDemand, Unschedulable
 from gpufrac.cluster.state import ClusterState
-from gpufrac.contract.model import ComputeMode, ShareRequest
+from gpufrac.contract.model import ComputeMode, ShareRequest, WholeGpuRequest
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES
 
@@ -21,8 +21,7 @@ def pod(*shares: tuple[str, int, ComputeMode, int], whole: int = 0, cpu: int = 0
     return PodDemand(
         "p",
         cpu_milli=cpu,
-        whole_gpus=whole,
-        whole_container="trainer" if whole else "",
+        whole=(WholeGpuRequest("trainer", whole),) if whole else (),
         shares=tuple(
             ShareRequest(name, portion(milli), portion(milli), mode=mode, num_devices=devices)
             for name, milli, mode, devices in shares

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gpufrac.cluster.invariants import violations
 from gpufrac.cluster.model import NodeSpec, Placement, PodDemand, Unschedulable
 from gpufrac.cluster.state import ClusterState
-from gpufrac.contract.model import Mebibytes, Portion, ShareRequest
+from gpufrac.contract.model import Mebibytes, Portion, ShareRequest, WholeGpuRequest
 from gpufrac.placement.engine import decide
 from gpufrac.placement.fit import find_fit
 from gpufrac.placement.framework import POLICIES, Policy
@@ -417,7 +417,9 @@ def pods(draw: st.DrawFn, name: str) -> PodDemand:
     models = draw(st.sampled_from([None, frozenset({"A100"})]))
     kind = draw(st.sampled_from(["share", "whole", "cpu"]))
     if kind == "whole":
-        return PodDemand(name, cpu_milli=cpu, whole_gpus=draw(st.integers(1, 3)), models=models)
+        return PodDemand(
+            name, cpu_milli=cpu, whole=(WholeGpuRequest("main", draw(st.integers(1, 3))),), models=models
+        )
     if kind == "cpu":
         return PodDemand(name, cpu_milli=cpu)
     milli = draw(st.integers(1, 1000))

@@ -19,7 +19,14 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from gpufrac.cluster.invariants import violations
 from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement, PodDemand, Unschedulable
 from gpufrac.cluster.state import MODE_CODE, ClusterState, PlacementRefused
-from gpufrac.contract.model import ComputeMode, Mebibytes, MemoryAmount, Portion, ShareRequest
+from gpufrac.contract.model import (
+    ComputeMode,
+    Mebibytes,
+    MemoryAmount,
+    Portion,
+    ShareRequest,
+    WholeGpuRequest,
+)
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, PolicyContext
 from gpufrac.placement.workload import Workload
@@ -77,8 +84,7 @@ def pods(draw: st.DrawFn) -> PodDemand:
         name="",  # named by the machine, which knows which names are taken
         cpu_milli=draw(st.sampled_from([0, 1_000, 8_000])),
         memory_mib=draw(st.sampled_from([0, 4_096, 32_768])),
-        whole_gpus=whole,
-        whole_container="main",
+        whole=(WholeGpuRequest("main", whole),) if whole else (),
         shares=tuple(draw(shares(f"c{i}")) for i in range(count)),
         models=draw(st.sampled_from([None, frozenset({"T4"}), frozenset(MODELS)])),
     )
@@ -91,7 +97,7 @@ WORKLOAD = Workload.from_pods(
             cpu_milli=1_000,
             shares=(ShareRequest("c", Portion(Fraction(1, 2)), Portion(Fraction(1, 2))),),
         ),
-        PodDemand("b", cpu_milli=8_000, whole_gpus=1),
+        PodDemand("b", cpu_milli=8_000, whole=(WholeGpuRequest("main", 1),)),
         PodDemand("c", cpu_milli=1_000),
     ]
 )

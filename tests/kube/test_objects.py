@@ -6,16 +6,23 @@ import json
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
 import pytest
 
 from gpufrac import contract
 from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement
+from gpufrac.cluster.state import ClusterState
 from gpufrac.contract import keys
 from gpufrac.contract.model import ComputeMode, Mebibytes, Portion, ShareRequest
 from gpufrac.kube import objects
 from gpufrac.node import labels as node_labels
+from gpufrac.placement.engine import decide
+from gpufrac.placement.framework import POLICIES, PolicyContext
+from gpufrac.placement.workload import Workload
 
 from .apiobjects import GPU_MIB, bound, container, inventory, key, node, pod
+
+CONTEXT = PolicyContext(rng=np.random.default_rng(0), workload=Workload.from_pods([]))
 
 TS, SM = ComputeMode.TIME_SLICING, ComputeMode.SM_SHARING
 ENV_BASE = "gpufrac-env-0123456789"
@@ -210,7 +217,7 @@ def test_pod_demand_from_nvidia_keys_on_several_containers() -> None:
 
 def test_pod_demand_for_whole_gpus() -> None:
     demand = objects.pod_demand(pod("p", whole=2, cpu="1"))
-    assert (demand.whole_gpus, demand.whole_container, demand.shares) == (2, "main", ())
+    assert (demand.whole_gpus, demand.whole, demand.shares) == (2, (contract.WholeGpuRequest("main", 2),), ())
     assert demand.priority == 0
 
 
@@ -296,23 +303,23 @@ def test_bound_placement_reads_back_whole_gpus(uuids: bool) -> None:
     assert _round_trip(pending, placement, spec) == placement
 
 
-def test_whole_gpus_of_several_containers_are_written_per_container_and_read_back() -> None:
-    """The engine gives a pod's whole GPUs as one assignment; each container must get its own devices."""
+def test_whole_gpus_of_several_containers_are_placed_written_and_read_back_per_container() -> None:
+    """Each container gets its own devices, from the engine's decision to the annotations and back."""
     spec = _node_spec(uuids=True)
     pending = pod("p", containers=[container("a", whole=1), container("b", whole=2)])
-    placement = Placement(
-        key("p"), "n1", cpu_milli=200, assignments=(Assignment("a", (0, 1, 3), GPU_MIB, GPU_MIB, None),)
+    placement = decide(ClusterState([spec]), objects.pod_demand(pending), POLICIES["bestfit"](CONTEXT))
+    assert isinstance(placement, Placement)
+    assert placement.assignments == (
+        Assignment("a", (0,), GPU_MIB, GPU_MIB, None),
+        Assignment("b", (1, 2), GPU_MIB, GPU_MIB, None),
     )
     plan = objects.bind_plan(pending, placement, spec, mps_pipe_directory=PIPES, env_configmaps=True)
     assert plan.annotations == {
         nvidia("a", "gpus.devices"): "GPU-n1-0",
-        nvidia("b", "gpus.devices"): "GPU-n1-1,GPU-n1-3",
+        nvidia("b", "gpus.devices"): "GPU-n1-1,GPU-n1-2",
     }
     read = objects.bound_placement(bound(pending, "n1", plan.annotations), spec)
-    assert read.assignments == (
-        Assignment("a", (0,), GPU_MIB, GPU_MIB, None),
-        Assignment("b", (1, 3), GPU_MIB, GPU_MIB, None),
-    )
+    assert read.assignments == placement.assignments
 
 
 def test_bound_placement_of_a_pod_gpufrac_did_not_place_holds_cpu_and_memory_only() -> None:

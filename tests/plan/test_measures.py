@@ -7,7 +7,7 @@ from fractions import Fraction
 import pytest
 
 from gpufrac.cluster.model import PodDemand
-from gpufrac.contract.model import Portion, ShareRequest
+from gpufrac.contract.model import Portion, ShareRequest, WholeGpuRequest
 from gpufrac.plan.measures import fault_domains, measure
 from gpufrac.plan.packer import PodUse
 
@@ -34,7 +34,9 @@ def test_every_other_pod_is_its_own_domain() -> None:
 
 def test_measures_of_an_sm_sharing_gpu_beside_a_whole_one() -> None:
     # GPU 0: three sm-sharing pods asking 0.25 each; GPU 1: a whole GPU; GPU 2 bought and idle.
-    pods = {name: asks(name, Fraction(1, 4)) for name in "abc"} | {"w": PodDemand("w", whole_gpus=1)}
+    pods = {name: asks(name, Fraction(1, 4)) for name in "abc"} | {
+        "w": PodDemand("w", whole=(WholeGpuRequest("w", 1),))
+    }
     uses = [use(name, (0,), MIB // 4, sm=True) for name in "abc"] + [use("w", (1,), MIB)]
     result = measure(uses, {("n", 0): MIB, ("n", 1): MIB, ("n", 2): MIB}, pods)
     assert (result.gpus, result.busy_gpus, result.gpu_pods) == (3, 2, 4)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpufrac.cluster.model import PodDemand
-from gpufrac.contract.model import Portion, ShareRequest
+from gpufrac.contract.model import Portion, ShareRequest, WholeGpuRequest
 from gpufrac.errors import UserError
 from gpufrac.sim import trace
 
@@ -53,7 +53,7 @@ def test_trace_pods_become_engine_demands() -> None:
     share = trace.TracePod("s", 1_000, 512, 1, 250, None)
     cpu = trace.TracePod("c", 500, 256, 0, 0, None)
     assert whole.demand() == PodDemand(
-        "w", cpu_milli=4_000, memory_mib=1_024, whole_gpus=2, whole_container="main", models=frozenset({"T4"})
+        "w", cpu_milli=4_000, memory_mib=1_024, whole=(WholeGpuRequest("main", 2),), models=frozenset({"T4"})
     )
     quarter = Portion(Fraction(1, 4))
     assert share.demand() == PodDemand(

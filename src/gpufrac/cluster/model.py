@@ -6,9 +6,17 @@ simulator each translate their input into them, so the engine is tested once for
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpufrac.contract.model import ComputeMode, Mebibytes, MemoryAmount, Portion, ShareRequest
+from gpufrac.contract.model import (
+    ComputeMode,
+    Mebibytes,
+    MemoryAmount,
+    Portion,
+    ShareRequest,
+    WholeGpuRequest,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,18 +67,22 @@ def milli_of(amount: MemoryAmount, gpu_memory_mib: int) -> int:
 class PodDemand:
     """Everything one pod needs from one node.
 
-    `whole_gpus` counts exclusive GPUs (the `nvidia.com/gpu` resource, summed over containers and named
-    by `whole_container`); `models`, when set, lists the GPU models the pod accepts.
+    `whole` lists the containers that ask for exclusive GPUs (the `nvidia.com/gpu` resource) and how many;
+    `models`, when set, lists the GPU models the pod accepts.
     """
 
     name: str
     cpu_milli: int = 0
     memory_mib: int = 0
-    whole_gpus: int = 0
-    whole_container: str = ""
+    whole: tuple[WholeGpuRequest, ...] = ()
     shares: tuple[ShareRequest, ...] = ()
     models: frozenset[str] | None = None
     priority: int = 0
+
+    @property
+    def whole_gpus(self) -> int:
+        """Exclusive GPUs the pod needs in all: they must be empty GPUs of one node."""
+        return sum(item.count for item in self.whole)
 
     @property
     def wants_gpu(self) -> bool:
@@ -89,6 +101,22 @@ class Assignment:
     request_mib: int
     limit_mib: int
     mode: ComputeMode | None
+
+
+def whole_assignments(
+    pod: PodDemand, gpus: Sequence[int], gpu_memory: Sequence[int]
+) -> tuple[Assignment, ...]:
+    """`gpus` (as many as `pod.whole_gpus`) handed to the pod's whole-GPU containers, in order, each its own.
+
+    `gpu_memory[i]` is GPU i's memory: a whole GPU's request and limit are all of it.
+    """
+    assignments = []
+    rest = list(gpus)
+    for item in pod.whole:
+        mine, rest = tuple(rest[: item.count]), rest[item.count :]
+        size = min(int(gpu_memory[gpu]) for gpu in mine)
+        assignments.append(Assignment(item.container, mine, size, size, None))
+    return tuple(assignments)
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,13 +153,11 @@ def pod_demand(pod: Obj) -> PodDemand:
     """What a pending pod needs; raises `ContractError` for a pod that breaks the contract."""
     request = contract.parse_pod(pod)
     cpu, memory = pod_resources(pod)
-    whole = sum(item.count for item in request.whole)
     return PodDemand(
         name=pod_key(pod),
         cpu_milli=cpu,
         memory_mib=memory,
-        whole_gpus=whole,
-        whole_container=request.whole[0].container if request.whole else "",
+        whole=request.whole,
         shares=request.shares,
         priority=int((pod.get("spec") or {}).get("priority") or 0),
     )
@@ -223,8 +221,9 @@ def bind_plan(
         if a.mode is not None
     )
     whole = tuple(
-        contract.WholeGpuPlacement(container, tuple(uuids[g] for g in gpus))
-        for container, gpus in _whole_by_container(pod, placement)
+        contract.WholeGpuPlacement(a.container, tuple(uuids[g] for g in a.gpus))
+        for a in placement.assignments
+        if a.mode is None
     )
     placed = contract.PodPlacement(shares, whole)
     base = (meta(pod).get("annotations") or {}).get(keys.ENV_CONFIGMAP_ANNOTATION, "")
@@ -233,22 +232,3 @@ def bind_plan(
         env = contract.render_env(placed, mps_pipe_directory=mps_pipe_directory)
         configmaps = {keys.env_configmap_name(base, container): dict(data) for container, data in env.items()}
     return BindPlan(contract.render_annotations(placed), configmaps)
-
-
-def _whole_by_container(pod: Obj, placement: Placement) -> list[tuple[str, tuple[int, ...]]]:
-    """The whole GPUs of each container that asks for them, in container order.
-
-    The engine counts a pod's whole GPUs together and gives them to its first whole-GPU container; each
-    container must get its own devices, or the others would have none and `parse_placement` could not read
-    the pod back.
-    """
-    held = [a for a in placement.assignments if a.mode is None]
-    asked = contract.parse_pod(pod).whole if held else ()
-    gpus = [gpu for a in held for gpu in a.gpus]
-    if len(asked) < 2 or sum(item.count for item in asked) != len(gpus):
-        return [(a.container, a.gpus) for a in held]
-    split: list[tuple[str, tuple[int, ...]]] = []
-    for item in asked:
-        split.append((item.container, tuple(gpus[: item.count])))
-        gpus = gpus[item.count :]
-    return split

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpufrac.cluster.model import Assignment, Placement, PodDemand, Unschedulable
+from gpufrac.cluster.model import Assignment, Placement, PodDemand, Unschedulable, whole_assignments
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement import exact
 from gpufrac.placement.filters import is_simple
@@ -55,8 +55,7 @@ def placement_for(state: ClusterState, fit: Fit, at: int, gpus: tuple[int, ...])
             ),
         )
     elif pod.whole_gpus:
-        memory = int(state.gpu_mem[row, list(gpus)].min())
-        assignments = (Assignment(pod.whole_container, gpus, memory, memory, None),)
+        assignments = whole_assignments(pod, gpus, state.gpu_mem[row])
     return Placement(
         pod=pod.name,
         node=state.names[row],

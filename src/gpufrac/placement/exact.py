@@ -11,7 +11,7 @@ from collections import Counter
 
 import numpy as np
 
-from gpufrac.cluster.model import Assignment, Placement, Unschedulable, resolve_mib
+from gpufrac.cluster.model import Assignment, Placement, Unschedulable, resolve_mib, whole_assignments
 from gpufrac.cluster.state import MODE_CODE, MODE_NONE, ClusterState
 from gpufrac.placement.fit import Fit
 
@@ -40,8 +40,7 @@ def assign(state: ClusterState, row: int, fit: Fit) -> tuple[Assignment, ...] | 
             return None
         whole = tuple(sorted(int(g) for g in empty[-pod.whole_gpus :]))
         open_gpus[list(whole)] = False
-        size = int(memory[list(whole)].min())
-        assignments.append(Assignment(pod.whole_container, whole, size, size, None))
+        assignments += whole_assignments(pod, whole, memory.tolist())
     for share in sorted(pod.shares, key=lambda s: -resolve_mib(s.request, int(memory.max(initial=0)))):
         code = MODE_CODE[share.mode]
         request = np.array([resolve_mib(share.request, int(m)) for m in memory], np.int64)

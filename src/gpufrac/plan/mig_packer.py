@@ -62,7 +62,7 @@ class MigPacker:
             return (
                 [len(mig.profiles(model)) - 1 for model in self.models],
                 pod.whole_gpus,
-                pod.whole_container,
+                pod.whole[0].container,
             )
         share = pod.shares[0]
         chosen = []

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from gpufrac.cluster.model import GpuSpec, NodeSpec, PodDemand
-from gpufrac.contract.model import Portion, ShareRequest
+from gpufrac.contract.model import Portion, ShareRequest, WholeGpuRequest
 from gpufrac.errors import UserError
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -52,7 +52,7 @@ class TracePod:
         """The engine's view: whole GPUs for gpu_milli 1000, otherwise one time-sliced share."""
         pod = PodDemand(self.name, cpu_milli=self.cpu_milli, memory_mib=self.memory_mib, models=self.gpu_spec)
         if self.num_gpu and self.gpu_milli >= 1000:
-            return dataclasses.replace(pod, whole_gpus=self.num_gpu, whole_container="main")
+            return dataclasses.replace(pod, whole=(WholeGpuRequest("main", self.num_gpu),))
         if self.num_gpu:
             portion = Portion(Fraction(self.gpu_milli, 1000))
             share = ShareRequest("main", request=portion, limit=portion, num_devices=self.num_gpu)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpufrac.cluster.model import PodDemand
+from gpufrac.contract.model import WholeGpuRequest
 from gpufrac.plan.strategies.base import EngineStrategy, Options, register
 
 
@@ -17,8 +18,8 @@ class WholeGpu(EngineStrategy):
             return pod
         return dataclasses.replace(
             pod,
-            whole_gpus=pod.whole_gpus + sum(share.num_devices for share in pod.shares),
-            whole_container=pod.whole_container or pod.shares[0].container,
+            whole=pod.whole
+            + tuple(WholeGpuRequest(share.container, share.num_devices) for share in pod.shares),
             shares=(),
         )
 
