@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufrac.cluster.model import NodeSpec, PodDemand, Unschedulable, resolve_mib
-from gpufrac.placement.policies.common import CPU_SCALE, GPU_SCALE, truncate
+from gpufrac.placement.policies import bestfit
 from gpufrac.plan import mig
 from gpufrac.plan.packer import PodUse
 
@@ -111,7 +111,7 @@ class MigPacker:
         # The engine's bestfit score, in its units: milli-CPU and milli-GPU left on the node afterwards.
         cpu_left = self.cpu_free[rows] - pod.cpu_milli
         gpu_left = 1000 * (free[rows].sum(axis=1) - wanted * size[self.model_id[rows]]) // mig.MEMORY_SLICES
-        scores = truncate(100 * (1 - (0.5 * cpu_left / CPU_SCALE + 0.5 * gpu_left / GPU_SCALE)))
+        scores = bestfit.least_left(cpu_left, gpu_left)
         row = int(rows[np.argmax(scores)])  # the first of the best: the earliest node
         candidates = np.flatnonzero(starts[row] >= 0)
         gpus = tuple(

@@ -11,11 +11,15 @@ from gpufrac.placement.pickers import BestFitGpu
 from gpufrac.placement.policies.common import CPU_SCALE, GPU_SCALE, free_gpu_milli, truncate
 
 
+def least_left(cpu_left: np.ndarray, gpu_left: np.ndarray) -> np.ndarray:
+    """The score from what a node would have left (milli-CPU, milli-GPU): the less, the higher."""
+    return truncate(100 * (1 - (0.5 * cpu_left / CPU_SCALE + 0.5 * gpu_left / GPU_SCALE)))
+
+
 class BestFitScore:
     def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
         cpu_left = state.cpu_free[fit.rows] - fit.pod.cpu_milli
-        gpu_left = free_gpu_milli(state, fit) - fit.gpu_total_milli()
-        return truncate(100 * (1 - (0.5 * cpu_left / CPU_SCALE + 0.5 * gpu_left / GPU_SCALE)))
+        return least_left(cpu_left, free_gpu_milli(state, fit) - fit.gpu_total_milli())
 
 
 @register("bestfit")
