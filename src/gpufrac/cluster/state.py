@@ -245,6 +245,10 @@ class ClusterState:
             name=name, cpu_milli=int(self.cpu_cap[row]), memory_mib=int(self.mem_cap[row]), gpus=gpus
         )
 
+    def open_gpus(self, rows: np.ndarray | slice | int = slice(None)) -> np.ndarray:
+        """Healthy GPUs not held whole: where a new tenant could go (all False past a node's GPU count)."""
+        return self.gpu_healthy[rows] & ~self.gpu_whole[rows]
+
     def free_milli(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         """Unrequested share of each GPU in thousandths (0 for missing GPUs), for fragmentation and scores."""
         memory = self.gpu_mem[rows]

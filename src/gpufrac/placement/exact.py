@@ -32,7 +32,7 @@ def assign(state: ClusterState, row: int, fit: Fit) -> tuple[Assignment, ...] | 
     memory = state.gpu_mem[row, :count]
     free = state.gpu_free[row, :count].copy()
     modes = state.gpu_mode[row, :count].copy()
-    open_gpus = state.gpu_healthy[row, :count] & ~state.gpu_whole[row, :count]
+    open_gpus = state.open_gpus(row)[:count]
     empty = np.flatnonzero(open_gpus & (state.gpu_tenants[row, :count] == 0))
     assignments: list[Assignment] = []
     if pod.whole_gpus:

@@ -50,7 +50,7 @@ class Candidates:
     @cached_property
     def open_gpus(self) -> np.ndarray:
         """Healthy GPUs not held whole: where a new tenant could go."""
-        return self.state.gpu_healthy[self.rows] & ~self.state.gpu_whole[self.rows]
+        return self.state.open_gpus(self.rows)
 
     @cached_property
     def empty(self) -> np.ndarray:

@@ -16,7 +16,7 @@ from gpufrac.placement.pickers import BestFitGpu, WorstFitGpu
 def requested_after(state: ClusterState, fit: Fit) -> np.ndarray:
     """Per feasible node, the share of its GPU memory requested once the pod is placed (0 to 1)."""
     memory = state.gpu_mem[fit.rows].sum(axis=1)
-    usable = state.gpu_healthy[fit.rows] & ~state.gpu_whole[fit.rows]
+    usable = state.open_gpus(fit.rows)
     free = np.where(usable, state.gpu_free[fit.rows], 0).sum(axis=1)
     wanted = fit.pod.whole_gpus or (fit.pod.shares[0].num_devices if fit.pod.shares else 0)
     # A whole GPU counts at its size; `:1`, not `0`: a cluster of CPU-only nodes has no GPU column.
