@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement
@@ -23,7 +24,7 @@ def small_state() -> ClusterState:
 
 
 def samples(metrics: SchedulerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = metrics.exposition().decode()
+    text = generate_latest(metrics.registry).decode()
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(text)
@@ -75,7 +76,7 @@ async def test_http_endpoints() -> None:
     metrics.attempts.labels("scheduled").inc()
     async with TestClient(TestServer(http_app(metrics, ready=lambda: synced["ready"]))) as client:
         health = await client.get("/healthz")
-        assert (health.status, await health.text()) == (200, "ok")
+        assert (health.status, await health.text()) == (200, "ok\n")
         assert (await client.get("/readyz")).status == 503
         synced["ready"] = True
         assert (await client.get("/readyz")).status == 200

@@ -82,22 +82,32 @@ class SchedulerMetrics:
         self.leader.set_function(lambda: float(leader()))
         self.registry.register(_GpuMemory(state))
 
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+
+def add_probe_routes(
+    app: web.Application, registry: CollectorRegistry, *, ready: Callable[[], bool] | None = None
+) -> None:
+    """`GET /metrics` from `registry`, `/healthz`, and `/readyz` for a component that has to sync first."""
+
+    async def serve_metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    app.router.add_get("/metrics", serve_metrics)
+    app.router.add_get("/healthz", healthz)
+    if ready is not None:
+        is_ready = ready
+
+        async def readyz(_: web.Request) -> web.Response:
+            return (
+                web.Response(text="ok\n") if is_ready() else web.Response(status=503, text="not synced yet\n")
+            )
+
+        app.router.add_get("/readyz", readyz)
 
 
 def http_app(metrics: SchedulerMetrics, *, ready: Callable[[], bool]) -> web.Application:
-    async def serve_metrics(_: web.Request) -> web.Response:
-        return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    async def readyz(_: web.Request) -> web.Response:
-        return web.Response(text="ok") if ready() else web.Response(status=503, text="not synced yet")
-
     app = web.Application()
-    app.router.add_get("/metrics", serve_metrics)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    add_probe_routes(app, metrics.registry, ready=ready)
     return app

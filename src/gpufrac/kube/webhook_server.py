@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import prometheus_client
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gpufrac.contract import keys
 from gpufrac.errors import UserError
 from gpufrac.kube import admission
+from gpufrac.kube.metrics import add_probe_routes
 from gpufrac.stopping import stop_on_signals
 
 log = logging.getLogger("gpufrac.webhook")
@@ -115,15 +115,6 @@ class _Handlers:
             _log_denial(endpoint, request, decision)
         return web.json_response(reply, dumps=json.dumps)
 
-    async def healthz(self, _: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
-    async def metrics_page(self, _: web.Request) -> web.Response:
-        return web.Response(
-            body=prometheus_client.generate_latest(self.metrics.registry),
-            headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST},
-        )
-
 
 def _log_denial(endpoint: str, request: admission.Request | None, decision: admission.Decision) -> None:
     if request is None:
@@ -154,10 +145,9 @@ def build_app(
         [
             web.post("/mutate", handlers.mutate),
             web.post("/validate", handlers.validate),
-            web.get("/healthz", handlers.healthz),
-            web.get("/metrics", handlers.metrics_page),
         ]
     )
+    add_probe_routes(app, handlers.metrics.registry)
     return app
 
 
