@@ -11,15 +11,7 @@ from gpufrac.cluster.model import GpuSpec, NodeSpec
 from gpufrac.errors import UserError
 from gpufrac.sim import experiment, replay, trace
 
-CONTRACT_KEYS = {
-    "allocation",
-    "allocation_at_100",
-    "allocation_at_100_std",
-    "unallocated_at_100",
-    "fragmentation_at_100",
-    "failed_pods",
-    "seconds",
-}
+from .json_contract import POLICY_KEYS, SUMMARY_KEYS
 
 
 @pytest.fixture(scope="module")
@@ -116,11 +108,11 @@ def test_summary_has_the_json_contracts_keys(tiny: trace.Trace) -> None:
     results = experiment.run_matrix(tiny, policies=["fgd", "binpack"], seeds=[1, 2], inflation=1.3, workers=1)
     summary = experiment.summarize(tiny, [1, 2], results)
     assert json.loads(json.dumps(summary)) == summary
-    assert set(summary) == {"trace", "gpus", "seeds", "policies"}
+    assert set(summary) == SUMMARY_KEYS
     assert (summary["trace"], summary["gpus"], summary["seeds"]) == ("tiny", 6, [1, 2])
     assert list(summary["policies"]) == ["fgd", "binpack"]
     for name, row in summary["policies"].items():
-        assert set(row) - {"published_at_100"} == CONTRACT_KEYS
+        assert set(row) - {"published_at_100"} == POLICY_KEYS
         assert ("published_at_100" in row) == (name in experiment.PAPER_POLICIES)
         assert all(isinstance(x, str) and int(x) >= 0 for x in row["allocation"])
         assert row["unallocated_at_100"] == pytest.approx(100 - row["allocation_at_100"], abs=0.011)

@@ -9,16 +9,7 @@ from pathlib import Path
 
 import pytest
 
-# The JSON contract's keys per policy (besides `published_at_100` for the paper's policies).
-POLICY_KEYS = {
-    "allocation",
-    "allocation_at_100",
-    "allocation_at_100_std",
-    "unallocated_at_100",
-    "fragmentation_at_100",
-    "failed_pods",
-    "seconds",
-}
+from .json_contract import POLICY_KEYS, SUMMARY_KEYS
 
 
 @pytest.fixture
@@ -60,7 +51,7 @@ def test_json_output_and_report_files(tiny: tuple[Path, Path], tmp_path: Path) -
     result = simulate("--nodes", nodes, "--pods", pods, *args, "--format", "json", "--out", out)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
-    assert set(summary) == {"trace", "gpus", "seeds", "policies"}
+    assert set(summary) == SUMMARY_KEYS
     assert (summary["trace"], summary["gpus"], summary["seeds"]) == ("pods", 3, [1, 2])
     assert list(summary["policies"]) == ["fgd", "bestfit", "spread"]
     for row in summary["policies"].values():
