@@ -149,8 +149,8 @@ def scheduler(
     policy: Annotated[str, typer.Option(help="Placement policy (see `gpufrac simulate`).")] = "binpack",
     node_selector: Annotated[str, typer.Option(help="Manage only nodes with these labels: k=v,k2=v2.")] = "",
     env_delivery: Annotated[
-        Literal["configmap", "annotations-only"], typer.Option(help="How limits reach the container.")
-    ] = "configmap",
+        contract.EnvDelivery, typer.Option(help="How limits reach the container.")
+    ] = contract.EnvDelivery.CONFIGMAP,
     metrics_port: Annotated[int, typer.Option(help="Port for /metrics, /healthz and /readyz.")] = 10260,
     leader_elect: Annotated[
         bool, typer.Option(help="Run several replicas; only the Lease holder binds.")
@@ -303,9 +303,9 @@ def webhook(
         str, typer.Option(help="Comma-separated namespaces let through unchecked.")
     ] = ",".join(admission.DEFAULT_EXEMPT_NAMESPACES),
     env_delivery: Annotated[
-        Literal["configmap", "annotations-only"],
+        contract.EnvDelivery,
         typer.Option(help="configmap: add each GPU container's env ConfigMap; annotations-only on r615+."),
-    ] = "configmap",
+    ] = contract.EnvDelivery.CONFIGMAP,
     mps_host_directory: Annotated[
         str, typer.Option(help="The node's MPS pipe directory, mounted into sm-sharing containers.")
     ] = contract.DEFAULT_MPS_PIPE_DIRECTORY,
@@ -367,7 +367,7 @@ def webhook(
         scheduler_name=scheduler_name,
         exempt_namespaces=frozenset(names(exempt_namespaces)),
         configmap_deleters=frozenset(deleters),
-        env_configmap=env_delivery == "configmap",
+        env_delivery=env_delivery,
         mps_host_directory=mps_host_directory,
     )
     setup_logging(log_level)

@@ -23,8 +23,8 @@ from lightkube.resources.core_v1 import Event, Node, Pod, Secret
 from lightkube.types import PatchType
 
 from gpufrac import contract
-from gpufrac.contract import ComputeMode, PodPlacement, SharePlacement
-from gpufrac.node import labels, mps, procfs
+from gpufrac.contract import ComputeMode, PodPlacement, SharePlacement, node_inventory
+from gpufrac.node import mps, procfs
 from gpufrac.node.agent import Agent, Settings
 from gpufrac.node.fakehost import FakeHost, container_id
 from gpufrac.node.mps import DaemonSpec, Supervisor
@@ -163,7 +163,12 @@ async def test_inventory_appears_on_the_node_and_the_scheduler_places_by_its_uui
     node = await node_name(gpu_nodes, gpus=4, gpu_memory_mib=16 * GIB, product="Tesla-T4")
     # No GPU Feature Discovery on this node: the agent fills in the nvidia.com labels.
     no_gfd = {
-        key: None for key in (labels.GPU_COUNT_LABEL, labels.GPU_MEMORY_LABEL, labels.GPU_PRODUCT_LABEL)
+        key: None
+        for key in (
+            node_inventory.GPU_COUNT_LABEL,
+            node_inventory.GPU_MEMORY_LABEL,
+            node_inventory.GPU_PRODUCT_LABEL,
+        )
     }
     await admin_client.patch(Node, node, {"metadata": {"labels": no_gfd}}, patch_type=PatchType.MERGE)
     host.write(errors={0: "GPU is lost"})
@@ -172,16 +177,19 @@ async def test_inventory_appears_on_the_node_and_the_scheduler_places_by_its_uui
 
     meta = (await admin_client.get(Node, node)).metadata
     assert meta is not None and meta.labels is not None and meta.annotations is not None
-    published = labels.load_gpus(meta.annotations[labels.GPUS_ANNOTATION])
+    published = node_inventory.load_gpus(meta.annotations[node_inventory.GPUS_ANNOTATION])
     assert [(g.index, g.uuid, g.model, g.memory_mib, g.healthy) for g in published] == [
         (i, host.uuid(i), "Tesla T4", 16 * GIB, i != 0) for i in range(4)
     ]
     assert report.gpus == published
-    assert meta.labels[labels.ENFORCEMENT_LABEL] == "watchdog"
-    assert meta.labels[labels.DRIVER_MAJOR_LABEL] == "535"
-    assert meta.annotations[labels.DRIVER_VERSION_ANNOTATION] == "535.104.05"
-    assert (meta.labels[labels.GPU_COUNT_LABEL], meta.labels[labels.GPU_MEMORY_LABEL]) == ("4", str(16 * GIB))
-    assert meta.labels[labels.GPU_PRODUCT_LABEL] == "Tesla-T4"
+    assert meta.labels[node_inventory.ENFORCEMENT_LABEL] == "watchdog"
+    assert meta.labels[node_inventory.DRIVER_MAJOR_LABEL] == "535"
+    assert meta.annotations[node_inventory.DRIVER_VERSION_ANNOTATION] == "535.104.05"
+    assert (meta.labels[node_inventory.GPU_COUNT_LABEL], meta.labels[node_inventory.GPU_MEMORY_LABEL]) == (
+        "4",
+        str(16 * GIB),
+    )
+    assert meta.labels[node_inventory.GPU_PRODUCT_LABEL] == "Tesla-T4"
 
     await admin_client.create(gpu_pod("quarter", namespace, annotations={"gpu-fraction": "0.25"}))
     async with running_scheduler(scheduler_client, policy="binpack"):
@@ -208,8 +216,10 @@ async def test_a_steady_node_is_not_patched_again(
     await agent.tick()
     meta = (await admin_client.get(Node, node)).metadata
     assert meta is not None and meta.labels is not None and meta.annotations is not None
-    assert meta.labels[labels.ENFORCEMENT_LABEL] == "none"
-    assert not any(g.healthy for g in labels.load_gpus(meta.annotations[labels.GPUS_ANNOTATION]))
+    assert meta.labels[node_inventory.ENFORCEMENT_LABEL] == "none"
+    assert not any(
+        g.healthy for g in node_inventory.load_gpus(meta.annotations[node_inventory.GPUS_ANNOTATION])
+    )
 
 
 async def test_a_process_over_its_limit_is_killed_once_with_an_event_even_across_restarts(
@@ -363,7 +373,7 @@ async def test_a_killed_mps_daemon_is_restarted_and_the_node_says_mps(
     async def level() -> str:
         meta = (await admin_client.get(Node, node)).metadata
         assert meta is not None and meta.labels is not None
-        return meta.labels[labels.ENFORCEMENT_LABEL]
+        return meta.labels[node_inventory.ENFORCEMENT_LABEL]
 
     assert await level() == "mps"
     os.kill(daemon, signal.SIGKILL)
@@ -420,7 +430,11 @@ async def test_the_agent_command_runs_once_with_its_own_identity(
     assert summary["enforcement"] == "watchdog" and len(summary["gpus"]) == 4
     assert summary["findings"] == ["process 55 on GPU 0 (" + host.uuid(0) + ") runs in no container"]
     meta = (await admin_client.get(Node, node)).metadata
-    assert meta is not None and meta.annotations is not None and labels.GPUS_ANNOTATION in meta.annotations
+    assert (
+        meta is not None
+        and meta.annotations is not None
+        and node_inventory.GPUS_ANNOTATION in meta.annotations
+    )
 
 
 async def test_the_agents_rights_are_least_privilege(

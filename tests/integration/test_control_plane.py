@@ -15,7 +15,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Secret
 from lightkube.types import PatchType
 
-from gpufrac.node import labels
+from gpufrac.contract import node_inventory
 
 from . import controlplane, fakenodes
 
@@ -52,11 +52,11 @@ async def test_fake_gpu_nodes_are_ready_and_untainted(
         assert [(c.type, c.status) for c in node.status.conditions] == [("Ready", "True")]
         assert node.status.allocatable is not None and node.status.allocatable["nvidia.com/gpu"] == gpus
         assert node.metadata is not None and node.metadata.labels is not None
-        assert node.metadata.labels[labels.GPU_COUNT_LABEL] == gpus
+        assert node.metadata.labels[node_inventory.GPU_COUNT_LABEL] == gpus
     first = await admin_client.get(Node, gpu_nodes.names[0])
     assert first.metadata is not None and first.metadata.labels is not None
-    assert first.metadata.labels[labels.GPU_MEMORY_LABEL] == "40960"
-    assert first.metadata.labels[labels.GPU_PRODUCT_LABEL] == "NVIDIA-A100-SXM4-40GB"
+    assert first.metadata.labels[node_inventory.GPU_MEMORY_LABEL] == "40960"
+    assert first.metadata.labels[node_inventory.GPU_PRODUCT_LABEL] == "NVIDIA-A100-SXM4-40GB"
 
 
 async def test_tenant_creates_pods_in_its_namespace_only(

@@ -10,7 +10,7 @@ from gpufrac.contract import keys
 from gpufrac.kube.queue import SchedulingQueue
 from gpufrac.kube.scheduler import Scheduler, SchedulerConfig
 
-from .fakeapi import FakeClock
+from ..kubeapi.fakeapi import FakeClock
 
 
 def scheduler(client: Any = None, clock: FakeClock | None = None, **settings: Any) -> Scheduler:

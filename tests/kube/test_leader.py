@@ -14,7 +14,7 @@ from lightkube.resources.coordination_v1 import Lease
 
 from gpufrac.kube.leader import LeaderElector
 
-from .fakeapi import api_error, transport_error, until
+from ..kubeapi.fakeapi import api_error, transport_error, until
 
 START = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
 

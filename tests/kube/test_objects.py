@@ -12,15 +12,14 @@ import pytest
 from gpufrac import contract
 from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState
-from gpufrac.contract import keys
+from gpufrac.contract import keys, node_inventory
 from gpufrac.contract.model import ComputeMode, Mebibytes, Portion, ShareRequest
 from gpufrac.kube import objects
-from gpufrac.node import labels as node_labels
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, PolicyContext
 from gpufrac.placement.workload import Workload
 
-from .apiobjects import GPU_MIB, bound, container, inventory, key, node, pod
+from ..kubeapi.apiobjects import GPU_MIB, bound, container, inventory, key, node, pod
 
 CONTEXT = PolicyContext(rng=np.random.default_rng(0), workload=Workload.from_pods([]))
 
@@ -50,9 +49,9 @@ def test_node_spec_from_gpu_feature_discovery_labels_uses_indices_for_uuids() ->
     "labels",
     [
         {},
-        {node_labels.GPU_COUNT_LABEL: "2"},  # a count without memory cannot be placed on
-        {node_labels.GPU_COUNT_LABEL: "two", node_labels.GPU_MEMORY_LABEL: "16000"},
-        {node_labels.GPU_COUNT_LABEL: "-1", node_labels.GPU_MEMORY_LABEL: "16000"},
+        {node_inventory.GPU_COUNT_LABEL: "2"},  # a count without memory cannot be placed on
+        {node_inventory.GPU_COUNT_LABEL: "two", node_inventory.GPU_MEMORY_LABEL: "16000"},
+        {node_inventory.GPU_COUNT_LABEL: "-1", node_inventory.GPU_MEMORY_LABEL: "16000"},
     ],
 )
 def test_node_spec_without_usable_gpu_labels_has_no_gpus(labels: dict[str, str]) -> None:
@@ -94,7 +93,7 @@ def _gpu_json(index: int, **changes: Any) -> dict[str, Any]:
 )
 def test_a_malformed_agent_annotation_falls_back_to_the_labels(annotation: str) -> None:
     spec = objects.node_spec(
-        node("n1", gpus=2, memory=16_000, annotations={node_labels.GPUS_ANNOTATION: annotation})
+        node("n1", gpus=2, memory=16_000, annotations={node_inventory.GPUS_ANNOTATION: annotation})
     )
     assert [(gpu.index, gpu.uuid, gpu.memory_mib) for gpu in spec.gpus] == [
         (0, "0", 16_000),
@@ -261,7 +260,9 @@ def _node_spec(*, uuids: bool, count: int = 4, memory: int = GPU_MIB) -> NodeSpe
 
 
 def _round_trip(pending: dict[str, Any], placement: Placement, spec: NodeSpec) -> Placement:
-    plan = objects.bind_plan(pending, placement, spec, mps_pipe_directory=PIPES, env_configmaps=True)
+    plan = objects.bind_plan(
+        pending, placement, spec, mps_pipe_directory=PIPES, env_delivery=contract.EnvDelivery.CONFIGMAP
+    )
     return objects.bound_placement(bound(pending, spec.name, plan.annotations), spec)
 
 
@@ -313,7 +314,9 @@ def test_whole_gpus_of_several_containers_are_placed_written_and_read_back_per_c
         Assignment("a", (0,), GPU_MIB, GPU_MIB, None),
         Assignment("b", (1, 2), GPU_MIB, GPU_MIB, None),
     )
-    plan = objects.bind_plan(pending, placement, spec, mps_pipe_directory=PIPES, env_configmaps=True)
+    plan = objects.bind_plan(
+        pending, placement, spec, mps_pipe_directory=PIPES, env_delivery=contract.EnvDelivery.CONFIGMAP
+    )
     assert plan.annotations == {
         nvidia("a", "gpus.devices"): "GPU-n1-0",
         nvidia("b", "gpus.devices"): "GPU-n1-1,GPU-n1-2",
@@ -360,7 +363,9 @@ def test_bind_plan_gives_each_gpu_container_its_own_env_configmap() -> None:
         "n1",
         assignments=(Assignment("a", (0, 1), 4096, 6144, SM), Assignment("b", (2,), 2048, 2048, TS)),
     )
-    plan = objects.bind_plan(pending, placement, spec, mps_pipe_directory=PIPES, env_configmaps=True)
+    plan = objects.bind_plan(
+        pending, placement, spec, mps_pipe_directory=PIPES, env_delivery=contract.EnvDelivery.CONFIGMAP
+    )
     assert plan.configmaps == {
         keys.env_configmap_name(ENV_BASE, "a"): {
             keys.ENV_VISIBLE_DEVICES: "GPU-n1-0,GPU-n1-1",
@@ -391,13 +396,22 @@ def test_bind_plan_env_configmap_of_a_whole_gpu_container() -> None:
     pending = pod("p", whole=1, annotations={keys.ENV_CONFIGMAP_ANNOTATION: ENV_BASE})
     placement = Placement(key("p"), "n1", assignments=(Assignment("main", (3,), GPU_MIB, GPU_MIB, None),))
     plan = objects.bind_plan(
-        pending, placement, _node_spec(uuids=True), mps_pipe_directory=PIPES, env_configmaps=True
+        pending,
+        placement,
+        _node_spec(uuids=True),
+        mps_pipe_directory=PIPES,
+        env_delivery=contract.EnvDelivery.CONFIGMAP,
     )
     assert plan.configmaps == {f"{ENV_BASE}-main": {keys.ENV_VISIBLE_DEVICES: "GPU-n1-3"}}
 
 
-@pytest.mark.parametrize(("annotated", "enabled"), [(False, True), (True, False)])
-def test_bind_plan_writes_no_configmap_without_gpufrac_delivery(annotated: bool, enabled: bool) -> None:
+@pytest.mark.parametrize(
+    ("annotated", "delivery"),
+    [(False, contract.EnvDelivery.CONFIGMAP), (True, contract.EnvDelivery.ANNOTATIONS_ONLY)],
+)
+def test_bind_plan_writes_no_configmap_without_gpufrac_delivery(
+    annotated: bool, delivery: contract.EnvDelivery
+) -> None:
     notes = {"gpu-fraction": "0.5"} | ({keys.ENV_CONFIGMAP_ANNOTATION: ENV_BASE} if annotated else {})
     placement = Placement(key("p"), "n1", assignments=(Assignment("main", (0,), 8000, 8000, TS),))
     plan = objects.bind_plan(
@@ -405,7 +419,7 @@ def test_bind_plan_writes_no_configmap_without_gpufrac_delivery(annotated: bool,
         placement,
         _node_spec(uuids=True),
         mps_pipe_directory=PIPES,
-        env_configmaps=enabled,
+        env_delivery=delivery,
     )
     assert plan.configmaps == {}
     assert plan.annotations[nvidia("main", "gpus.devices")] == "GPU-n1-0"
@@ -417,6 +431,6 @@ def test_bind_plan_of_a_cpu_only_placement_writes_nothing() -> None:
         Placement(key("p"), "n1", cpu_milli=100),
         _node_spec(uuids=True),
         mps_pipe_directory=PIPES,
-        env_configmaps=True,
+        env_delivery=contract.EnvDelivery.CONFIGMAP,
     )
     assert plan == objects.BindPlan({}, {})

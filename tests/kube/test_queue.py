@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpufrac.kube.queue import SchedulingQueue
 
-from .fakeapi import FakeClock
+from ..kubeapi.fakeapi import FakeClock
 
 
 def make(clock: FakeClock, **settings: float) -> SchedulingQueue:

@@ -8,8 +8,8 @@ from typing import Any
 from gpufrac.contract import keys
 from gpufrac.kube.scheduler import Scheduler
 
-from .apiobjects import GPU_MIB, bound, container, inventory, key, node, pod
-from .fakeapi import FakeClock, RecordingClient, api_error, until
+from ..kubeapi.apiobjects import GPU_MIB, bound, container, inventory, key, node, pod
+from ..kubeapi.fakeapi import FakeClock, RecordingClient, api_error, until
 from .schedulers import gpu_free, scheduler, share_notes
 
 ENV_BASE = "gpufrac-env-abc"

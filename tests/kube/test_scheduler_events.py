@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from gpufrac.cluster.model import Placement
-from gpufrac.contract import keys
+from gpufrac.contract import keys, node_inventory
 from gpufrac.kube import objects
 from gpufrac.kube.scheduler import Scheduler
-from gpufrac.node import labels as node_labels
 from gpufrac.placement.engine import decide
 
-from .apiobjects import GPU_MIB, bound, container, inventory, key, node, pod, with_status
+from ..kubeapi.apiobjects import GPU_MIB, bound, container, inventory, key, node, pod, with_status
 from .schedulers import gpu_flags, gpu_free, scheduler, share_notes
 
 N1_GPUS = inventory("n1", 2)
@@ -180,7 +179,7 @@ def test_agent_gpus_that_the_state_cannot_hold_fall_back_to_the_labels() -> None
     """Indices that are not 0..n-1 once made the state refuse the node, and the handler raise."""
     gapped = '[{"index": 3, "uuid": "GPU-x", "model": "A100", "memory_mib": 40960, "healthy": true}]'
     made = scheduler()
-    made.on_node_event("ADDED", node("n1", gpus=2, annotations={node_labels.GPUS_ANNOTATION: gapped}))
+    made.on_node_event("ADDED", node("n1", gpus=2, annotations={node_inventory.GPUS_ANNOTATION: gapped}))
     assert [gpu.uuid for gpu in made.state.node_spec("n1").gpus] == ["0", "1"]
 
 

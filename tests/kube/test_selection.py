@@ -11,7 +11,7 @@ from gpufrac.cluster.state import ClusterState
 from gpufrac.kube import objects
 from gpufrac.kube.selection import Eligibility, tolerates
 
-from .apiobjects import node, pod
+from ..kubeapi.apiobjects import node, pod
 
 NO_SCHEDULE = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
 

@@ -7,8 +7,8 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpufrac.contract.node_inventory import Enforcement
 from gpufrac.node.exporter import Exporter, GpuView, Observation
-from gpufrac.node.labels import Enforcement
 from gpufrac.node.nvml import MIB
 from gpufrac.node.watchdog import Container, Gpu, PodRef, Usage
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from gpufrac.node import inventory, labels
-from gpufrac.node.labels import Enforcement, GpuInfo
+from gpufrac.contract import node_inventory
+from gpufrac.contract.node_inventory import Enforcement, GpuInfo
+from gpufrac.node import inventory
 from gpufrac.node.nvml import GpuSample, Snapshot
 
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -76,21 +77,28 @@ def test_patch_fills_gfd_labels_only_where_absent() -> None:
     patch = inventory.node_patch({}, gpus=gpus, driver_version="535.104.05", level=Enforcement.WATCHDOG)
     assert patch is not None
     assert patch["metadata"]["labels"] == {
-        labels.ENFORCEMENT_LABEL: "watchdog",
-        labels.DRIVER_MAJOR_LABEL: "535",
-        labels.GPU_COUNT_LABEL: "2",
-        labels.GPU_MEMORY_LABEL: "81920",
-        labels.GPU_PRODUCT_LABEL: "NVIDIA-A100-SXM4-80GB",
+        node_inventory.ENFORCEMENT_LABEL: "watchdog",
+        node_inventory.DRIVER_MAJOR_LABEL: "535",
+        node_inventory.GPU_COUNT_LABEL: "2",
+        node_inventory.GPU_MEMORY_LABEL: "81920",
+        node_inventory.GPU_PRODUCT_LABEL: "NVIDIA-A100-SXM4-80GB",
     }
     annotations = patch["metadata"]["annotations"]
-    assert annotations[labels.DRIVER_VERSION_ANNOTATION] == "535.104.05"
-    assert [gpu["uuid"] for gpu in json.loads(annotations[labels.GPUS_ANNOTATION])] == ["GPU-0", "GPU-1"]
+    assert annotations[node_inventory.DRIVER_VERSION_ANNOTATION] == "535.104.05"
+    assert [gpu["uuid"] for gpu in json.loads(annotations[node_inventory.GPUS_ANNOTATION])] == [
+        "GPU-0",
+        "GPU-1",
+    ]
 
-    gfd = {labels.GPU_COUNT_LABEL: "8", labels.GPU_MEMORY_LABEL: "81559", labels.GPU_PRODUCT_LABEL: "H100"}
+    gfd = {
+        node_inventory.GPU_COUNT_LABEL: "8",
+        node_inventory.GPU_MEMORY_LABEL: "81559",
+        node_inventory.GPU_PRODUCT_LABEL: "H100",
+    }
     patch = inventory.node_patch({"labels": gfd}, gpus=gpus, driver_version="535.1", level=Enforcement.MPS)
     assert patch is not None and set(patch["metadata"]["labels"]) == {
-        labels.ENFORCEMENT_LABEL,
-        labels.DRIVER_MAJOR_LABEL,
+        node_inventory.ENFORCEMENT_LABEL,
+        node_inventory.DRIVER_MAJOR_LABEL,
     }
 
 
@@ -105,10 +113,10 @@ def test_an_up_to_date_node_needs_no_patch() -> None:
     # NVML down: the driver labels stay, the GPUs turn unhealthy and the level drops.
     down = inventory.gpus(Snapshot(error="gone"), inventory.published_gpus(patch["metadata"]["annotations"]))
     again = inventory.node_patch(patch["metadata"], gpus=down, driver_version="", level=Enforcement.NONE)
-    assert again is not None and again["metadata"]["labels"] == {labels.ENFORCEMENT_LABEL: "none"}
-    assert json.loads(again["metadata"]["annotations"][labels.GPUS_ANNOTATION])[0]["healthy"] is False
+    assert again is not None and again["metadata"]["labels"] == {node_inventory.ENFORCEMENT_LABEL: "none"}
+    assert json.loads(again["metadata"]["annotations"][node_inventory.GPUS_ANNOTATION])[0]["healthy"] is False
 
 
 def test_an_unreadable_annotation_is_replaced() -> None:
-    assert inventory.published_gpus({labels.GPUS_ANNOTATION: "not json"}) == ()
+    assert inventory.published_gpus({node_inventory.GPUS_ANNOTATION: "not json"}) == ()
     assert inventory.published_gpus({}) == ()

@@ -7,7 +7,7 @@ from typing import Any
 
 from hypothesis import given
 
-from gpufrac.contract import parse_pod
+from gpufrac.contract import EnvDelivery, parse_pod
 from gpufrac.kube import admission
 
 from .reviews import (
@@ -131,7 +131,7 @@ def test_a_pod_already_for_gpufrac_is_prepared_all_the_same() -> None:
 
 
 def test_annotations_only_delivery_adds_no_configmap() -> None:
-    policy = admission.Policy(env_configmap=False, scheduler_name="fractions")
+    policy = admission.Policy(env_delivery=EnvDelivery.ANNOTATIONS_ONLY, scheduler_name="fractions")
     after = mutated(pod({"gpu-fraction": "0.5"}), policy)
     assert after["spec"]["schedulerName"] == "fractions"
     assert "gpufrac.io/env-configmap" not in after["metadata"]["annotations"]

@@ -5,7 +5,13 @@ Callers import this package and use the names below; the submodules are its layo
 """
 
 from gpufrac.contract.errors import ContractError
-from gpufrac.contract.keys import container_key, is_contract_key, is_scheduler_owned, split_container_key
+from gpufrac.contract.keys import (
+    EnvDelivery,
+    container_key,
+    is_contract_key,
+    is_scheduler_owned,
+    split_container_key,
+)
 from gpufrac.contract.model import (
     ComputeMode,
     Mebibytes,
@@ -32,6 +38,7 @@ __all__ = [
     "DEFAULT_MPS_PIPE_DIRECTORY",
     "ComputeMode",
     "ContractError",
+    "EnvDelivery",
     "Mebibytes",
     "MemoryAmount",
     "PodGpuRequest",

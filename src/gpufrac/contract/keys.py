@@ -6,6 +6,8 @@ NVIDIA's per-container keys), so they live in one place and every other module r
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 # KAI-compatible pod annotations: one share per pod, for one container.
 GPU_FRACTION = "gpu-fraction"
 GPU_FRACTION_LIMIT = "gpu-fraction.limit"
@@ -39,7 +41,20 @@ ENV_KEYS = frozenset(
     {ENV_VISIBLE_DEVICES, ENV_MEMORY_REQUEST, ENV_MEMORY_LIMIT, ENV_MPS_PIPE_DIRECTORY, ENV_MPS_MEMORY_LIMIT}
 )
 
-# gpufrac delivery (DESIGN.md, delivery 2): the webhook names a per-pod env ConfigMap (a random name under
+
+class EnvDelivery(StrEnum):
+    """How the limits reach a container; one setting, shared by the scheduler and the webhook.
+
+    - `configmap` (gpufrac delivery): the webhook adds an `envFrom` to an env ConfigMap per GPU container,
+      and the scheduler creates it at bind, so any driver gets the limits;
+    - `annotations-only`: NVIDIA's operator reads the annotations and injects the env (r615+ drivers).
+    """
+
+    CONFIGMAP = "configmap"
+    ANNOTATIONS_ONLY = "annotations-only"
+
+
+# gpufrac delivery (`EnvDelivery.CONFIGMAP`): the webhook names a per-pod env ConfigMap (a random name under
 # the prefix, since a pod created with generateName has no name yet at admission) and records it in the
 # annotation; the scheduler creates it, labelled and immutable, owned by the pod, at bind. Only the
 # scheduler may write ConfigMaps that carry the prefix or the label.

@@ -68,8 +68,7 @@ class Policy:
     scheduler_name: str = DEFAULT_SCHEDULER_NAME
     exempt_namespaces: frozenset[str] = frozenset(DEFAULT_EXEMPT_NAMESPACES)
     configmap_deleters: frozenset[str] = frozenset(DEFAULT_CONFIGMAP_DELETERS)
-    # False on r615+ clusters where NVIDIA's operator delivers the variables from the annotations alone.
-    env_configmap: bool = True
+    env_delivery: contract.EnvDelivery = contract.EnvDelivery.CONFIGMAP
     mps_host_directory: str = contract.DEFAULT_MPS_PIPE_DIRECTORY
 
 
@@ -235,8 +234,10 @@ def mutate(request: Request, policy: Policy, *, configmap_name: str) -> Decision
     patch: list[dict[str, Any]] = [
         {"op": "add", "path": "/spec/schedulerName", "value": policy.scheduler_name}
     ]
-    patch += _annotation_patch(pod, asked, configmap_name if policy.env_configmap else None)
-    if policy.env_configmap:
+    patch += _annotation_patch(
+        pod, asked, configmap_name if policy.env_delivery == contract.EnvDelivery.CONFIGMAP else None
+    )
+    if policy.env_delivery == contract.EnvDelivery.CONFIGMAP:
         patch += _delivery_patch(pod, asked, configmap_name, policy)
     return Decision(allowed=True, patch=tuple(patch))
 
@@ -465,7 +466,11 @@ def _env_configmap(pod: Mapping[str, Any], asked: contract.PodGpuRequest, policy
         mine = keys.env_configmap_name(base, name) if base and kind == "containers" and name in gpu else None
         if denial := _foreign_env_configmap(container, mine, base):
             return denial
-    if policy.env_configmap and asked.shares and spec.get("schedulerName") == policy.scheduler_name:
+    if (
+        policy.env_delivery == contract.EnvDelivery.CONFIGMAP
+        and asked.shares
+        and spec.get("schedulerName") == policy.scheduler_name
+    ):
         for container in _containers(pod):
             name = _str(container.get("name"))
             if name in gpu and (

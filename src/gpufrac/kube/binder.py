@@ -25,10 +25,8 @@ from lightkube.resources.core_v1 import ConfigMap, Pod
 from lightkube.types import PatchType
 
 from gpufrac.contract import keys
-from gpufrac.kube.client import TRANSPORT_ERRORS, build
 from gpufrac.kube.objects import BindPlan, meta
-
-API_ERRORS = (ApiError, *TRANSPORT_ERRORS)
+from gpufrac.kubeapi.client import API_ERRORS, build
 
 
 class BindError(Exception):

@@ -247,7 +247,7 @@ def run(
         raise UserError(f"--secret {secret}: expected NAMESPACE/NAME")
 
     async def main() -> None:
-        from gpufrac.kube import client as kube_client
+        from gpufrac.kubeapi import client as kube_client
 
         config = kube_client.load_config(kubeconfig)
         try:

@@ -17,7 +17,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from gpufrac.node import labels as node_labels
+from gpufrac.contract import node_inventory
 
 
 async def create_gpu_node(
@@ -40,9 +40,9 @@ async def create_gpu_node(
     node_labels_ = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
-        node_labels.GPU_COUNT_LABEL: str(gpus),
-        node_labels.GPU_MEMORY_LABEL: str(gpu_memory_mib),
-        node_labels.GPU_PRODUCT_LABEL: product,
+        node_inventory.GPU_COUNT_LABEL: str(gpus),
+        node_inventory.GPU_MEMORY_LABEL: str(gpu_memory_mib),
+        node_inventory.GPU_PRODUCT_LABEL: product,
         **(labels or {}),
     }
     await client.create(Node(metadata=ObjectMeta(name=name, labels=node_labels_)))

@@ -17,7 +17,7 @@ import lightkube
 from lightkube import ApiError
 from lightkube.resources.coordination_v1 import Lease
 
-from gpufrac.kube.client import TRANSPORT_ERRORS, build
+from gpufrac.kubeapi.client import API_ERRORS, build
 
 log = logging.getLogger("gpufrac.leader")
 
@@ -110,7 +110,7 @@ class LeaderElector:
         while True:
             try:
                 held = await self.try_acquire_or_renew()
-            except (ApiError, *TRANSPORT_ERRORS) as error:
+            except API_ERRORS as error:
                 log.warning("lease %s/%s: %s", self._namespace, self._name, error)
                 held = self.is_leader and not self._expired()
             if held and not self.is_leader:

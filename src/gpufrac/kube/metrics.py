@@ -10,17 +10,16 @@ from collections.abc import Callable, Iterator
 
 from aiohttp import web
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
-    generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpufrac.cluster.state import ClusterState
+from gpufrac.kubeapi.probes import add_probe_routes
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -81,30 +80,6 @@ class SchedulerMetrics:
         )
         self.leader.set_function(lambda: float(leader()))
         self.registry.register(_GpuMemory(state))
-
-
-def add_probe_routes(
-    app: web.Application, registry: CollectorRegistry, *, ready: Callable[[], bool] | None = None
-) -> None:
-    """`GET /metrics` from `registry`, `/healthz`, and `/readyz` for a component that has to sync first."""
-
-    async def serve_metrics(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
-    app.router.add_get("/metrics", serve_metrics)
-    app.router.add_get("/healthz", healthz)
-    if ready is not None:
-        is_ready = ready
-
-        async def readyz(_: web.Request) -> web.Response:
-            return (
-                web.Response(text="ok\n") if is_ready() else web.Response(status=503, text="not synced yet\n")
-            )
-
-        app.router.add_get("/readyz", readyz)
 
 
 def http_app(metrics: SchedulerMetrics, *, ready: Callable[[], bool]) -> web.Application:

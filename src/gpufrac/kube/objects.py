@@ -16,8 +16,7 @@ from typing import Any
 
 from gpufrac import contract
 from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement, PodDemand
-from gpufrac.contract import keys
-from gpufrac.node import labels as node_labels
+from gpufrac.contract import keys, node_inventory
 
 Obj = Mapping[str, Any]
 log = logging.getLogger("gpufrac.scheduler")
@@ -61,9 +60,9 @@ def node_spec(node: Obj) -> NodeSpec:
             GpuSpec(gpu.index, gpu.uuid, gpu.model, gpu.memory_mib, healthy=gpu.healthy) for gpu in inventory
         )
     else:
-        count = _int_label(node_meta_labels, node_labels.GPU_COUNT_LABEL)
-        memory = _int_label(node_meta_labels, node_labels.GPU_MEMORY_LABEL)
-        model = node_meta_labels.get(node_labels.GPU_PRODUCT_LABEL, "")
+        count = _int_label(node_meta_labels, node_inventory.GPU_COUNT_LABEL)
+        memory = _int_label(node_meta_labels, node_inventory.GPU_MEMORY_LABEL)
+        model = node_meta_labels.get(node_inventory.GPU_PRODUCT_LABEL, "")
         gpus = tuple(GpuSpec(i, str(i), model, memory) for i in range(count)) if memory else ()
     return NodeSpec(
         name=name,
@@ -73,18 +72,18 @@ def node_spec(node: Obj) -> NodeSpec:
     )
 
 
-def _agent_inventory(node: Obj) -> tuple[node_labels.GpuInfo, ...] | None:
+def _agent_inventory(node: Obj) -> tuple[node_inventory.GpuInfo, ...] | None:
     """The agent's GPU list, or None when there is none or it cannot be read (then labels are used)."""
-    text = (meta(node).get("annotations") or {}).get(node_labels.GPUS_ANNOTATION)
+    text = (meta(node).get("annotations") or {}).get(node_inventory.GPUS_ANNOTATION)
     if text is None:
         return None
     try:
-        return node_labels.load_gpus(text)
+        return node_inventory.load_gpus(text)
     except ValueError as error:
         log.warning(
             "node %s: ignoring its %s annotation: %s",
             meta(node).get("name"),
-            node_labels.GPUS_ANNOTATION,
+            node_inventory.GPUS_ANNOTATION,
             error,
         )
         return None
@@ -210,7 +209,12 @@ class BindPlan:
 
 
 def bind_plan(
-    pod: Obj, placement: Placement, node: NodeSpec, *, mps_pipe_directory: str, env_configmaps: bool
+    pod: Obj,
+    placement: Placement,
+    node: NodeSpec,
+    *,
+    mps_pipe_directory: str,
+    env_delivery: contract.EnvDelivery,
 ) -> BindPlan:
     uuids = {gpu.index: gpu.uuid for gpu in node.gpus}
     shares = tuple(
@@ -228,7 +232,7 @@ def bind_plan(
     placed = contract.PodPlacement(shares, whole)
     base = (meta(pod).get("annotations") or {}).get(keys.ENV_CONFIGMAP_ANNOTATION, "")
     configmaps: dict[str, dict[str, str]] = {}
-    if env_configmaps and base:
+    if env_delivery == contract.EnvDelivery.CONFIGMAP and base:
         env = contract.render_env(placed, mps_pipe_directory=mps_pipe_directory)
         configmaps = {keys.env_configmap_name(base, container): dict(data) for container, data in env.items()}
     return BindPlan(contract.render_annotations(placed), configmaps)

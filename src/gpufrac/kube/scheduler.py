@@ -29,12 +29,12 @@ from gpufrac import contract
 from gpufrac.cluster.model import NodeSpec, Placement, Unschedulable
 from gpufrac.cluster.state import ClusterState, PlacementRefused
 from gpufrac.kube import objects
-from gpufrac.kube.binder import API_ERRORS, BindError, bind
-from gpufrac.kube.client import build
+from gpufrac.kube.binder import BindError, bind
 from gpufrac.kube.metrics import SchedulerMetrics
 from gpufrac.kube.queue import SchedulingQueue
-from gpufrac.kube.reflector import reflect
 from gpufrac.kube.selection import Eligibility
+from gpufrac.kubeapi.client import API_ERRORS, build
+from gpufrac.kubeapi.reflector import reflect
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Workload
@@ -48,7 +48,7 @@ class SchedulerConfig:
     name: str = "gpufrac"
     policy: str = "binpack"
     node_selector: Mapping[str, str] = field(default_factory=dict)
-    env_delivery: str = "configmap"  # or "annotations-only"
+    env_delivery: contract.EnvDelivery = contract.EnvDelivery.CONFIGMAP
     mps_pipe_directory: str = contract.DEFAULT_MPS_PIPE_DIRECTORY
     # A bind holds one HTTP connection for its 2-3 writes. httpcore's pool walks every connection on every
     # request (probing idle sockets) and keeps only 20 alive: at 64 binds, that walk took 17% of the
@@ -283,7 +283,7 @@ class Scheduler:
                 placement,
                 self.state.node_spec(placement.node),
                 mps_pipe_directory=self.config.mps_pipe_directory,
-                env_configmaps=self.config.env_delivery == "configmap",
+                env_delivery=self.config.env_delivery,
             )
             await bind(self.client, pod, placement.node, plan)
         except BindError as error:

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from gpufrac.contract import keys
 from gpufrac.errors import UserError
 from gpufrac.kube import admission
-from gpufrac.kube.metrics import add_probe_routes
+from gpufrac.kubeapi.probes import add_probe_routes
 from gpufrac.stopping import stop_on_signals
 
 log = logging.getLogger("gpufrac.webhook")

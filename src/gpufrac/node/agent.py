@@ -35,10 +35,11 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
-from gpufrac.kube.client import TRANSPORT_ERRORS
-from gpufrac.node import eviction, inventory, labels, procfs, watchdog
+from gpufrac.contract import node_inventory
+from gpufrac.contract.node_inventory import Enforcement
+from gpufrac.kubeapi.client import API_ERRORS, TRANSPORT_ERRORS
+from gpufrac.node import eviction, inventory, procfs, watchdog
 from gpufrac.node.exporter import Exporter, GpuView, Observation
-from gpufrac.node.labels import Enforcement
 from gpufrac.node.mps import Supervisor
 from gpufrac.node.nvml import Backend, Snapshot
 from gpufrac.node.watchdog import Finding, Kind, Mode
@@ -47,7 +48,6 @@ log = logging.getLogger(__name__)
 
 COMPONENT = "gpufrac-agent"
 SM_SHARING_DAEMON = "sm-sharing"
-API_ERRORS = (lightkube.ApiError, *TRANSPORT_ERRORS)
 
 
 class Killer(Protocol):
@@ -108,7 +108,7 @@ class Handled:
 @dataclass
 class TickReport:
     snapshot: Snapshot
-    gpus: tuple[labels.GpuInfo, ...] = ()
+    gpus: tuple[node_inventory.GpuInfo, ...] = ()
     level: Enforcement = Enforcement.NONE
     findings: tuple[Finding, ...] = ()
     handled: list[Handled] = field(default_factory=list)
@@ -203,7 +203,7 @@ class Agent:
 
     # --- inventory -----------------------------------------------------------------------------------
 
-    async def _publish(self, snapshot: Snapshot, level: Enforcement) -> tuple[labels.GpuInfo, ...]:
+    async def _publish(self, snapshot: Snapshot, level: Enforcement) -> tuple[node_inventory.GpuInfo, ...]:
         name = self.settings.node_name
         try:
             node = await self.client.get(Node, name)

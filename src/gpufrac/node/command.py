@@ -13,7 +13,7 @@ import lightkube
 
 from gpufrac import contract
 from gpufrac.errors import UserError
-from gpufrac.kube import client as kube_client
+from gpufrac.kubeapi import client as kube_client
 from gpufrac.node import agent as node_agent
 from gpufrac.node import mps, nvml, procfs
 from gpufrac.node.exporter import Exporter

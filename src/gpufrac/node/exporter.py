@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest, start
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpufrac.node.labels import Enforcement
+from gpufrac.contract.node_inventory import Enforcement
 from gpufrac.node.nvml import MIB
 from gpufrac.node.watchdog import Usage
 

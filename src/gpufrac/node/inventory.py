@@ -1,4 +1,5 @@
-"""The node's GPU inventory as the scheduler reads it (format in `labels`), and how strongly limits hold.
+"""The node's GPU inventory as the scheduler reads it (format in `contract.node_inventory`), and how
+strongly limits hold.
 
 Pure: the agent hands in the NVML snapshot and the Node's current labels and annotations, and gets back the
 merge patch to send, or None when the Node already says it all, so a steady node costs no writes.
@@ -11,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gpufrac.node import labels
-from gpufrac.node.labels import Enforcement, GpuInfo
+from gpufrac.contract import node_inventory
+from gpufrac.contract.node_inventory import Enforcement, GpuInfo
 from gpufrac.node.nvml import Snapshot
 
 log = logging.getLogger(__name__)
@@ -20,13 +21,13 @@ log = logging.getLogger(__name__)
 
 def published_gpus(annotations: Mapping[str, str]) -> tuple[GpuInfo, ...]:
     """The GPUs the Node lists now; none if the annotation is absent or unreadable (it is rewritten)."""
-    text = annotations.get(labels.GPUS_ANNOTATION)
+    text = annotations.get(node_inventory.GPUS_ANNOTATION)
     if not text:
         return ()
     try:
-        return labels.load_gpus(text)
+        return node_inventory.load_gpus(text)
     except ValueError as error:
-        log.warning("ignoring the Node's %s: %s", labels.GPUS_ANNOTATION, error)
+        log.warning("ignoring the Node's %s: %s", node_inventory.GPUS_ANNOTATION, error)
         return ()
 
 
@@ -53,9 +54,9 @@ def gpus(snapshot: Snapshot, previous: Sequence[GpuInfo]) -> tuple[GpuInfo, ...]
 
 
 def enforcement(*, driver_version: str, nvml_ok: bool, mps_healthy: bool, acting: bool) -> Enforcement:
-    """The node's level (see `labels.Enforcement`); `acting`: the watchdog kills or evicts, not reports."""
-    major = labels.driver_major(driver_version)
-    if major is not None and major >= labels.NATIVE_DRIVER_MAJOR:
+    """The node's level (see `node_inventory.Enforcement`); `acting`: the watchdog kills or evicts."""
+    major = node_inventory.driver_major(driver_version)
+    if major is not None and major >= node_inventory.NATIVE_DRIVER_MAJOR:
         return Enforcement.NATIVE
     if not nvml_ok:
         return Enforcement.NONE  # nothing can be observed, so nothing is held
@@ -85,18 +86,18 @@ def node_patch(
     """
     have_labels: Mapping[str, str] = metadata.get("labels") or {}
     have_annotations: Mapping[str, str] = metadata.get("annotations") or {}
-    want_annotations = {labels.GPUS_ANNOTATION: labels.dump_gpus(gpus)}
-    want_labels = {labels.ENFORCEMENT_LABEL: level.value}
-    major = labels.driver_major(driver_version)
+    want_annotations = {node_inventory.GPUS_ANNOTATION: node_inventory.dump_gpus(gpus)}
+    want_labels = {node_inventory.ENFORCEMENT_LABEL: level.value}
+    major = node_inventory.driver_major(driver_version)
     if major is not None:
-        want_annotations[labels.DRIVER_VERSION_ANNOTATION] = driver_version
-        want_labels[labels.DRIVER_MAJOR_LABEL] = str(major)
+        want_annotations[node_inventory.DRIVER_VERSION_ANNOTATION] = driver_version
+        want_labels[node_inventory.DRIVER_MAJOR_LABEL] = str(major)
     if gpus:
         first = min(gpus, key=lambda gpu: gpu.index)
         defaults = {
-            labels.GPU_COUNT_LABEL: str(len(gpus)),
-            labels.GPU_MEMORY_LABEL: str(min(gpu.memory_mib for gpu in gpus)),
-            labels.GPU_PRODUCT_LABEL: labels.label_value(first.model),
+            node_inventory.GPU_COUNT_LABEL: str(len(gpus)),
+            node_inventory.GPU_MEMORY_LABEL: str(min(gpu.memory_mib for gpu in gpus)),
+            node_inventory.GPU_PRODUCT_LABEL: node_inventory.label_value(first.model),
         }
         want_labels.update(
             {key: value for key, value in defaults.items() if key not in have_labels and value}

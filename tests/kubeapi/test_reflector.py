@@ -12,7 +12,7 @@ import lightkube
 import pytest
 from lightkube.resources.core_v1 import Node, Pod
 
-from gpufrac.kube import reflector
+from gpufrac.kubeapi import reflector
 
 from .apiobjects import node, pod
 from .fakeapi import ScriptedWatchClient, Step, api_error, transport_error

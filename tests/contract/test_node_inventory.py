@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from gpufrac.node import labels
-from gpufrac.node.labels import GpuInfo
+from gpufrac.contract import node_inventory
+from gpufrac.contract.node_inventory import GpuInfo
 
 
 def test_gpus_round_trip_sorted_by_index() -> None:
     gpus = [GpuInfo(1, "GPU-b", "NVIDIA H100 80GB HBM3", 81559, False), GpuInfo(0, "GPU-a", "A", 40960, True)]
-    text = labels.dump_gpus(gpus)
+    text = node_inventory.dump_gpus(gpus)
     assert json.loads(text) == [
         {"index": 0, "uuid": "GPU-a", "model": "A", "memory_mib": 40960, "healthy": True},
         {
@@ -23,8 +23,8 @@ def test_gpus_round_trip_sorted_by_index() -> None:
             "healthy": False,
         },
     ]
-    assert labels.load_gpus(text) == tuple(sorted(gpus, key=lambda gpu: gpu.index))
-    assert labels.dump_gpus(reversed(gpus)) == text
+    assert node_inventory.load_gpus(text) == tuple(sorted(gpus, key=lambda gpu: gpu.index))
+    assert node_inventory.dump_gpus(reversed(gpus)) == text
 
 
 @pytest.mark.parametrize(
@@ -50,14 +50,14 @@ def test_gpus_round_trip_sorted_by_index() -> None:
 )
 def test_bad_annotations_say_what_is_wrong(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        labels.load_gpus(text)
+        node_inventory.load_gpus(text)
 
 
 def test_driver_major() -> None:
-    assert labels.driver_major("535.104.05") == 535
-    assert labels.driver_major("615.01") == 615
-    assert labels.driver_major("") is None
-    assert labels.driver_major("N/A") is None
+    assert node_inventory.driver_major("535.104.05") == 535
+    assert node_inventory.driver_major("615.01") == 615
+    assert node_inventory.driver_major("") is None
+    assert node_inventory.driver_major("N/A") is None
 
 
 @pytest.mark.parametrize(
@@ -71,4 +71,4 @@ def test_driver_major() -> None:
     ],
 )
 def test_label_values_are_valid(model: str, value: str) -> None:
-    assert labels.label_value(model) == value
+    assert node_inventory.label_value(model) == value

@@ -15,7 +15,7 @@ from typing import Any
 import lightkube
 from lightkube import ApiError
 
-from gpufrac.kube.client import TRANSPORT_ERRORS
+from gpufrac.kubeapi.client import TRANSPORT_ERRORS
 
 log = logging.getLogger("gpufrac.reflector")
 

@@ -6,8 +6,8 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gpufrac.node import labels as node_labels
-from gpufrac.node.labels import GpuInfo
+from gpufrac.contract import node_inventory
+from gpufrac.contract.node_inventory import GpuInfo
 
 GPU_MIB = 16_000
 NAMESPACE = "team"
@@ -45,7 +45,7 @@ def node(
     `ready=None` leaves out the Ready condition."""
     notes = dict(annotations or {})
     if agent is not None:
-        notes[node_labels.GPUS_ANNOTATION] = node_labels.dump_gpus(agent)
+        notes[node_inventory.GPUS_ANNOTATION] = node_inventory.dump_gpus(agent)
     spec: dict[str, Any] = {}
     if cordoned:
         spec["unschedulable"] = True
@@ -61,9 +61,9 @@ def node(
             "name": name,
             "resourceVersion": "1",
             "labels": {
-                node_labels.GPU_COUNT_LABEL: str(gpus),
-                node_labels.GPU_MEMORY_LABEL: str(memory),
-                node_labels.GPU_PRODUCT_LABEL: product,
+                node_inventory.GPU_COUNT_LABEL: str(gpus),
+                node_inventory.GPU_MEMORY_LABEL: str(memory),
+                node_inventory.GPU_PRODUCT_LABEL: product,
                 **(labels or {}),
             },
             "annotations": notes,

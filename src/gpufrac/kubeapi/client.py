@@ -55,6 +55,8 @@ def unreachable(error: Exception, config: lightkube.KubeConfig) -> UserError:
 
 # What a dropped or refused connection raises through lightkube's transport.
 TRANSPORT_ERRORS = (httpx2.TransportError,)
+# Everything a request can fail with: the API server's answer, or no answer at all.
+API_ERRORS = (lightkube.ApiError, *TRANSPORT_ERRORS)
 
 
 def build(resource: type[R], body: Mapping[str, Any]) -> R:
