@@ -30,9 +30,9 @@ from lightkube.resources.core_v1 import Node, Pod
 from gpufrac import contract
 from gpufrac.contract import ComputeMode, PodPlacement, SharePlacement
 from gpufrac.node.agent import Agent, DryRunKiller, Settings
-from gpufrac.node.fakehost import FakeHost, container_id
 from gpufrac.node.nvml import FakeBackend
 from gpufrac.node.watchdog import Mode
+from gpufrac.testing.fakehost import FakeHost, container_id
 
 GPUS = 8
 PODS = 100

@@ -65,9 +65,9 @@ from rich.table import Table
 from gpufrac import contract
 from gpufrac.cluster.model import NodeSpec
 from gpufrac.contract import keys
-from gpufrac.kube.fakes import create_gpu_node
 from gpufrac.sim import trace as openb
 from gpufrac.sim.trace import TracePod
+from gpufrac.testing.fake_nodes import create_gpu_node
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "hack" / "test-cluster"

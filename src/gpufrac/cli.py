@@ -163,9 +163,9 @@ def scheduler(
     """Schedule pods that ask for GPU shares: place them with the engine, write the contract, bind."""
     import asyncio
 
-    from gpufrac.kube import serve
-    from gpufrac.kube.scheduler import SchedulerConfig
     from gpufrac.placement.framework import POLICIES
+    from gpufrac.scheduler import serve
+    from gpufrac.scheduler.loop import SchedulerConfig
 
     if policy not in POLICIES:
         raise UserError(f"--policy {policy}: unknown; choose one of {', '.join(POLICIES)}")
@@ -198,7 +198,7 @@ def top(
     """Show every GPU: mode, memory requested, limits and free, and the pods on it."""
     import asyncio
 
-    from gpufrac.kube import top as gpu_top
+    from gpufrac.scheduler import top as gpu_top
 
     gpu_top.show(asyncio.run(gpu_top.collect(kubeconfig)), output_format=output_format)
 

@@ -23,7 +23,7 @@ import yaml
 from lightkube import codecs
 from lightkube.core.resource import NamespacedResource
 
-from gpufrac.kube import binder
+from gpufrac.scheduler import binder
 
 from . import chart
 

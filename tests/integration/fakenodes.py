@@ -1,4 +1,4 @@
-"""Fake GPU nodes for one test, made by :func:`gpufrac.kube.fakes.create_gpu_node` (shared with
+"""Fake GPU nodes for one test, made by :func:`gpufrac.testing.fake_nodes.create_gpu_node` (shared with
 ``benchmarks/scheduler.py``): Ready, untainted Node objects with GPU Feature Discovery labels and
 ``nvidia.com/gpu`` capacity, but no kubelet."""
 
@@ -9,7 +9,7 @@ from typing import Any
 import lightkube
 from lightkube.resources.core_v1 import Node
 
-from gpufrac.kube.fakes import create_gpu_node
+from gpufrac.testing.fake_nodes import create_gpu_node
 
 __all__ = ["GpuNodes", "create_gpu_node"]
 

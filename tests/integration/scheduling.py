@@ -16,8 +16,8 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from gpufrac import contract
 from gpufrac.contract import keys
-from gpufrac.kube import objects
-from gpufrac.kube.scheduler import Scheduler, SchedulerConfig
+from gpufrac.scheduler import objects
+from gpufrac.scheduler.loop import Scheduler, SchedulerConfig
 
 
 def gpu_pod(

@@ -26,9 +26,9 @@ from gpufrac import contract
 from gpufrac.contract import ComputeMode, PodPlacement, SharePlacement, node_inventory
 from gpufrac.node import mps, procfs
 from gpufrac.node.agent import Agent, Settings
-from gpufrac.node.fakehost import FakeHost, container_id
 from gpufrac.node.mps import DaemonSpec, Supervisor
 from gpufrac.node.watchdog import Kind, Mode
+from gpufrac.testing.fakehost import FakeHost, container_id
 
 from . import controlplane, fakenodes
 from .scheduling import gpu_pod, running_scheduler, wait_bound

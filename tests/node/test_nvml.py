@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from gpufrac.node import nvml
-from gpufrac.node.fakehost import FakeHost
 from gpufrac.node.nvml import MIB, GpuProcess
+from gpufrac.testing.fakehost import FakeHost
 
 
 def test_open_backend() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpufrac.node import procfs
-from gpufrac.node.fakehost import LAYOUTS, FakeHost, container_id
+from gpufrac.testing.fakehost import LAYOUTS, FakeHost, container_id
 
 ID = container_id(0xABC)
 

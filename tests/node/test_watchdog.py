@@ -7,9 +7,9 @@ from typing import Any
 from gpufrac import contract
 from gpufrac.contract import ComputeMode, PodPlacement, SharePlacement, WholeGpuPlacement
 from gpufrac.node import watchdog
-from gpufrac.node.fakehost import container_id
 from gpufrac.node.nvml import MIB
 from gpufrac.node.watchdog import Gpu, Kind, Process
+from gpufrac.testing.fakehost import container_id
 
 GPU0 = Gpu(0, "GPU-0")
 GPU1 = Gpu(1, "GPU-1")

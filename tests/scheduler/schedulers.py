@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 
 from gpufrac.contract import keys
-from gpufrac.kube.queue import SchedulingQueue
-from gpufrac.kube.scheduler import Scheduler, SchedulerConfig
+from gpufrac.scheduler.loop import Scheduler, SchedulerConfig
+from gpufrac.scheduler.queue import SchedulingQueue
 
 from ..kubeapi.fakeapi import FakeClock
 

@@ -14,10 +14,10 @@ from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState
 from gpufrac.contract import keys, node_inventory
 from gpufrac.contract.model import ComputeMode, Mebibytes, Portion, ShareRequest
-from gpufrac.kube import objects
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, PolicyContext
 from gpufrac.placement.workload import Workload
+from gpufrac.scheduler import objects
 
 from ..kubeapi.apiobjects import GPU_MIB, bound, container, inventory, key, node, pod
 

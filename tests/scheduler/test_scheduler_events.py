@@ -6,9 +6,9 @@ from typing import Any
 
 from gpufrac.cluster.model import Placement
 from gpufrac.contract import keys, node_inventory
-from gpufrac.kube import objects
-from gpufrac.kube.scheduler import Scheduler
 from gpufrac.placement.engine import decide
+from gpufrac.scheduler import objects
+from gpufrac.scheduler.loop import Scheduler
 
 from ..kubeapi.apiobjects import GPU_MIB, bound, container, inventory, key, node, pod, with_status
 from .schedulers import gpu_flags, gpu_free, scheduler, share_notes

@@ -12,7 +12,7 @@ import pytest
 from lightkube import ApiError
 from lightkube.resources.coordination_v1 import Lease
 
-from gpufrac.kube.leader import LeaderElector
+from gpufrac.scheduler.leader import LeaderElector
 
 from ..kubeapi.fakeapi import api_error, transport_error, until
 

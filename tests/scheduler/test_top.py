@@ -7,7 +7,7 @@ from rich.console import Console
 from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState
 from gpufrac.contract.model import ComputeMode
-from gpufrac.kube.top import gpu_rows, table
+from gpufrac.scheduler.top import gpu_rows, table
 
 MIB = 16_000
 TS, SM = ComputeMode.TIME_SLICING, ComputeMode.SM_SHARING

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState
 from gpufrac.contract.model import ComputeMode
-from gpufrac.kube.metrics import SchedulerMetrics, http_app
+from gpufrac.scheduler.metrics import SchedulerMetrics, http_app
 
 MIB = 2**20
 

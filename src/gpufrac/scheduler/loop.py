@@ -28,16 +28,16 @@ from lightkube.types import PatchType
 from gpufrac import contract
 from gpufrac.cluster.model import NodeSpec, Placement, Unschedulable
 from gpufrac.cluster.state import ClusterState, PlacementRefused
-from gpufrac.kube import objects
-from gpufrac.kube.binder import BindError, bind
-from gpufrac.kube.metrics import SchedulerMetrics
-from gpufrac.kube.queue import SchedulingQueue
-from gpufrac.kube.selection import Eligibility
 from gpufrac.kubeapi.client import API_ERRORS, build
 from gpufrac.kubeapi.reflector import reflect
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Workload
+from gpufrac.scheduler import objects
+from gpufrac.scheduler.binder import BindError, bind
+from gpufrac.scheduler.eligibility import Eligibility
+from gpufrac.scheduler.metrics import SchedulerMetrics
+from gpufrac.scheduler.queue import SchedulingQueue
 
 log = logging.getLogger("gpufrac.scheduler")
 WORKLOAD_REFRESH_SECONDS = 600.0

@@ -20,8 +20,8 @@ from rich.table import Table
 
 from gpufrac.cluster.state import MODE_OF_CODE, ClusterState
 from gpufrac.errors import UserError
-from gpufrac.kube.scheduler import Scheduler, SchedulerConfig
 from gpufrac.kubeapi import client as kube_client
+from gpufrac.scheduler.loop import Scheduler, SchedulerConfig
 
 
 def gpu_rows(state: ClusterState) -> list[dict[str, Any]]:

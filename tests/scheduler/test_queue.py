@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpufrac.kube.queue import SchedulingQueue
+from gpufrac.scheduler.queue import SchedulingQueue
 
 from ..kubeapi.fakeapi import FakeClock
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from gpufrac.cluster.state import ClusterState
-from gpufrac.kube import objects
-from gpufrac.kube.selection import Eligibility, tolerates
+from gpufrac.scheduler import objects
+from gpufrac.scheduler.eligibility import Eligibility, tolerates
 
 from ..kubeapi.apiobjects import node, pod
 

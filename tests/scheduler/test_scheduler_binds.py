@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from gpufrac.contract import keys
-from gpufrac.kube.scheduler import Scheduler
+from gpufrac.scheduler.loop import Scheduler
 
 from ..kubeapi.apiobjects import GPU_MIB, bound, container, inventory, key, node, pod
 from ..kubeapi.fakeapi import FakeClock, RecordingClient, api_error, until

@@ -25,8 +25,8 @@ from lightkube.resources.core_v1 import ConfigMap, Pod
 from lightkube.types import PatchType
 
 from gpufrac.contract import keys
-from gpufrac.kube.objects import BindPlan, meta
 from gpufrac.kubeapi.client import API_ERRORS, build
+from gpufrac.scheduler.objects import BindPlan, meta
 
 
 class BindError(Exception):

@@ -20,10 +20,10 @@ from lightkube import ApiError
 from lightkube.resources.core_v1 import Node
 
 from gpufrac.errors import UserError
-from gpufrac.kube.leader import LeaderElector
-from gpufrac.kube.metrics import http_app
-from gpufrac.kube.scheduler import Scheduler, SchedulerConfig
 from gpufrac.kubeapi import client as kube_client
+from gpufrac.scheduler.leader import LeaderElector
+from gpufrac.scheduler.loop import Scheduler, SchedulerConfig
+from gpufrac.scheduler.metrics import http_app
 from gpufrac.stopping import stop_on_signals
 
 log = logging.getLogger("gpufrac.scheduler")

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from gpufrac.cluster.state import ClusterState
-from gpufrac.kube import objects
+from gpufrac.scheduler import objects
 
 
 def tolerates(tolerations: list[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
