@@ -620,7 +620,10 @@ finally:
 PROFILE_AREAS = (
     ("engine (gpufrac.placement, gpufrac.cluster)", ("gpufrac/placement/", "gpufrac/cluster/")),
     ("contract parsing and rendering", ("gpufrac/contract/",)),
-    ("scheduler, objects, queue, reflector (gpufrac.kube)", ("gpufrac/kube/",)),
+    (
+        "scheduler, objects, queue, reflector (gpufrac.scheduler, gpufrac.kubeapi)",
+        ("gpufrac/scheduler/", "gpufrac/kubeapi/"),
+    ),
     ("lightkube (request building, models, to_dict)", ("lightkube/",)),
     ("HTTP client (httpx2, httpcore2, h11)", ("httpx2/", "httpcore2/", "h11/")),
     ("anyio streams and TLS", ("anyio/", "ssl.py")),
@@ -629,30 +632,30 @@ PROFILE_AREAS = (
     ("numpy", ("numpy/",)),
 )
 # Steps of the scheduler, counted when their frame is anywhere on the sampled stack. Patterns of one step
-# must all be on the stack: ("kube/scheduler.py:_bind", "lightkube/") is lightkube's share of binding.
+# must all be on the stack: ("scheduler/loop.py:_bind", "lightkube/") is lightkube's share of binding.
 PROFILE_STEPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("decide: Scheduler._schedule", ("kube/scheduler.py:_schedule",), ()),
+    ("decide: Scheduler._schedule", ("scheduler/loop.py:_schedule",), ()),
     ("  engine decide()", ("placement/engine.py:decide",), ()),
-    ("  objects.pod_demand()", ("kube/objects.py:pod_demand",), ()),
-    ("  Eligibility.rows_for()", ("kube/selection.py:rows_for",), ()),
-    ("bind: Scheduler._bind", ("kube/scheduler.py:_bind",), ()),
-    ("  objects.bind_plan()", ("kube/objects.py:bind_plan",), ()),
-    ("  create the env ConfigMap", ("kube/binder.py:_create_configmap",), ()),
-    ("  annotation patch", ("kube/binder.py:bind", "async_client.py:patch"), ()),
-    ("  Binding", ("kube/binder.py:post_binding",), ()),
-    ("  of which HTTP pool bookkeeping", ("kube/scheduler.py:_bind", "_assign_requests_to_connections"), ()),
-    ("  of which HTTP client, TLS", ("kube/scheduler.py:_bind",), ("httpx2/", "httpcore2/", "anyio/")),
-    ("events: reflect()", ("kube/reflector.py:reflect",), ()),
+    ("  objects.pod_demand()", ("scheduler/objects.py:pod_demand",), ()),
+    ("  Eligibility.rows_for()", ("scheduler/eligibility.py:rows_for",), ()),
+    ("bind: Scheduler._bind", ("scheduler/loop.py:_bind",), ()),
+    ("  objects.bind_plan()", ("scheduler/objects.py:bind_plan",), ()),
+    ("  create the env ConfigMap", ("scheduler/binder.py:_create_configmap",), ()),
+    ("  annotation patch", ("scheduler/binder.py:bind", "async_client.py:patch"), ()),
+    ("  Binding", ("scheduler/binder.py:post_binding",), ()),
+    ("  of which HTTP pool bookkeeping", ("scheduler/loop.py:_bind", "_assign_requests_to_connections"), ()),
+    ("  of which HTTP client, TLS", ("scheduler/loop.py:_bind",), ("httpx2/", "httpcore2/", "anyio/")),
+    ("events: reflect()", ("kubeapi/reflector.py:reflect",), ()),
     (
         "  watch decode (lightkube)",
-        ("kube/reflector.py:reflect", "core/generic_client.py:process_one_line"),
+        ("kubeapi/reflector.py:reflect", "core/generic_client.py:process_one_line"),
         (),
     ),
-    ("  to_dict()", ("kube/reflector.py:reflect", "dictmixin.py:to_dict"), ()),
-    ("  on_pod_event()", ("kube/scheduler.py:on_pod_event",), ()),
-    ("  on_node_event()", ("kube/scheduler.py:on_node_event",), ()),
-    ("  HTTP client and TLS", ("kube/reflector.py:reflect",), ("httpx2/", "httpcore2/", "anyio/")),
-    ("failures: Scheduler._report_failure", ("kube/scheduler.py:_report_failure",), ()),
+    ("  to_dict()", ("kubeapi/reflector.py:reflect", "dictmixin.py:to_dict"), ()),
+    ("  on_pod_event()", ("scheduler/loop.py:on_pod_event",), ()),
+    ("  on_node_event()", ("scheduler/loop.py:on_node_event",), ()),
+    ("  HTTP client and TLS", ("kubeapi/reflector.py:reflect",), ("httpx2/", "httpcore2/", "anyio/")),
+    ("failures: Scheduler._report_failure", ("scheduler/loop.py:_report_failure",), ()),
     ("logging", ("logging/__init__.py:",), ()),
 )
 

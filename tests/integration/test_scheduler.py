@@ -147,7 +147,7 @@ async def test_a_restarted_scheduler_rebuilds_its_state_and_never_double_books(
     async with running_scheduler(scheduler_client) as scheduler:
         listed = await wait_bound(admin_client, namespace, 4)
         await asyncio.sleep(1.0)
-        assert len(scheduler.state.placements) == 4
+        assert len(scheduler.cache.state.placements) == 4
     bound = [pod for pod in listed if pod["spec"].get("nodeName")]
     assert len(bound) == 4
     assert await allocation_problems(admin_client) == []
@@ -169,7 +169,9 @@ async def test_a_deleted_pod_releases_its_share(
         await admin_client.delete(Pod, "holder", namespace=namespace, grace_period=0)
         pods = await wait_bound(admin_client, namespace, 1, timeout=30)
         assert [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName")] == ["waiter"]
-        assert list(scheduler.state.placements) == [f"{namespace}/waiter"]
+        assert [scheduler.cache.names[uid] for uid in scheduler.cache.state.placements] == [
+            f"{namespace}/waiter"
+        ]
 
 
 def start_scheduler(plane: controlplane.ControlPlane, log: Path, *extra: str) -> subprocess.Popen[bytes]:

@@ -124,7 +124,7 @@ def pod(
         "metadata": {
             "name": name,
             "namespace": NAMESPACE,
-            "uid": f"uid-{name}",
+            "uid": key(name),
             "resourceVersion": "1",
             "creationTimestamp": created,
             "annotations": dict(annotations or {}),
@@ -150,4 +150,5 @@ def with_status(obj: Mapping[str, Any], **status: Any) -> dict[str, Any]:
 
 
 def key(name: str) -> str:
-    return f"{NAMESPACE}/{name}"
+    """How the scheduler keys the pod `pod(name)` makes: by its UID."""
+    return f"uid-{name}"

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from gpufrac.contract import keys
+from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.loop import Scheduler, SchedulerConfig
 from gpufrac.scheduler.queue import SchedulingQueue
 
@@ -15,9 +16,12 @@ from ..kubeapi.fakeapi import FakeClock
 
 def scheduler(client: Any = None, clock: FakeClock | None = None, **settings: Any) -> Scheduler:
     """A scheduler whose queue runs on `clock`, so backoffs pass only when a test says so."""
-    made = Scheduler(client, SchedulerConfig(**settings))
-    made.queue = SchedulingQueue(clock=clock or FakeClock())
-    return made
+    return Scheduler(client, SchedulerConfig(**settings), queue=SchedulingQueue(clock=clock or FakeClock()))
+
+
+def pod_nodes(made: Scheduler) -> dict[str, str]:
+    """Pods accounted in the cache (bound, or assumed for a bind) and their nodes."""
+    return {uid: placement.node for uid, placement in made.cache.state.placements.items()}
 
 
 def share_notes(
@@ -32,12 +36,13 @@ def share_notes(
     }
 
 
-def gpu_free(made: Scheduler, node: str) -> list[int]:
-    row = made.state.index[node]
-    return [int(v) for v in made.state.gpu_free[row, : int(made.state.gpu_count[row])]]
+def gpu_free(made: Scheduler | SchedulerCache, node: str) -> list[int]:
+    state = (made if isinstance(made, SchedulerCache) else made.cache).snapshot()
+    row = state.index[node]
+    return [int(v) for v in state.gpu_free[row, : int(state.gpu_count[row])]]
 
 
 def gpu_flags(made: Scheduler, node: str, array: str) -> list[bool]:
-    row = made.state.index[node]
-    values: np.ndarray = getattr(made.state, array)[row, : int(made.state.gpu_count[row])]
+    row = made.cache.state.index[node]
+    values: np.ndarray = getattr(made.cache.state, array)[row, : int(made.cache.state.gpu_count[row])]
     return [bool(v) for v in values]

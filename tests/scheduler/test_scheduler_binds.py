@@ -10,7 +10,7 @@ from gpufrac.scheduler.loop import Scheduler
 
 from ..kubeapi.apiobjects import GPU_MIB, bound, container, inventory, key, node, pod
 from ..kubeapi.fakeapi import FakeClock, RecordingClient, api_error, until
-from .schedulers import gpu_free, scheduler, share_notes
+from .schedulers import gpu_free, pod_nodes, scheduler, share_notes
 
 ENV_BASE = "gpufrac-env-abc"
 MANAGED = {"gpufrac.io/managed": "true"}
@@ -47,12 +47,12 @@ def steps(client: RecordingClient) -> list[tuple[str, str]]:
 async def test_a_pod_is_reserved_at_once_then_bound() -> None:
     made, client, _ = setup([gpu_node()], [share_pod("p")])
     assert await made.schedule_pending() == 1
-    assert key("p") in made.in_flight and key("p") in made.state.placements
+    assert key("p") in made.cache.assumed and key("p") in made.cache.state.placements
     assert made.pending == {} and gpu_free(made, "n1").count(GPU_MIB // 2) == 1
     await made.wait_for_binds()
     assert steps(client) == [("create", "ConfigMap"), ("patch", "Pod"), ("create", "Binding")]
     configmap, annotate, binding = client.calls
-    gpu = made.state.placements[key("p")].assignments[0].gpus[0]
+    gpu = made.cache.state.placements[key("p")].assignments[0].gpus[0]
     assert configmap.name == f"{ENV_BASE}-p-main"
     assert configmap.body.immutable is True
     assert configmap.body.data[keys.ENV_VISIBLE_DEVICES] == f"GPU-n1-{gpu}"
@@ -62,7 +62,7 @@ async def test_a_pod_is_reserved_at_once_then_bound() -> None:
         annotate.body["metadata"]["annotations"][keys.container_key("main", keys.DEVICES)] == f"GPU-n1-{gpu}"
     )
     assert binding.body.target["name"] == "n1" and binding.body.metadata.uid == "uid-p"
-    assert made.in_flight == {} and made.pod_nodes == {key("p"): "n1"}
+    assert made.cache.assumed == {} and pod_nodes(made) == {key("p"): "n1"}
     assert attempts(made, "scheduled") == 1
     # The watch then reports the pod bound: it is already counted, so nothing changes.
     before = gpu_free(made, "n1")
@@ -91,7 +91,7 @@ async def test_a_failed_bind_releases_the_reservation_rolls_back_and_backs_off()
     client.fail["create Binding"] = api_error(500, "InternalError")
     await made.schedule_pending()
     await made.wait_for_binds()
-    assert made.state.placements == {} and made.pod_nodes == {} and made.in_flight == {}
+    assert made.cache.state.placements == {} and pod_nodes(made) == {} and made.cache.assumed == {}
     assert gpu_free(made, "n1") == [GPU_MIB, GPU_MIB]
     assert set(made.pending) == {key("p")} and key("p") in made.queue
     assert attempts(made, "error") == 1
@@ -106,7 +106,7 @@ async def test_a_failed_bind_releases_the_reservation_rolls_back_and_backs_off()
     client.fail.clear()
     assert await made.schedule_pending() == 1
     await made.wait_for_binds()
-    assert made.pod_nodes == {key("p"): "n1"} and made.pending == {}
+    assert pod_nodes(made) == {key("p"): "n1"} and made.pending == {}
 
 
 async def test_an_unschedulable_pod_gets_a_condition_and_an_event_saying_why() -> None:
@@ -139,7 +139,7 @@ async def test_an_unschedulable_pod_gets_a_condition_and_an_event_saying_why() -
     made.on_node_event("MODIFIED", gpu_node("cordoned"))
     assert await made.schedule_pending() == 1
     await made.wait_for_binds()
-    assert made.pod_nodes[key("p")] == "cordoned"
+    assert pod_nodes(made)[key("p")] == "cordoned"
 
 
 async def test_a_pod_that_breaks_the_contract_is_reported_and_parked() -> None:
@@ -165,11 +165,11 @@ async def test_a_pod_deleted_while_its_bind_runs_is_released_when_the_bind_ends(
     await made.schedule_pending()
     await until(lambda: ("patch", "Pod") in steps(client))
     made.on_pod_event("DELETED", share_pod("p"))
-    assert made.gone_in_flight == {key("p")}
-    assert key("p") in made.state.placements  # still held: the Binding may yet go through
+    assert made.cache.gone_assumed == {key("p")}
+    assert key("p") in made.cache.state.placements  # still held: the Binding may yet go through
     client.gate.set()
     await made.wait_for_binds()
-    assert made.state.placements == {} and made.pod_nodes == {} and made.gone_in_flight == set()
+    assert made.cache.state.placements == {} and pod_nodes(made) == {} and made.cache.gone_assumed == set()
     assert made.pending == {} and key("p") not in made.queue
     assert gpu_free(made, "n1") == [GPU_MIB, GPU_MIB]
 
@@ -183,8 +183,8 @@ async def test_a_pod_deleted_while_its_bind_fails_is_not_retried() -> None:
     made.on_pods_listed([])  # a relist is how a deletion missed by the watch shows
     client.gate.set()
     await made.wait_for_binds()
-    assert made.state.placements == {} and made.pending == {} and len(made.queue) == 0
-    assert made.gone_in_flight == set()
+    assert made.cache.state.placements == {} and made.pending == {} and len(made.queue) == 0
+    assert made.cache.gone_assumed == set()
 
 
 async def test_the_bound_event_during_the_bind_does_not_count_the_pod_twice() -> None:
@@ -228,6 +228,6 @@ async def test_a_restarted_scheduler_rebuilds_what_the_first_one_bound() -> None
     restarted, _, _ = setup(
         [gpu_node(gpus=4)], [bound(item, "n1", written[item["metadata"]["name"]]) for item in pods]
     )
-    assert set(restarted.state.placements) == set(made.state.placements)
+    assert set(restarted.cache.state.placements) == set(made.cache.state.placements)
     for array in ("gpu_free", "gpu_mode", "gpu_whole", "gpu_tenants", "cpu_free"):
-        assert (getattr(restarted.state, array) == getattr(made.state, array)).all(), array
+        assert (getattr(restarted.cache.state, array) == getattr(made.cache.state, array)).all(), array

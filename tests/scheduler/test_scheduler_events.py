@@ -11,7 +11,7 @@ from gpufrac.scheduler import objects
 from gpufrac.scheduler.loop import Scheduler
 
 from ..kubeapi.apiobjects import GPU_MIB, bound, container, inventory, key, node, pod, with_status
-from .schedulers import gpu_flags, gpu_free, scheduler, share_notes
+from .schedulers import gpu_flags, gpu_free, pod_nodes, scheduler, share_notes
 
 N1_GPUS = inventory("n1", 2)
 
@@ -36,7 +36,7 @@ def fits(made: Scheduler, fraction: str, *, mode: str = "time-slicing") -> bool:
     notes = {"gpu-fraction": fraction}
     if mode != "time-slicing":
         notes[keys.container_key("main", keys.COMPUTE_MODE)] = mode
-    outcome = decide(made.state, objects.pod_demand(pod("probe", annotations=notes)), made.policy)
+    outcome = decide(made.cache.state, objects.pod_demand(pod("probe", annotations=notes)), made.policy)
     return isinstance(outcome, Placement)
 
 
@@ -52,8 +52,8 @@ def test_rebuilds_the_state_from_bound_pods_annotations() -> None:
     assert made.ready
     assert gpu_free(made, "n1") == [GPU_MIB - 8000, 0]
     assert gpu_flags(made, "n1", "gpu_whole") == [False, True]
-    assert made.state.cpu_free[made.state.index["n1"]] == 16_000 - 1000 - 2000
-    assert made.pod_nodes == {key("mps"): "n1", key("whole"): "n1"}
+    assert made.cache.state.cpu_free[made.cache.state.index["n1"]] == 16_000 - 1000 - 2000
+    assert pod_nodes(made) == {key("mps"): "n1", key("whole"): "n1"}
     assert made.pending == {} and len(made.queue) == 0
     # No double booking: what is left is 8000 MiB of an sm-sharing GPU.
     assert not fits(made, "0.75", mode="sm-sharing")
@@ -69,7 +69,7 @@ def test_a_relist_does_not_count_a_pod_twice_and_releases_pods_gone_meanwhile() 
     assert gpu_free(made, "n1") == [GPU_MIB - 8000, 0]
     made.on_pods_listed([whole_pod()])
     assert gpu_free(made, "n1") == [GPU_MIB, 0]
-    assert set(made.state.placements) == {key("whole")}
+    assert set(made.cache.state.placements) == {key("whole")}
 
 
 def test_foreign_pods_hold_cpu_and_memory_but_no_gpu() -> None:
@@ -82,23 +82,23 @@ def test_foreign_pods_hold_cpu_and_memory_but_no_gpu() -> None:
         phase="Running",
     )
     listed(made, [n1()], [foreign])
-    row = made.state.index["n1"]
-    assert (made.state.cpu_free[row], made.state.mem_free[row]) == (13_000, 62 * 1024)
+    row = made.cache.state.index["n1"]
+    assert (made.cache.state.cpu_free[row], made.cache.state.mem_free[row]) == (13_000, 62 * 1024)
     assert gpu_free(made, "n1") == [GPU_MIB, GPU_MIB]
-    assert made.state.placements[key("foreign")].assignments == ()
+    assert made.cache.state.placements[key("foreign")].assignments == ()
     made.on_pod_event("DELETED", foreign)
-    assert (made.state.cpu_free[row], made.state.mem_free[row]) == (16_000, 64 * 1024)
+    assert (made.cache.state.cpu_free[row], made.cache.state.mem_free[row]) == (16_000, 64 * 1024)
 
 
 def test_a_pod_bound_to_a_node_not_yet_seen_is_counted_when_the_node_arrives() -> None:
     made = scheduler()
     made.on_pods_listed([sm_pod()])
     made.on_nodes_listed([])
-    assert made.state.placements == {}
+    assert made.cache.state.placements == {}
     made.on_node_event("ADDED", n1())
     assert gpu_free(made, "n1") == [GPU_MIB - 8000, GPU_MIB]
-    assert made.pod_nodes == {key("mps"): "n1"}
-    assert made.unplaced == {}
+    assert pod_nodes(made) == {key("mps"): "n1"}
+    assert made.cache.unplaced == {}
 
 
 def test_a_pod_gone_before_its_node_arrives_is_never_counted() -> None:
@@ -109,7 +109,7 @@ def test_a_pod_gone_before_its_node_arrives_is_never_counted() -> None:
     made.on_pods_listed([])  # deleted while the watch was down: only the relist tells
     made.on_node_event("ADDED", n1())
     assert gpu_free(made, "n1") == [GPU_MIB, GPU_MIB]
-    assert made.state.placements == {} and made.pod_nodes == {}
+    assert made.cache.state.placements == {} and pod_nodes(made) == {}
 
 
 def test_deleting_a_bound_pod_releases_it() -> None:
@@ -117,7 +117,7 @@ def test_deleting_a_bound_pod_releases_it() -> None:
     listed(made, [n1()], [sm_pod(), whole_pod()])
     made.on_pod_event("DELETED", sm_pod())
     assert gpu_free(made, "n1") == [GPU_MIB, 0]
-    assert key("mps") not in made.pod_nodes and key("mps") not in made.state.placements
+    assert key("mps") not in pod_nodes(made) and key("mps") not in made.cache.state.placements
     made.on_pod_event("DELETED", sm_pod())  # a repeat changes nothing
     assert gpu_free(made, "n1") == [GPU_MIB, 0]
 
@@ -130,17 +130,17 @@ def test_a_finished_or_terminating_pod_releases_its_gpus() -> None:
     terminating["metadata"]["deletionTimestamp"] = "2024-05-01T13:00:00Z"
     made.on_pod_event("MODIFIED", terminating)
     assert gpu_free(made, "n1") == [GPU_MIB, GPU_MIB]
-    assert made.state.placements == {}
+    assert made.cache.state.placements == {}
     assert fits(made, "0.9")
 
 
 def test_a_gpu_health_change_keeps_its_placements() -> None:
     made = scheduler()
     listed(made, [n1()], [sm_pod(), whole_pod()])
-    before = dict(made.state.placements)
+    before = dict(made.cache.state.placements)
     made.on_node_event("MODIFIED", n1(agent=inventory("n1", 2, unhealthy=[0])))
     assert gpu_flags(made, "n1", "gpu_healthy") == [False, True]
-    assert made.state.placements == before
+    assert made.cache.state.placements == before
     assert gpu_free(made, "n1") == [GPU_MIB - 8000, 0]
     assert not fits(made, "0.1", mode="sm-sharing")  # the only GPU with room is unhealthy
     made.on_node_event("MODIFIED", n1())
@@ -152,27 +152,27 @@ def test_a_node_resized_keeps_its_placements() -> None:
     made = scheduler()
     listed(made, [n1()], [sm_pod(), whole_pod()])
     made.on_node_event("MODIFIED", n1(cpu="32"))
-    row = made.state.index["n1"]
-    assert made.state.cpu_free[row] == 32_000 - 3000
+    row = made.cache.state.index["n1"]
+    assert made.cache.state.cpu_free[row] == 32_000 - 3000
     assert gpu_free(made, "n1") == [GPU_MIB - 8000, 0]
-    assert set(made.state.placements) == {key("mps"), key("whole")}
+    assert set(made.cache.state.placements) == {key("mps"), key("whole")}
 
 
 def test_a_removed_node_releases_its_pods() -> None:
     made = scheduler()
     listed(made, [n1(), node("n2")], [sm_pod(), whole_pod()])
     made.on_node_event("DELETED", n1())
-    assert not made.state.active[made.state.index["n1"]]
-    assert made.state.placements == {} and made.pod_nodes == {}
-    assert "n1" not in made.node_objects
+    assert not made.cache.state.active[made.cache.state.index["n1"]]
+    assert made.cache.state.placements == {} and pod_nodes(made) == {}
+    assert "n1" not in made.cache.nodes
 
 
 def test_a_node_missing_from_a_relist_is_removed() -> None:
     made = scheduler()
     listed(made, [n1(), node("n2")], [sm_pod()])
     made.on_nodes_listed([node("n2")])
-    assert not made.state.active[made.state.index["n1"]]
-    assert made.state.placements == {}
+    assert not made.cache.state.active[made.cache.state.index["n1"]]
+    assert made.cache.state.placements == {}
 
 
 def test_agent_gpus_that_the_state_cannot_hold_fall_back_to_the_labels() -> None:
@@ -180,14 +180,14 @@ def test_agent_gpus_that_the_state_cannot_hold_fall_back_to_the_labels() -> None
     gapped = '[{"index": 3, "uuid": "GPU-x", "model": "A100", "memory_mib": 40960, "healthy": true}]'
     made = scheduler()
     made.on_node_event("ADDED", node("n1", gpus=2, annotations={node_inventory.GPUS_ANNOTATION: gapped}))
-    assert [gpu.uuid for gpu in made.state.node_spec("n1").gpus] == ["0", "1"]
+    assert [gpu.uuid for gpu in made.cache.state.node_spec("n1").gpus] == ["0", "1"]
 
 
 def test_a_bound_pod_naming_gpus_the_node_lacks_is_skipped() -> None:
     made = scheduler()
     stray = bound(pod("stray"), "n1", share_notes("main", "GPU-elsewhere-0", "1Gi"))
     listed(made, [n1()], [stray, sm_pod()])
-    assert set(made.state.placements) == {key("mps")}
+    assert set(made.cache.state.placements) == {key("mps")}
 
 
 def test_pending_pods_of_another_scheduler_are_ignored() -> None:
@@ -248,13 +248,13 @@ def test_a_pending_pod_deleted_leaves_the_queue() -> None:
 def test_a_node_that_comes_back_counts_its_pods_again_and_heartbeats_change_nothing() -> None:
     made = scheduler()
     listed(made, [n1()], [sm_pod(), whole_pod()])
-    version = made.state.version.copy()
+    version = made.cache.state.version.copy()
     made.on_node_event("MODIFIED", n1())  # the same node again, as after a kubelet heartbeat
-    assert (made.state.version == version).all()
+    assert (made.cache.state.version == version).all()
     made.on_node_event("DELETED", n1())
-    assert made.state.placements == {}
+    assert made.cache.state.placements == {}
     made.on_node_event("ADDED", n1())
-    assert set(made.state.placements) == {key("mps"), key("whole")}
+    assert set(made.cache.state.placements) == {key("mps"), key("whole")}
     assert gpu_free(made, "n1") == [GPU_MIB - 8000, 0]
 
 

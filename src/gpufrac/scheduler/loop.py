@@ -1,9 +1,9 @@
 """`gpufrac scheduler`: watch nodes and pods, place pods with the engine, bind them.
 
-The scheduler keeps no state of its own: `ClusterState` is rebuilt from the API on every (re)list, and bound
-pods are read back from the annotations bind wrote, so a restart never double-books a GPU. A placement is
-reserved in the state before its bind starts, so binds run concurrently without two pods counting the same
-memory; a failed bind releases the reservation and the pod is retried.
+The scheduler keeps no state of its own: its cache (`cache.SchedulerCache`) is rebuilt from the API on every
+(re)list, and bound pods are read back from the annotations bind wrote, so a restart never double-books a
+GPU. A placement is assumed in the cache before its bind starts, so binds run concurrently without two pods
+counting the same memory; a failed bind forgets the placement and the pod is retried.
 
 The class is driven by events (`on_node_*`, `on_pod_*`) and by `schedule_pending()`, so tests can step it;
 `run()` wires those to reflectors, leader election and the HTTP endpoints.
@@ -16,8 +16,9 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import lightkube
@@ -26,8 +27,7 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
 from gpufrac import contract
-from gpufrac.cluster.model import NodeSpec, Placement, Unschedulable
-from gpufrac.cluster.state import ClusterState, PlacementRefused
+from gpufrac.cluster.model import Placement, Unschedulable
 from gpufrac.kubeapi.client import API_ERRORS, build
 from gpufrac.kubeapi.reflector import reflect
 from gpufrac.placement.engine import decide
@@ -35,7 +35,7 @@ from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Workload
 from gpufrac.scheduler import objects
 from gpufrac.scheduler.binder import BindError, bind
-from gpufrac.scheduler.eligibility import Eligibility
+from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.metrics import SchedulerMetrics
 from gpufrac.scheduler.queue import SchedulingQueue
 
@@ -59,20 +59,28 @@ class SchedulerConfig:
 
 
 class Scheduler:
-    def __init__(self, client: lightkube.AsyncClient, config: SchedulerConfig) -> None:
+    """The scheduling loop: pending pods from the queue, a decision on the cache's snapshot, a bind.
+
+    Cluster state lives in the `SchedulerCache`; this class keeps only the pods waiting to be scheduled
+    (`pending`, the objects behind the queue's keys). Both are keyed by pod UID.
+    """
+
+    def __init__(
+        self,
+        client: lightkube.AsyncClient,
+        config: SchedulerConfig,
+        *,
+        cache: SchedulerCache | None = None,
+        queue: SchedulingQueue | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.client = client
         self.config = config
-        self.state = ClusterState()
-        self.eligibility = Eligibility(config.node_selector)
-        self.queue = SchedulingQueue()
-        self.metrics = SchedulerMetrics(lambda: self.state, leader=lambda: self.is_leader)
-        self.pending: dict[str, dict[str, Any]] = {}  # our unbound pods, latest version
-        self.in_flight: dict[str, Placement] = {}
-        self.gone_in_flight: set[str] = set()  # deleted or finished while their bind was running
-        self.node_objects: dict[str, dict[str, Any]] = {}
-        self.unplaced: dict[str, dict[str, dict[str, Any]]] = {}  # node not seen yet -> its bound pods
-        self.bound_objects: dict[str, dict[str, Any]] = {}  # pods accounted as bound -> their latest version
-        self._node_views: dict[str, tuple[Any, ...]] = {}  # what placement reads of each node
+        self.cache = SchedulerCache(node_selector=config.node_selector) if cache is None else cache
+        self.queue = SchedulingQueue(clock=clock) if queue is None else queue
+        self.clock = clock
+        self.metrics = SchedulerMetrics(self.cache.snapshot, leader=lambda: self.is_leader)
+        self.pending: dict[str, dict[str, Any]] = {}  # uid -> latest version of our unbound pods
         self.synced = {"nodes": False, "pods": False}
         self.is_leader = True
         self._binds: set[asyncio.Task[None]] = set()
@@ -84,131 +92,58 @@ class Scheduler:
     # ---- events -------------------------------------------------------------------------------------------
 
     def on_nodes_listed(self, nodes: list[dict[str, Any]]) -> None:
-        seen = {objects.meta(node)["name"] for node in nodes}
-        for name in list(self.node_objects):
-            if name not in seen:
-                self.on_node_event("DELETED", self.node_objects[name])
-        for node in nodes:
-            self.on_node_event("ADDED", node)
+        self.cache.sync_nodes(nodes)
         self.synced["nodes"] = True
+        self._cluster_changed()
 
     def on_node_event(self, event: str, node: dict[str, Any]) -> None:
-        name = objects.meta(node)["name"]
         if event == "DELETED":
-            self.node_objects.pop(name, None)
-            self._node_views.pop(name, None)
-            if name in self.state.index and self.state.active[self.state.index[name]]:
-                for placement in self.state.remove_node(name):
-                    # Kubernetes deletes these pods soon; should the node come back first, they count again.
-                    pod = self.bound_objects.pop(placement.pod, None)
-                    if pod is not None:
-                        self.unplaced.setdefault(name, {})[placement.pod] = pod
-        else:
-            self.node_objects[name] = node
-            view = (
-                objects.node_spec(node),
-                objects.node_ready(node),
-                objects.node_labels_of(node),
-                objects.node_taints(node),
-            )
-            if self._node_views.get(name) == view:
-                return  # a heartbeat: nothing placement depends on has changed
-            self._node_views[name] = view
-            self._upsert_node(view[0])
-            self.eligibility.update(self.state.index[name], node)
-            for key, pod in self.unplaced.pop(name, {}).items():
-                self._account_bound(key, pod, name)
-        self.queue.cluster_changed()
-        self._wakeup.set()
-
-    def _upsert_node(self, spec: NodeSpec) -> None:
-        row = self.state.index.get(spec.name)
-        if row is not None and self.state.active[row] and self.state.node_spec(spec.name) == spec:
-            return
-        if row is not None and self.state.active[row]:
-            current = self.state.node_spec(spec.name)
-            if _same_shape(current, spec):
-                for gpu in spec.gpus:
-                    self.state.set_gpu_health(spec.name, gpu.index, healthy=gpu.healthy)
-                self.state.uuids[row] = [gpu.uuid for gpu in spec.gpus]
-                return
-            released = self.state.remove_node(spec.name)
-        else:
-            released = []
-        self.state.add_node(spec)
-        for placement in released:
-            try:
-                self.state.apply(placement)
-            except PlacementRefused as error:
-                log.error("node %s changed under pod %s: %s", spec.name, placement.pod, error)
-                self.bound_objects.pop(placement.pod, None)
+            self.cache.remove_node(objects.meta(node)["name"])
+        elif not self.cache.add_node(node):
+            return  # a heartbeat: nothing placement depends on has changed
+        self._cluster_changed()
 
     def on_pods_listed(self, pods: list[dict[str, Any]]) -> None:
         """Rebuild every pod-derived fact from a full list: what is bound where, what waits."""
-        listed = {objects.pod_key(pod) for pod in pods}
-        waiting = [key for held in self.unplaced.values() for key in held]  # bound to nodes not seen yet
-        for key in [*self.state.placements, *waiting]:
-            if key in listed:
-                continue
-            if key in self.in_flight:
-                self.gone_in_flight.add(key)  # released when its bind finishes
-            else:
-                self._release(key)
-        for key in list(self.pending):
-            if key not in listed:
-                self._forget_pending(key)
+        self.cache.sync_pods(pods)
+        listed = {objects.pod_uid(pod) for pod in pods}
+        for uid in [uid for uid in self.pending if uid not in listed]:
+            self._forget_pending(uid)
         for pod in pods:
-            self.on_pod_event("ADDED", pod)
+            if not objects.node_name(pod):
+                self.on_pod_event("ADDED", pod)
         self.synced["pods"] = True
+        self._cluster_changed()
 
     def on_pod_event(self, event: str, pod: dict[str, Any]) -> None:
-        key = objects.pod_key(pod)
-        node = objects.node_name(pod)
+        uid = objects.pod_uid(pod)
         if event == "DELETED" or objects.is_done(pod):
-            self._forget_pending(key)
-            if key in self.in_flight:
-                self.gone_in_flight.add(key)  # released when its bind finishes
-            elif key in self.state.placements or any(key in pods for pods in self.unplaced.values()):
-                self._release(key)
-                self.queue.cluster_changed()
-                self._wakeup.set()
+            self._forget_pending(uid)
+            if self.cache.remove_pod(uid):
+                self._cluster_changed()
             return
-        if node:
-            self._forget_pending(key)
-            if key in self.state.placements and key not in self.in_flight:
-                self.bound_objects[key] = pod
-            elif key not in self.in_flight:
-                self._account_bound(key, pod, node)
+        if objects.node_name(pod):
+            self._forget_pending(uid)
+            if event == "MODIFIED":
+                self.cache.update_pod(pod)
+            else:
+                self.cache.add_pod(pod)
             return
-        if objects.scheduler_name(pod) == self.config.name and key not in self.in_flight:
-            previous = self.pending.get(key)
-            self.pending[key] = pod
+        if objects.scheduler_name(pod) == self.config.name and uid not in self.cache.assumed:
+            previous = self.pending.get(uid)
+            self.pending[uid] = pod
             if previous is None or _spec_changed(previous, pod):
-                self.queue.add(key, priority=_priority(pod), created=_created(pod))
+                self.queue.add(uid, priority=_priority(pod), created=_created(pod))
                 self._wakeup.set()
 
-    def _account_bound(self, key: str, pod: dict[str, Any], node: str) -> None:
-        if node not in self.node_objects:
-            self.unplaced.setdefault(node, {})[key] = pod
-            return
-        try:
-            placement = objects.bound_placement(pod, self.state.node_spec(node))
-            self.state.apply(placement)
-        except (contract.ContractError, PlacementRefused) as error:
-            log.error("bound pod %s on %s does not add up: %s", key, node, error)
-            return
-        self.bound_objects[key] = pod
+    def _cluster_changed(self) -> None:
+        """Pods parked for want of room may fit now."""
+        self.queue.cluster_changed()
+        self._wakeup.set()
 
-    def _release(self, key: str) -> None:
-        for waiting in self.unplaced.values():
-            waiting.pop(key, None)
-        self.bound_objects.pop(key, None)
-        if key in self.state.placements:
-            self.state.release(key)
-
-    def _forget_pending(self, key: str) -> None:
-        self.pending.pop(key, None)
-        self.queue.forget(key)
+    def _forget_pending(self, uid: str) -> None:
+        self.pending.pop(uid, None)
+        self.queue.forget(uid)
 
     # ---- scheduling ---------------------------------------------------------------------------------------
 
@@ -221,14 +156,15 @@ class Scheduler:
         Only `fgd` reads it (fragmentation is measured against the shapes the cluster expects); a live
         cluster has no trace, so its own pods stand for one, refreshed every `every` seconds.
         """
-        now = time.monotonic()
+        now = self.clock()
         if self._workload_at is not None and now - self._workload_at < every:
             return
         demands = []
-        for pod in [*self.bound_objects.values(), *self.pending.values()]:
+        for pod in [*self.cache.bound.values(), *self.pending.values()]:
             with contextlib.suppress(contract.ContractError):
                 demands.append(objects.pod_demand(pod))
-        memory = self.state.gpu_mem[self.state.gpu_mem > 0]
+        state = self.cache.snapshot()
+        memory = state.gpu_mem[state.gpu_mem > 0]
         reference = int(np.median(memory)) if memory.size else 16384  # for shapes asked in MiB
         self.policy = self._policy(Workload.from_pods(demands, reference_gpu_mib=reference))
         self._workload_at = now
@@ -238,73 +174,69 @@ class Scheduler:
         if self.config.policy == "fgd":
             self.refresh_workload()
         tried = 0
-        while self.is_leader and (key := self.queue.pop()) is not None:
-            pod = self.pending.get(key)
+        while self.is_leader and (uid := self.queue.pop()) is not None:
+            pod = self.pending.get(uid)
             if pod is None:
                 continue
             tried += 1
-            await self._schedule(key, pod)
+            await self._schedule(uid, pod)
         self.metrics.pending.set(len(self.pending))
         return tried
 
-    async def _schedule(self, key: str, pod: dict[str, Any]) -> None:
+    async def _schedule(self, uid: str, pod: dict[str, Any]) -> None:
         started = time.perf_counter()
         try:
             demand = objects.pod_demand(pod)
         except contract.ContractError as error:
             self.metrics.attempts.labels("invalid").inc()
-            self.queue.park(key, priority=_priority(pod), created=_created(pod))
+            self.queue.park(uid, priority=_priority(pod), created=_created(pod))
             await self._report_failure(pod, f"invalid GPU request: {error}")
             return
-        rows, excluded = self.eligibility.rows_for(pod, self.state)
-        outcome = decide(self.state, demand, self.policy, rows=rows)
+        rows, excluded = self.cache.eligible_rows(pod)
+        outcome = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         if isinstance(outcome, Unschedulable):
             self.metrics.attempts.labels("unschedulable").inc()
-            self.queue.park(key, priority=_priority(pod), created=_created(pod))
+            self.queue.park(uid, priority=_priority(pod), created=_created(pod))
             reasons = Counter(outcome.reasons) + excluded
-            message = Unschedulable(key, dict(reasons)).message
-            log.info("pod %s unschedulable: %s", key, message)
+            message = Unschedulable(uid, dict(reasons)).message
+            log.info("pod %s unschedulable: %s", objects.pod_key(pod), message)
             await self._report_failure(pod, message)
             return
-        self.state.apply(outcome)
-        self.in_flight[key] = outcome
-        del self.pending[key]
+        self.cache.assume(pod, outcome)
+        del self.pending[uid]
         await self._slots.acquire()
-        task = asyncio.create_task(self._bind(key, pod, outcome))
+        task = asyncio.create_task(self._bind(uid, pod, outcome))
         self._binds.add(task)
         task.add_done_callback(self._binds.discard)
 
-    async def _bind(self, key: str, pod: dict[str, Any], placement: Placement) -> None:
+    async def _bind(self, uid: str, pod: dict[str, Any], placement: Placement) -> None:
         started = time.perf_counter()
         try:
             plan = objects.bind_plan(
                 pod,
                 placement,
-                self.state.node_spec(placement.node),
+                self.cache.snapshot().node_spec(placement.node),
                 mps_pipe_directory=self.config.mps_pipe_directory,
                 env_delivery=self.config.env_delivery,
             )
             await bind(self.client, pod, placement.node, plan)
         except BindError as error:
             self.metrics.attempts.labels("error").inc()
-            log.warning("pod %s: bind to %s failed, will retry: %s", key, placement.node, error)
-            self.in_flight.pop(key, None)
-            self._release(key)
-            self.pending[key] = pod
-            self.queue.backoff(key, priority=_priority(pod), created=_created(pod))
-            self._wakeup.set()
+            log.warning(
+                "pod %s: bind to %s failed, will retry: %s", objects.pod_key(pod), placement.node, error
+            )
+            if self.cache.forget(pod):  # still there: try again after the backoff
+                self.pending[uid] = pod
+                self.queue.backoff(uid, priority=_priority(pod), created=_created(pod))
+                self._wakeup.set()
         else:
             self.metrics.attempts.labels("scheduled").inc()
             self.metrics.binding_seconds.observe(time.perf_counter() - started)
-            log.info("pod %s bound to %s", key, placement.node)
-            self.in_flight.pop(key, None)
+            log.info("pod %s bound to %s", objects.pod_key(pod), placement.node)
+            self.cache.finish_binding(pod)
         finally:
             self._slots.release()
-            if key in self.gone_in_flight:
-                self.gone_in_flight.discard(key)
-                self._forget_pending(key)
-                self._release(key)
 
     async def wait_for_binds(self) -> None:
         while self._binds:
@@ -343,11 +275,6 @@ class Scheduler:
 
     # ---- running ------------------------------------------------------------------------------------------
 
-    @property
-    def pod_nodes(self) -> dict[str, str]:
-        """Pods accounted in the state (bound, or reserved for a bind) and their nodes."""
-        return {key: placement.node for key, placement in self.state.placements.items()}
-
     def lead(self) -> None:
         self.is_leader = True
         self._wakeup.set()
@@ -383,25 +310,18 @@ class Scheduler:
                 )
 
 
-def _same_shape(current: NodeSpec, new: NodeSpec) -> bool:
-    """Only GPU health or UUIDs differ: no need to rebuild the node's allocations."""
-    return (
-        current.cpu_milli == new.cpu_milli
-        and current.memory_mib == new.memory_mib
-        and [(g.index, g.model, g.memory_mib) for g in current.gpus]
-        == [(g.index, g.model, g.memory_mib) for g in new.gpus]
-    )
-
-
 def _priority(pod: Mapping[str, Any]) -> int:
     return int((pod.get("spec") or {}).get("priority") or 0)
 
 
 def _created(pod: Mapping[str, Any]) -> float:
-    stamp = objects.meta(pod).get("creationTimestamp") or ""
-    return (
-        time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")) if isinstance(stamp, str) and stamp else 0.0
-    )
+    """The pod's creationTimestamp as seconds since the epoch. The API writes it in UTC (`Z`), which
+    `fromisoformat` honours; 0 for a pod without one, so it sorts first among equals."""
+    stamp = objects.meta(pod).get("creationTimestamp")
+    try:
+        return datetime.fromisoformat(stamp).timestamp() if isinstance(stamp, str) else 0.0
+    except ValueError:
+        return 0.0
 
 
 def _spec_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:

@@ -30,7 +30,14 @@ def meta(obj: Obj) -> Obj:
 
 
 def pod_key(pod: Obj) -> str:
+    """namespace/name: how people (logs, Events, `gpufrac top`) name a pod."""
     return f"{meta(pod).get('namespace', '')}/{meta(pod).get('name', '')}"
+
+
+def pod_uid(pod: Obj) -> str:
+    """How the scheduler tells pods apart: a pod recreated under the same name is another pod. Every pod the
+    API returns has a UID; namespace/name stands in only for hand-made objects without one."""
+    return str(meta(pod).get("uid") or pod_key(pod))
 
 
 def cpu_milli(quantity: str | None) -> int:
@@ -153,7 +160,7 @@ def pod_demand(pod: Obj) -> PodDemand:
     request = contract.parse_pod(pod)
     cpu, memory = pod_resources(pod)
     return PodDemand(
-        name=pod_key(pod),
+        name=pod_uid(pod),
         cpu_milli=cpu,
         memory_mib=memory,
         whole=request.whole,
@@ -194,7 +201,7 @@ def bound_placement(pod: Obj, node: NodeSpec) -> Placement:
             gpus = indices(whole.container, whole.devices)
             size = min(sizes[gpu] for gpu in gpus)
             assignments.append(Assignment(whole.container, gpus, size, size, None))
-    return Placement(pod_key(pod), node.name, cpu, memory, tuple(assignments))
+    return Placement(pod_uid(pod), node.name, cpu, memory, tuple(assignments))
 
 
 # ---- binding ----------------------------------------------------------------------------------------------

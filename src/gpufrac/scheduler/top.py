@@ -1,13 +1,14 @@
 """`gpufrac top`: what every GPU holds, read from the API the way the scheduler reads it.
 
-It feeds the listed nodes and pods through the scheduler's own event handlers, so what it shows is exactly
-the state a scheduler starting now would rebuild.
+It feeds the listed nodes and pods into the scheduler's own cache, so what it shows is exactly the state a
+scheduler starting now would rebuild.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +22,22 @@ from rich.table import Table
 from gpufrac.cluster.state import MODE_OF_CODE, ClusterState
 from gpufrac.errors import UserError
 from gpufrac.kubeapi import client as kube_client
-from gpufrac.scheduler.loop import Scheduler, SchedulerConfig
+from gpufrac.scheduler.cache import SchedulerCache
 
 
-def gpu_rows(state: ClusterState) -> list[dict[str, Any]]:
-    """One entry per GPU: memory requested, limits, free, mode, and the shares on it."""
+def gpu_rows(state: ClusterState, *, names: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """One entry per GPU: memory requested, limits, free, mode, and the shares on it.
+
+    The state keys pods by UID; `names` gives people's names for them (namespace/name).
+    """
+    names = names or {}
     on_gpu: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for placement in state.placements.values():
         for assignment in placement.assignments:
             for gpu in assignment.gpus:
                 on_gpu.setdefault((placement.node, gpu), []).append(
                     {
-                        "pod": placement.pod,
+                        "pod": names.get(placement.pod, placement.pod),
                         "container": assignment.container,
                         "request_mib": assignment.request_mib,
                         "limit_mib": assignment.limit_mib,
@@ -89,17 +94,17 @@ def table(rows: list[dict[str, Any]]) -> Table:
 async def collect(kubeconfig: Path | None) -> list[dict[str, Any]]:
     config = kube_client.load_config(kubeconfig)
     client = kube_client.async_client(config)
-    view = Scheduler(client, SchedulerConfig())
+    cache = SchedulerCache()
     try:
-        view.on_nodes_listed([node.to_dict() async for node in client.list(Node)])
-        view.on_pods_listed([pod.to_dict() async for pod in client.list(Pod, namespace=lightkube.ALL_NS)])
+        cache.sync_nodes([node.to_dict() async for node in client.list(Node)])
+        cache.sync_pods([pod.to_dict() async for pod in client.list(Pod, namespace=lightkube.ALL_NS)])
     except kube_client.TRANSPORT_ERRORS as error:
         raise kube_client.unreachable(error, config) from None
     except ApiError as error:
         raise UserError(f"the API server refused to list nodes and pods: {error.status.message}") from None
     finally:
         await client.close()
-    return gpu_rows(view.state)
+    return gpu_rows(cache.snapshot(), names=cache.names)
 
 
 def show(rows: list[dict[str, Any]], *, output_format: str) -> None:

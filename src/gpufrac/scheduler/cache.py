@@ -1,0 +1,224 @@
+"""The scheduler's cache: the cluster as the scheduler believes it, one lifecycle per pod, keyed by UID.
+
+Modelled on kube-scheduler's `internal/cache`. The watches *add*, *update* and *remove* nodes and bound
+pods; the scheduling loop *assumes* a placement before its bind starts, so the next decision already sees
+that memory taken, and then either *finishes* the binding or *forgets* the placement when the bind fails.
+Pods are keyed by UID, never by namespace/name: a pod deleted and recreated under the same name is another
+pod, and must neither inherit nor erase the first one's memory. The engine reads `snapshot()`.
+
+Pure bookkeeping, no I/O: the loop and `gpufrac top` feed it API objects, and tests drive it directly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from gpufrac import contract
+from gpufrac.cluster.model import NodeSpec, Placement
+from gpufrac.cluster.state import ClusterState, PlacementRefused
+from gpufrac.scheduler import objects
+from gpufrac.scheduler.eligibility import Eligibility
+
+log = logging.getLogger("gpufrac.scheduler")
+
+Obj = Mapping[str, Any]
+
+
+class SchedulerCache:
+    def __init__(self, *, node_selector: Mapping[str, str] | None = None) -> None:
+        self.state = ClusterState()
+        self.eligibility = Eligibility(node_selector or {})
+        self.nodes: dict[str, Obj] = {}  # name -> latest Node object
+        self.bound: dict[str, Obj] = {}  # uid -> latest object of a pod accounted as bound
+        self.unplaced: dict[str, dict[str, Obj]] = {}  # node not seen yet -> uid -> the pods bound to it
+        self.assumed: dict[str, Placement] = {}  # uid -> placement reserved for a bind in flight
+        self.gone_assumed: set[str] = set()  # assumed pods deleted while their bind runs
+        self.names: dict[str, str] = {}  # uid -> namespace/name, for people: logs and `gpufrac top`
+        self._node_views: dict[str, tuple[Any, ...]] = {}  # what placement reads of each node
+
+    def snapshot(self) -> ClusterState:
+        """The state the engine decides on. Not a copy: decisions run on the event loop between awaits, so
+        nothing changes it during one, and copying 1,213 nodes' arrays per pod would cost more than the
+        decision itself."""
+        return self.state
+
+    def eligible_rows(self, pod: Obj) -> tuple[np.ndarray, Any]:
+        """The state rows `pod` may land on, and the other nodes counted by reason."""
+        return self.eligibility.rows_for(pod, self.state)
+
+    # ---- nodes --------------------------------------------------------------------------------------------
+
+    def sync_nodes(self, nodes: Iterable[Obj]) -> None:
+        """A full list: nodes missing from it are gone."""
+        listed = list(nodes)
+        seen = {objects.meta(node)["name"] for node in listed}
+        for name in [name for name in self.nodes if name not in seen]:
+            self.remove_node(name)
+        for node in listed:
+            self.add_node(node)
+
+    def add_node(self, node: Obj) -> bool:
+        """Add or update a node; False when nothing placement reads has changed (a heartbeat)."""
+        name = objects.meta(node)["name"]
+        self.nodes[name] = node
+        view = (
+            objects.node_spec(node),
+            objects.node_ready(node),
+            objects.node_labels_of(node),
+            objects.node_taints(node),
+        )
+        if self._node_views.get(name) == view:
+            return False
+        self._node_views[name] = view
+        self._upsert_node(view[0])
+        self.eligibility.update(self.state.index[name], node)
+        for uid, pod in self.unplaced.pop(name, {}).items():
+            self._account_bound(uid, pod, name)
+        return True
+
+    def remove_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+        self._node_views.pop(name, None)
+        if name in self.state.index and self.state.active[self.state.index[name]]:
+            for placement in self.state.remove_node(name):
+                # Kubernetes deletes these pods soon; should the node come back first, they count again.
+                pod = self.bound.pop(placement.pod, None)
+                if pod is not None:
+                    self.unplaced.setdefault(name, {})[placement.pod] = pod
+
+    def _upsert_node(self, spec: NodeSpec) -> None:
+        row = self.state.index.get(spec.name)
+        if row is not None and self.state.active[row] and self.state.node_spec(spec.name) == spec:
+            return
+        if row is not None and self.state.active[row]:
+            current = self.state.node_spec(spec.name)
+            if _same_shape(current, spec):
+                for gpu in spec.gpus:
+                    self.state.set_gpu_health(spec.name, gpu.index, healthy=gpu.healthy)
+                self.state.uuids[row] = [gpu.uuid for gpu in spec.gpus]
+                return
+            released = self.state.remove_node(spec.name)
+        else:
+            released = []
+        self.state.add_node(spec)
+        for placement in released:
+            try:
+                self.state.apply(placement)
+            except PlacementRefused as error:
+                log.error("node %s changed under pod %s: %s", spec.name, self._name(placement.pod), error)
+                self.bound.pop(placement.pod, None)
+
+    # ---- pods the watches report --------------------------------------------------------------------------
+
+    def sync_pods(self, pods: Iterable[Obj]) -> None:
+        """A full list: accounted pods missing from it or finished are gone; bound ones are added."""
+        listed = list(pods)
+        uids = {objects.pod_uid(pod) for pod in listed}
+        waiting = [uid for held in self.unplaced.values() for uid in held]  # bound to nodes not seen yet
+        for uid in [*self.state.placements, *waiting]:
+            if uid not in uids:
+                self.remove_pod(uid)
+        for pod in listed:
+            if objects.is_done(pod):
+                self.remove_pod(objects.pod_uid(pod))
+            elif objects.node_name(pod):
+                self.add_pod(pod)
+
+    def add_pod(self, pod: Obj) -> None:
+        """A pod the watch reports bound to a node. Idempotent, since a relist adds every pod again."""
+        uid = objects.pod_uid(pod)
+        if uid in self.assumed:
+            return  # its bind is in flight: `finish_binding` or `forget` settles it
+        if uid in self.state.placements:
+            self.update_pod(pod)
+        else:
+            self._account_bound(uid, pod, objects.node_name(pod))
+
+    def update_pod(self, pod: Obj) -> None:
+        """A newer version of a bound pod. Its placement stands: the webhook keeps a bound pod's contract
+        annotations from changing, so only the object (read for the target workload) is replaced."""
+        uid = objects.pod_uid(pod)
+        if uid not in self.state.placements:
+            self.add_pod(pod)
+        elif uid not in self.assumed:
+            self.bound[uid] = pod
+
+    def remove_pod(self, uid: str) -> bool:
+        """The pod was deleted or finished; True when that freed anything.
+
+        An assumed pod stays held until its bind settles: the Binding may yet go through.
+        """
+        if uid in self.assumed:
+            self.gone_assumed.add(uid)
+            return False
+        if uid in self.state.placements or any(uid in held for held in self.unplaced.values()):
+            self._release(uid)
+            return True
+        return False
+
+    def _account_bound(self, uid: str, pod: Obj, node: str) -> None:
+        self.names[uid] = objects.pod_key(pod)
+        if node not in self.nodes:
+            self.unplaced.setdefault(node, {})[uid] = pod
+            return
+        try:
+            self.state.apply(objects.bound_placement(pod, self.state.node_spec(node)))
+        except (contract.ContractError, PlacementRefused) as error:
+            log.error("bound pod %s on %s does not add up: %s", objects.pod_key(pod), node, error)
+            return
+        self.bound[uid] = pod
+
+    # ---- pods this scheduler binds ------------------------------------------------------------------------
+
+    def assume(self, pod: Obj, placement: Placement) -> None:
+        """Reserve `placement` for a bind about to start, so the next decision sees the memory taken."""
+        uid = objects.pod_uid(pod)
+        self.state.apply(placement)
+        self.assumed[uid] = placement
+        self.names[uid] = objects.pod_key(pod)
+
+    def finish_binding(self, pod: Obj) -> bool:
+        """The bind went through; False when the pod was deleted meanwhile (its memory is then freed)."""
+        uid = objects.pod_uid(pod)
+        self.assumed.pop(uid, None)
+        self.bound[uid] = pod
+        return self._settle(uid)
+
+    def forget(self, pod: Obj) -> bool:
+        """The bind failed: free its reservation. False when the pod was deleted meanwhile."""
+        uid = objects.pod_uid(pod)
+        self.assumed.pop(uid, None)
+        self._release(uid)
+        return self._settle(uid)
+
+    def _settle(self, uid: str) -> bool:
+        if uid not in self.gone_assumed:
+            return True
+        self.gone_assumed.discard(uid)
+        self._release(uid)
+        return False
+
+    def _release(self, uid: str) -> None:
+        for waiting in self.unplaced.values():
+            waiting.pop(uid, None)
+        self.bound.pop(uid, None)
+        self.names.pop(uid, None)
+        if uid in self.state.placements:
+            self.state.release(uid)
+
+    def _name(self, uid: str) -> str:
+        return self.names.get(uid, uid)
+
+
+def _same_shape(current: NodeSpec, new: NodeSpec) -> bool:
+    """Only GPU health or UUIDs differ: no need to rebuild the node's allocations."""
+    return (
+        current.cpu_milli == new.cpu_milli
+        and current.memory_mib == new.memory_mib
+        and [(g.index, g.model, g.memory_mib) for g in current.gpus]
+        == [(g.index, g.model, g.memory_mib) for g in new.gpus]
+    )

@@ -1,0 +1,125 @@
+"""The scheduler cache's lifecycle, one pod at a time: assume, finish or forget, add, update, remove.
+
+Every case ends with what the engine would see (`gpu_free`) and which pods the cache holds, keyed by UID.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from gpufrac.cluster.model import Assignment, Placement
+from gpufrac.contract import ComputeMode
+from gpufrac.scheduler.cache import SchedulerCache
+
+from ..kubeapi.apiobjects import GPU_MIB, bound, inventory, key, node, pod, with_status
+from .schedulers import gpu_free, share_notes
+
+HALF = GPU_MIB // 2
+
+
+def n1() -> dict[str, Any]:
+    return node("n1", agent=inventory("n1", 2))
+
+
+def half_share(name: str, *, uid: str | None = None) -> dict[str, Any]:
+    """`name` bound to n1 with half of GPU 0; `uid` makes it a different pod under the same name."""
+    made = bound(pod(name), "n1", share_notes("main", "GPU-n1-0", f"{HALF}Mi"))
+    if uid is not None:
+        made["metadata"]["uid"] = uid
+    return made
+
+
+def assumed_placement(name: str) -> Placement:
+    return Placement(
+        key(name), "n1", 100, 0, (Assignment("main", (1,), HALF, HALF, ComputeMode.TIME_SLICING),)
+    )
+
+
+def cache_with_n1() -> SchedulerCache:
+    cache = SchedulerCache()
+    cache.sync_nodes([n1()])
+    return cache
+
+
+def test_an_assumed_placement_holds_its_memory_until_forgotten() -> None:
+    cache = cache_with_n1()
+    cache.assume(pod("p"), assumed_placement("p"))
+    assert gpu_free(cache, "n1") == [GPU_MIB, HALF]
+    assert cache.assumed == {key("p"): assumed_placement("p")} and cache.names == {key("p"): "team/p"}
+    assert cache.forget(pod("p")) is True
+    assert gpu_free(cache, "n1") == [GPU_MIB, GPU_MIB]
+    assert cache.assumed == {} and cache.names == {} and cache.state.placements == {}
+
+
+def test_a_finished_binding_stays_and_its_watch_event_does_not_count_it_twice() -> None:
+    cache = cache_with_n1()
+    cache.assume(pod("p"), assumed_placement("p"))
+    cache.add_pod(bound(pod("p"), "n1", share_notes("main", "GPU-n1-1", f"{HALF}Mi")))  # arrives mid-bind
+    assert cache.finish_binding(pod("p")) is True
+    cache.update_pod(bound(pod("p"), "n1", share_notes("main", "GPU-n1-1", f"{HALF}Mi")))
+    assert gpu_free(cache, "n1") == [GPU_MIB, HALF]
+    assert set(cache.state.placements) == {key("p")} and cache.assumed == {}
+
+
+def test_a_pod_deleted_while_its_bind_runs_is_held_until_the_bind_settles() -> None:
+    for settle in ("finish_binding", "forget"):
+        cache = cache_with_n1()
+        cache.assume(pod("p"), assumed_placement("p"))
+        assert cache.remove_pod(key("p")) is False  # the Binding may yet go through
+        assert gpu_free(cache, "n1") == [GPU_MIB, HALF] and cache.gone_assumed == {key("p")}
+        assert getattr(cache, settle)(pod("p")) is False, settle
+        assert gpu_free(cache, "n1") == [GPU_MIB, GPU_MIB] and cache.gone_assumed == set()
+        assert cache.state.placements == {} and cache.bound == {} and cache.names == {}
+
+
+def test_adding_a_bound_pod_again_is_idempotent() -> None:
+    cache = cache_with_n1()
+    for _ in range(3):
+        cache.add_pod(half_share("p"))
+        cache.update_pod(half_share("p"))
+    assert gpu_free(cache, "n1") == [HALF, GPU_MIB]
+    assert set(cache.bound) == {key("p")}
+
+
+def test_a_pod_recreated_under_the_same_name_is_another_pod() -> None:
+    cache = cache_with_n1()
+    cache.add_pod(half_share("p"))
+    successor = half_share("p", uid="uid-p-2")
+    cache.add_pod(successor)  # the first one's DELETED event has not arrived yet: both hold memory
+    assert gpu_free(cache, "n1") == [0, GPU_MIB]
+    assert set(cache.state.placements) == {key("p"), "uid-p-2"}
+    assert cache.remove_pod(key("p")) is True
+    assert gpu_free(cache, "n1") == [HALF, GPU_MIB] and set(cache.bound) == {"uid-p-2"}
+    assert cache.names == {"uid-p-2": "team/p"}
+
+
+def test_a_relist_drops_pods_that_are_gone_or_finished_and_keeps_a_same_named_successor() -> None:
+    cache = cache_with_n1()
+    cache.sync_pods([half_share("old"), half_share("done")])
+    assert gpu_free(cache, "n1") == [0, GPU_MIB]
+    pending_successor = pod("old")
+    pending_successor["metadata"]["uid"] = "uid-old-2"  # deleted and recreated while the watch was down
+    cache.sync_pods([pending_successor, with_status(half_share("done"), phase="Succeeded")])
+    assert gpu_free(cache, "n1") == [GPU_MIB, GPU_MIB]
+    assert cache.state.placements == {} and cache.bound == {} and cache.names == {}
+
+
+def test_pods_on_an_unseen_node_wait_for_it_and_count_again_when_it_returns() -> None:
+    cache = SchedulerCache()
+    cache.add_pod(half_share("p"))
+    assert set(cache.unplaced["n1"]) == {key("p")} and cache.state.placements == {}
+    assert cache.add_node(n1()) is True
+    assert gpu_free(cache, "n1") == [HALF, GPU_MIB] and cache.unplaced == {}
+    cache.remove_node("n1")
+    assert set(cache.unplaced["n1"]) == {key("p")} and cache.state.placements == {}
+    cache.add_node(n1())
+    assert gpu_free(cache, "n1") == [HALF, GPU_MIB] and set(cache.bound) == {key("p")}
+
+
+def test_a_node_heartbeat_is_no_change() -> None:
+    cache = cache_with_n1()
+    heartbeat = copy.deepcopy(n1())
+    heartbeat["metadata"]["resourceVersion"] = "2"
+    assert cache.add_node(heartbeat) is False
+    assert cache.add_node(node("n1", agent=inventory("n1", 2, unhealthy=[1]))) is True
