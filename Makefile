@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install clean
+.PHONY: demo test unit lint install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/mypy --strict src/gpufrac/contract
+	$(BIN)/lint-imports --no-cache
 
 # kube-apiserver, kube-controller-manager and etcd for tests/integration, built once from Debian packages
 # into ~/.cache/gpufrac (a few minutes the first time; instant after). See hack/README.md.
@@ -31,6 +32,10 @@ kube-bins:
 
 test: lint kube-bins
 	$(BIN)/pytest
+
+# Everything but tests/integration: no control plane to build or start, a minute or two.
+unit: $(STAMP)
+	$(BIN)/pytest -m "not integration"
 
 clean:
 	rm -rf $(VENV) report .pytest_cache .mypy_cache .ruff_cache
