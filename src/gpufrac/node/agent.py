@@ -25,18 +25,16 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 import lightkube
-from lightkube.models.core_v1 import EventSource, ObjectReference
-from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
 from gpufrac.contract import node_inventory
 from gpufrac.contract.node_inventory import Enforcement
+from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS, TRANSPORT_ERRORS
 from gpufrac.node import eviction, inventory, procfs, watchdog
 from gpufrac.node.exporter import Exporter, GpuView, Observation
@@ -301,8 +299,9 @@ class Agent:
         if action == Mode.EVICT and pod is not None and pod.deleting:
             self._done.add(key)
             return None
-        namespace, involved = self._involved(finding)
-        name = event_name(involved.name or "", key)
+        involved = self._involved(finding)
+        namespace = involved.get("namespace") or "default"
+        name = event_name(involved["name"] or "", key)
         try:
             await self.client.get(Event, name, namespace=namespace)
             self._done.add(key)
@@ -322,7 +321,15 @@ class Agent:
         self._done.add(key)
         message = f"{outcome}: {finding.detail} (mode {self.settings.mode.value})"
         log.warning("%s: %s", finding.kind.value, message)
-        await self._event(name, namespace, involved, finding.kind.value, message)
+        event = events.warning(
+            involved=involved,
+            reason=finding.kind.value,
+            message=message,
+            component=COMPONENT,
+            host=self.settings.node_name,
+            name=name,
+        )
+        await events.record(self.client, event)
         self.exporter.breaches.labels(finding.kind.value).inc()
         self.exporter.actions.labels(action).inc()
         return Handled(finding, action, outcome)
@@ -341,40 +348,11 @@ class Agent:
             return True, f"Evicted pod {pod.namespace}/{pod.name}"
         return True, "Reported"
 
-    def _involved(self, finding: Finding) -> tuple[str, ObjectReference]:
+    def _involved(self, finding: Finding) -> dict[str, str | None]:
         if finding.container is not None:
             pod = finding.container.pod
-            reference = ObjectReference(
-                apiVersion="v1", kind="Pod", namespace=pod.namespace, name=pod.name, uid=pod.uid
-            )
-            return pod.namespace, reference
-        # As the kubelet does, events about a node go to the default namespace.
-        return "default", ObjectReference(apiVersion="v1", kind="Node", name=self.settings.node_name)
-
-    async def _event(
-        self, name: str, namespace: str, involved: ObjectReference, reason: str, message: str
-    ) -> None:
-        now = datetime.now(UTC)
-        event = Event(
-            metadata=ObjectMeta(name=name, namespace=namespace),
-            involvedObject=involved,
-            reason=reason,
-            message=message[:1024],
-            type="Warning",
-            count=1,
-            firstTimestamp=now,
-            lastTimestamp=now,
-            source=EventSource(component=COMPONENT, host=self.settings.node_name),
-            reportingComponent=COMPONENT,
-            reportingInstance=self.settings.node_name,
-        )
-        try:
-            await self.client.create(event)
-        except lightkube.ApiError as error:
-            if error.status.code != 409:
-                log.error("cannot record Event %s (%s)", name, error)
-        except TRANSPORT_ERRORS as error:
-            log.error("cannot record Event %s (%s)", name, error)
+            return {"kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
+        return {"kind": "Node", "name": self.settings.node_name}
 
     # --- metrics -------------------------------------------------------------------------------------
 

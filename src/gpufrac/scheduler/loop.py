@@ -23,12 +23,13 @@ from typing import Any
 
 import lightkube
 import numpy as np
-from lightkube.resources.core_v1 import Event, Node, Pod
+from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from gpufrac import contract
 from gpufrac.cluster.model import Placement, Unschedulable
-from gpufrac.kubeapi.client import API_ERRORS, build
+from gpufrac.kubeapi import events
+from gpufrac.kubeapi.client import API_ERRORS
 from gpufrac.kubeapi.reflector import reflect
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
@@ -246,21 +247,6 @@ class Scheduler:
         """An Event and a PodScheduled=False condition, so `kubectl describe` says why."""
         namespace, name = objects.meta(pod)["namespace"], objects.meta(pod)["name"]
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
-        event = {
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
-            "involvedObject": {
-                "kind": "Pod",
-                "name": name,
-                "namespace": namespace,
-                "uid": objects.meta(pod).get("uid"),
-                "apiVersion": "v1",
-            },
-            "reason": "FailedScheduling",
-            "message": message,
-            "type": "Warning",
-            "source": {"component": self.config.name},
-            "reportingComponent": self.config.name,
-        }
         try:
             await self.client.patch(
                 Pod.Status,
@@ -269,9 +255,16 @@ class Scheduler:
                 namespace=namespace,
                 patch_type=PatchType.STRATEGIC,
             )
-            await self.client.create(build(Event, event))
         except API_ERRORS as error:
             log.warning("pod %s/%s: could not record why it is unschedulable: %s", namespace, name, error)
+            return  # the API server refuses this scheduler's writes: an Event would fare no better
+        involved = {"kind": "Pod", "name": name, "namespace": namespace, "uid": objects.meta(pod).get("uid")}
+        await events.record(
+            self.client,
+            events.warning(
+                involved=involved, reason="FailedScheduling", message=message, component=self.config.name
+            ),
+        )
 
     # ---- running ------------------------------------------------------------------------------------------
 
