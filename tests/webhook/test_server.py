@@ -20,8 +20,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from gpufrac import admission
+from gpufrac.admission import exchange
 from gpufrac.contract import keys
-from gpufrac.kube import admission, certs, webhook_server
+from gpufrac.kube import certs, webhook_server
 
 from .reviews import NAME, POLICY, SCHEDULER, TENANT, apply_patch, container, pod, review, share_pods
 
@@ -143,7 +145,7 @@ async def test_a_body_over_the_limit_is_denied_as_unreadable(
 async def test_a_bug_in_a_rule_still_gets_an_answer(
     client: Client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken(*args: object, **kwargs: object) -> admission.Decision:
+    def broken(*args: object, **kwargs: object) -> exchange.Decision:
         raise KeyError("bug")
 
     monkeypatch.setattr(admission, "decide", broken)
@@ -378,7 +380,7 @@ bodies = st.one_of(
     json_values.map(lambda value: json.dumps(value).encode()),
     st.fixed_dictionaries(
         {
-            "apiVersion": st.just(admission.API_VERSION),
+            "apiVersion": st.just(exchange.API_VERSION),
             "kind": st.just("AdmissionReview"),
             "request": maybe(requests),
         }
@@ -400,7 +402,7 @@ def expected_uid(body: bytes) -> str:
 async def test_fuzz_every_body_gets_a_well_formed_review(client: Client, body: bytes, endpoint: str) -> None:
     answer = await post(client, endpoint, body)
     assert set(answer) == {"apiVersion", "kind", "response"}
-    assert (answer["apiVersion"], answer["kind"]) == (admission.API_VERSION, "AdmissionReview")
+    assert (answer["apiVersion"], answer["kind"]) == (exchange.API_VERSION, "AdmissionReview")
     response = answer["response"]
     assert response["uid"] == expected_uid(body)
     assert isinstance(response["allowed"], bool)

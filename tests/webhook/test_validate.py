@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from gpufrac.admission import settings
 from gpufrac.contract import ContractError, EnvDelivery, parse_pod
-from gpufrac.kube import admission
 
 from .reviews import NAME, SCHEDULER, TENANT, container, mutated, pod, validate
 
@@ -289,7 +289,7 @@ def test_a_share_pod_for_gpufrac_that_skipped_the_mutation_is_denied() -> None:
         "webhook serves, and leave schedulerName, envFrom and the gpufrac.io/env-configmap annotation to "
         "gpufrac"
     )
-    assert allowed(unprepared, policy=admission.Policy(env_delivery=EnvDelivery.ANNOTATIONS_ONLY))
+    assert allowed(unprepared, policy=settings.Policy(env_delivery=EnvDelivery.ANNOTATIONS_ONLY))
     # A share pod for another scheduler (KAI, say) is that scheduler's business.
     assert allowed(pod({"gpu-fraction": "0.5"}, schedulerName="kai-scheduler"))
 
@@ -384,7 +384,7 @@ def test_exempt_namespaces_and_other_resources_are_let_through() -> None:
     assert allowed(forged, operation="DELETE", old=forged)
     assert allowed(forged, sub_resource="status", operation="UPDATE", old=forged)
     assert not validate(
-        forged, admission.Policy(exempt_namespaces=frozenset()), namespace="kube-system"
+        forged, settings.Policy(exempt_namespaces=frozenset()), namespace="kube-system"
     ).allowed
 
 
