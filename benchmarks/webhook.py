@@ -35,8 +35,7 @@ import aiohttp
 import numpy as np
 
 from gpufrac import admission
-from gpufrac.admission import exchange, settings
-from gpufrac.kube import certs
+from gpufrac.admission import certs, exchange, settings
 
 
 def share_pod(index: int) -> dict[str, Any]:

@@ -343,7 +343,7 @@ def webhook(
         return [part.strip() for part in text.split(",") if part.strip()]
 
     if generate_certs:
-        from gpufrac.kube import certs
+        from gpufrac.admission import certs
 
         certs.run(
             hosts=names(hosts),
@@ -355,7 +355,7 @@ def webhook(
             kubeconfig=kubeconfig,
         )
         return
-    from gpufrac.kube import webhook_server
+    from gpufrac.admission import server
 
     if tls_cert is None or tls_key is None:
         raise UserError("the webhook serves HTTPS only: pass --tls-cert and --tls-key (or --generate-certs)")
@@ -373,7 +373,7 @@ def webhook(
         mps_host_directory=mps_host_directory,
     )
     setup_logging(log_level)
-    webhook_server.run(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port)
+    server.run(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port)
 
 
 def main() -> None:

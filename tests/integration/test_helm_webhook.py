@@ -10,8 +10,7 @@ from typing import Any
 import typer
 
 from gpufrac import cli, contract
-from gpufrac.admission import settings
-from gpufrac.kube import certs
+from gpufrac.admission import certs, settings
 
 from . import controlplane
 from .chart import helm_template

@@ -13,8 +13,7 @@ import urllib.request
 from pathlib import Path
 
 from gpufrac import cli, contract
-from gpufrac.admission import settings
-from gpufrac.kube import certs
+from gpufrac.admission import certs, settings
 
 from .reviews import pod, review
 

@@ -6,8 +6,9 @@ Where to look:
 - `pod_guards`, `configmap_guards`: `/validate`, the contract and the guards of the threat model.
 - `settings`: the `Policy` the `gpufrac webhook` flags build, and its defaults.
 - `shapes`: reading objects that may not be shaped as the API promises.
+- `server`: the HTTPS server; `certs`: its TLS certificate.
 
-All pure: the HTTPS server decides nothing; it passes the body's bytes to
+All but `server` and `certs` are pure: the server decides nothing; it passes the body's bytes to
 `exchange.read_review`, the request to `decide`, and sends back `exchange.review_response`, so every rule
 is unit-tested without a server or a cluster.
 """
