@@ -87,7 +87,7 @@ def review(obj: dict[str, Any], *, user: str, resource: str = "pods") -> dict[st
 def workload() -> list[tuple[str, str, bytes]]:
     """(kind, endpoint, body) of one round of the mix."""
     pod = share_pod(0)
-    # The same pod as the mutation leaves it (tests/webhook checks what the mutation adds).
+    # The same pod as the mutation leaves it (tests/admission/test_mutation.py checks what it adds).
     base = "gpufrac-env-0123456789abcdef"
     mutated = share_pod(0)
     mutated["spec"]["schedulerName"] = "gpufrac"

@@ -92,6 +92,29 @@ def mutated(obj: Mapping[str, Any], policy: settings.Policy = POLICY, **fields: 
     return apply_patch(obj, mutate(obj, policy, **fields).patch)
 
 
+def denial(obj: dict[str, Any] | None, rule: str, **fields: Any) -> str:
+    decision = validate(obj, **fields)
+    assert not decision.allowed, "expected a denial"
+    assert decision.rule == rule, decision.message
+    assert decision.code == 403
+    return decision.message
+
+
+def allowed(obj: dict[str, Any] | None, **fields: Any) -> bool:
+    decision = validate(obj, **fields)
+    assert decision.allowed, decision.message
+    return True
+
+
+def configmap(name: str = "gpufrac-env-dddd-app", **metadata: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, **metadata},
+        "data": {"A": "1"},
+    }
+
+
 def decoded_patch(response: Mapping[str, Any]) -> list[dict[str, Any]]:
     patch: list[dict[str, Any]] = json.loads(base64.b64decode(response["patch"]))
     return patch
