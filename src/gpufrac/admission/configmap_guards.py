@@ -15,11 +15,11 @@ def validate(request: exchange.Request, policy: settings.Policy) -> exchange.Dec
     names = [request.name]
     guarded = False
     for obj in (request.object, request.old_object):
-        meta = shapes.as_mapping(shapes.as_mapping(obj).get("metadata"))
+        meta = shapes.metadata_of(obj)
         names += [shapes.as_str(meta.get("name")), shapes.as_str(meta.get("generateName"))]
         guarded = guarded or keys.ENV_CONFIGMAP_LABEL in shapes.as_mapping(meta.get("labels"))
     guarded = guarded or any(name.startswith(keys.ENV_CONFIGMAP_PREFIX) for name in names)
-    if not guarded or request.user == policy.scheduler_identity:
+    if not guarded or policy.is_scheduler(request.user):
         return exchange.ALLOW
     if request.operation == "DELETE" and request.user in policy.configmap_deleters:
         return exchange.ALLOW

@@ -34,7 +34,7 @@ class Request:
     @property
     def target(self) -> str:
         """`namespace/name` of the object for logs; a pod created with generateName has no name yet."""
-        meta = shapes.as_mapping((self.object or self.old_object or {}).get("metadata"))
+        meta = shapes.metadata_of(self.object or self.old_object)
         name = (
             self.name
             or shapes.as_str(meta.get("name"))

@@ -61,11 +61,10 @@ def mutate(request: exchange.Request, policy: settings.Policy, *, configmap_name
     patch: list[dict[str, Any]] = [
         {"op": "add", "path": "/spec/schedulerName", "value": policy.scheduler_name}
     ]
-    patch += _annotation_patch(
-        pod, asked, configmap_name if policy.env_delivery == contract.EnvDelivery.CONFIGMAP else None
-    )
-    if policy.env_delivery == contract.EnvDelivery.CONFIGMAP:
-        patch += _delivery_patch(pod, asked, configmap_name, policy)
+    configmap_base = configmap_name if policy.env_delivery == contract.EnvDelivery.CONFIGMAP else None
+    patch += _annotation_patch(pod, asked, configmap_base)
+    if configmap_base is not None:
+        patch += _delivery_patch(pod, asked, configmap_base, policy)
     return exchange.Decision(allowed=True, patch=tuple(patch))
 
 
@@ -74,10 +73,15 @@ def gpu_containers(asked: contract.PodGpuRequest) -> list[str]:
     return [share.container for share in asked.shares] + [whole.container for whole in asked.whole]
 
 
+def sm_sharing_containers(asked: contract.PodGpuRequest) -> list[str]:
+    """The containers that get the MPS pipe directory, through the `MPS_VOLUME` the mutation adds."""
+    return [share.container for share in asked.shares if share.mode is contract.ComputeMode.SM_SHARING]
+
+
 def _annotation_patch(
     pod: Mapping[str, Any], asked: contract.PodGpuRequest, configmap_name: str | None
 ) -> list[dict[str, Any]]:
-    current = shapes.as_mapping(shapes.as_mapping(pod.get("metadata")).get("annotations"))
+    current = shapes.annotations_of(pod)
     added: dict[str, str] = {}
     for share in asked.shares:
         mode_key = contract.container_key(share.container, keys.COMPUTE_MODE)
@@ -109,7 +113,7 @@ def _delivery_patch(
         container = shapes.as_mapping(containers[i])
         source = {"configMapRef": {"name": keys.env_configmap_name(base, name), "optional": False}}
         patch.append(_append(f"/spec/containers/{i}/envFrom", container.get("envFrom"), source))
-    sm_sharing = [share.container for share in asked.shares if share.mode is contract.ComputeMode.SM_SHARING]
+    sm_sharing = sm_sharing_containers(asked)
     for name in sm_sharing:
         i = index[name]
         mount = {"name": MPS_VOLUME, "mountPath": contract.DEFAULT_MPS_PIPE_DIRECTORY}

@@ -26,7 +26,7 @@ def validate(request: exchange.Request, policy: settings.Policy) -> exchange.Dec
     """Allowed, or denied with the first rule broken; see the module doc for the rules."""
     if request.object is None:
         return exchange.ALLOW
-    trusted = request.user == policy.scheduler_identity
+    trusted = policy.is_scheduler(request.user)
     if request.sub_resource == "ephemeralcontainers":
         if trusted:
             return exchange.ALLOW
@@ -34,7 +34,7 @@ def validate(request: exchange.Request, policy: settings.Policy) -> exchange.Dec
     if request.sub_resource:
         return exchange.ALLOW
     if request.operation == "CREATE":
-        return _validate_new_pod(request.object, request.user, policy)
+        return _validate_new_pod(request.object, request.user, policy, trusted=trusted)
     if request.operation == "UPDATE":
         return _validate_pod_update(request, policy, trusted=trusted)
     return exchange.ALLOW
@@ -45,18 +45,16 @@ def _contract(pod: Mapping[str, Any], *, placement: bool) -> contract.PodGpuRequ
     so that even the scheduler cannot write a bind it could not rebuild its state from."""
     try:
         asked = contract.parse_pod(pod)
-        annotations = shapes.as_mapping(shapes.as_mapping(pod.get("metadata")).get("annotations"))
-        if placement and any(
-            isinstance(key, str) and contract.is_scheduler_owned(key) for key in annotations
-        ):
+        if placement and _scheduler_owned_annotations(pod):
             contract.parse_placement(pod)
     except contract.ContractError as error:
         return exchange.deny("contract", str(error))
     return asked
 
 
-def _validate_new_pod(pod: Mapping[str, Any], user: str, policy: settings.Policy) -> exchange.Decision:
-    trusted = user == policy.scheduler_identity
+def _validate_new_pod(
+    pod: Mapping[str, Any], user: str, policy: settings.Policy, *, trusted: bool
+) -> exchange.Decision:
     asked = _contract(pod, placement=trusted)
     if isinstance(asked, exchange.Decision):
         return asked
@@ -96,15 +94,16 @@ def _validate_pod_update(
 
 
 def _scheduler_owned(pod: Mapping[str, Any], user: str, policy: settings.Policy) -> exchange.Decision | None:
-    for key, value in shapes.as_mapping(shapes.as_mapping(pod.get("metadata")).get("annotations")).items():
-        if isinstance(key, str) and contract.is_scheduler_owned(key):
-            return exchange.deny(
-                "scheduler-owned",
-                f"{key}={json.dumps(shapes.as_str(value))}: is written by the gpufrac scheduler at bind "
-                f"({policy.scheduler_identity}) and names the GPUs a container may use; "
-                f"{exchange.who(user)} may not set it; remove it",
-            )
-    return None
+    owned = _scheduler_owned_annotations(pod)
+    if not owned:
+        return None
+    key, value = next(iter(owned.items()))
+    return exchange.deny(
+        "scheduler-owned",
+        f"{key}={json.dumps(shapes.as_str(value))}: is written by the gpufrac scheduler at bind "
+        f"({policy.scheduler_identity}) and names the GPUs a container may use; "
+        f"{exchange.who(user)} may not set it; remove it",
+    )
 
 
 def _reserved_env(pod: Mapping[str, Any]) -> exchange.Decision | None:
@@ -145,16 +144,16 @@ def _env_configmap(
     unless the gpufrac scheduler is to bind it, and that scheduler refuses to bind a pod to a ConfigMap
     another pod owns.
     """
-    annotations = shapes.as_mapping(shapes.as_mapping(pod.get("metadata")).get("annotations"))
-    own = annotations.get(keys.ENV_CONFIGMAP_ANNOTATION)
+    own = shapes.annotations_of(pod).get(keys.ENV_CONFIGMAP_ANNOTATION)
     spec = shapes.as_mapping(pod.get("spec"))
+    for_gpufrac = spec.get("schedulerName") == policy.scheduler_name
     if own is not None:
         problem = None
         if not isinstance(own, str) or not own.startswith(keys.ENV_CONFIGMAP_PREFIX):
             problem = f'does not name a gpufrac env ConfigMap ("{keys.ENV_CONFIGMAP_PREFIX}...")'
         elif not asked.shares:
             problem = "is set on a pod that asks for no GPU share"
-        elif spec.get("schedulerName") != policy.scheduler_name:
+        elif not for_gpufrac:
             problem = f'is set on a pod not scheduled by "{policy.scheduler_name}"'
         elif spec.get("nodeName"):
             problem = "is set on a pod that names its node itself (spec.nodeName)"
@@ -171,11 +170,7 @@ def _env_configmap(
         mine = keys.env_configmap_name(base, name) if base and kind == "containers" and name in gpu else None
         if denial := _foreign_env_configmap(container, mine, base):
             return denial
-    if (
-        policy.env_delivery == contract.EnvDelivery.CONFIGMAP
-        and asked.shares
-        and spec.get("schedulerName") == policy.scheduler_name
-    ):
+    if policy.env_delivery == contract.EnvDelivery.CONFIGMAP and asked.shares and for_gpufrac:
         for container in shapes.containers(pod):
             name = shapes.as_str(container.get("name"))
             if name in gpu and (
@@ -193,8 +188,7 @@ def _env_configmap(
 
 def _ephemeral_env_configmap(obj: Mapping[str, Any]) -> exchange.Decision | None:
     """An ephemeral container (`kubectl debug`) may take env from no gpufrac env ConfigMap at all."""
-    annotations = shapes.as_mapping(shapes.as_mapping(obj.get("metadata")).get("annotations"))
-    base = annotations.get(keys.ENV_CONFIGMAP_ANNOTATION)
+    base = shapes.annotations_of(obj).get(keys.ENV_CONFIGMAP_ANNOTATION)
     for kind, container in shapes.containers_by_list(obj):
         if kind == "ephemeralContainers" and (denial := _foreign_env_configmap(container, None, base)):
             return denial
@@ -224,7 +218,7 @@ def _mps_host_path(
     """A host path into the MPS pipe directory reaches the MPS daemons with no limit set: only the
     volume the mutation adds to a pod with an sm-sharing share may mount it."""
     root = posixpath.normpath(policy.mps_host_directory)
-    sm_sharing = any(share.mode is contract.ComputeMode.SM_SHARING for share in asked.shares)
+    sm_sharing = bool(mutation.sm_sharing_containers(asked))
     for volume in shapes.as_list(shapes.as_mapping(pod.get("spec")).get("volumes")):
         volume = shapes.as_mapping(volume)
         path = shapes.as_mapping(volume.get("hostPath")).get("path")
@@ -248,13 +242,19 @@ def _mps_host_path(
 def _guarded_annotations(pod: Mapping[str, Any] | None) -> dict[str, object]:
     """The annotations nobody but the scheduler may change after create: the contract keys and the name
     of the env ConfigMap."""
-    annotations = shapes.as_mapping(
-        shapes.as_mapping(shapes.as_mapping(pod).get("metadata")).get("annotations")
-    )
     return {
         key: value
-        for key, value in annotations.items()
+        for key, value in shapes.annotations_of(pod).items()
         if isinstance(key, str) and (contract.is_contract_key(key) or key == keys.ENV_CONFIGMAP_ANNOTATION)
+    }
+
+
+def _scheduler_owned_annotations(pod: Mapping[str, Any]) -> dict[str, object]:
+    """The annotations only the scheduler may write (the devices, set at bind), in the pod's order."""
+    return {
+        key: value
+        for key, value in shapes.annotations_of(pod).items()
+        if isinstance(key, str) and contract.is_scheduler_owned(key)
     }
 
 

@@ -32,3 +32,7 @@ class Policy:
     configmap_deleters: frozenset[str] = frozenset(DEFAULT_CONFIGMAP_DELETERS)
     env_delivery: contract.EnvDelivery = contract.EnvDelivery.CONFIGMAP
     mps_host_directory: str = contract.DEFAULT_MPS_PIPE_DIRECTORY
+
+    def is_scheduler(self, user: str) -> bool:
+        """Whether `user` is the scheduler, the one writer of scheduler-owned keys and env ConfigMaps."""
+        return user == self.scheduler_identity

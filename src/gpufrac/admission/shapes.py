@@ -21,6 +21,14 @@ def as_str(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
+def metadata_of(obj: object) -> Mapping[str, Any]:
+    return as_mapping(as_mapping(obj).get("metadata"))
+
+
+def annotations_of(obj: object) -> Mapping[str, Any]:
+    return as_mapping(metadata_of(obj).get("annotations"))
+
+
 def containers_by_list(pod: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """Every container of a pod, or of an EphemeralContainers object, with the list it is in."""
     spec = as_mapping(pod.get("spec")) if "spec" in pod else pod
