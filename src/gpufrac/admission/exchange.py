@@ -1,7 +1,7 @@
 """The AdmissionReview exchange: the request read into shape-checked data, the decision, the reply.
 
-The rules see only `Request` and answer only a `Decision`; turning bytes into the one and the other into
-the apiserver's JSON happens here alone, so that no rule has to distrust its input twice.
+The rules see only a `Request` and answer only a `Decision`: the apiserver's bytes are read and its JSON
+written here alone, so a body that is not an AdmissionReview never reaches a rule.
 """
 
 from __future__ import annotations
