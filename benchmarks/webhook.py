@@ -34,7 +34,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from gpufrac.kube import admission, certs
+from gpufrac import admission
+from gpufrac.admission import certs, exchange, settings
 
 
 def share_pod(index: int) -> dict[str, Any]:
@@ -63,7 +64,7 @@ def share_pod(index: int) -> dict[str, Any]:
 
 def review(obj: dict[str, Any], *, user: str, resource: str = "pods") -> dict[str, Any]:
     return {
-        "apiVersion": admission.API_VERSION,
+        "apiVersion": exchange.API_VERSION,
         "kind": "AdmissionReview",
         "request": {
             "uid": str(uuid.uuid4()),
@@ -86,7 +87,7 @@ def review(obj: dict[str, Any], *, user: str, resource: str = "pods") -> dict[st
 def workload() -> list[tuple[str, str, bytes]]:
     """(kind, endpoint, body) of one round of the mix."""
     pod = share_pod(0)
-    # The same pod as the mutation leaves it (tests/webhook checks what the mutation adds).
+    # The same pod as the mutation leaves it (tests/admission/test_mutation.py checks what it adds).
     base = "gpufrac-env-0123456789abcdef"
     mutated = share_pod(0)
     mutated["spec"]["schedulerName"] = "gpufrac"
@@ -109,7 +110,7 @@ def workload() -> list[tuple[str, str, bytes]]:
     greedy = share_pod(1)
     greedy["metadata"]["annotations"] = {}
     greedy["spec"]["containers"][0]["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
-    scheduler = admission.DEFAULT_SCHEDULER_IDENTITY
+    scheduler = settings.DEFAULT_SCHEDULER_IDENTITY
     return [
         ("mutate share pod", "mutate", json.dumps(review(pod, user="tenant")).encode()),
         ("validate share pod", "validate", json.dumps(review(mutated, user="tenant")).encode()),
@@ -190,16 +191,16 @@ async def measure(
 
 def decision_times(rounds: int = 2000) -> list[tuple[str, float]]:
     """What the server does per request, in this process: read the review, decide, build the answer."""
-    policy = admission.Policy()
+    policy = settings.Policy()
     times = []
     for _ in range(rounds):
         for kind, endpoint, body in workload():
             started = time.perf_counter()
-            request = admission.read_review(body)
+            request = exchange.read_review(body)
             decision = admission.decide(
                 request, endpoint=endpoint, policy=policy, configmap_name="gpufrac-env-0"
             )
-            json.dumps(admission.review_response(request.uid, decision))
+            json.dumps(exchange.review_response(request.uid, decision))
             times.append((kind, time.perf_counter() - started))
     return times
 

@@ -15,8 +15,8 @@ import typer
 from rich.console import Console
 
 from gpufrac import contract
+from gpufrac.admission import settings as admission_settings  # pure, cheap: the webhook's defaults
 from gpufrac.errors import UserError
-from gpufrac.kube import admission  # pure, and cheap to import: its defaults are the webhook's
 
 app = typer.Typer(
     name="gpufrac",
@@ -295,13 +295,13 @@ def webhook(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
     scheduler_identity: Annotated[
         str, typer.Option(help="The user that alone may write scheduler-owned keys and env ConfigMaps.")
-    ] = admission.DEFAULT_SCHEDULER_IDENTITY,
+    ] = admission_settings.DEFAULT_SCHEDULER_IDENTITY,
     scheduler_name: Annotated[
         str, typer.Option(help="The schedulerName given to share pods.")
-    ] = admission.DEFAULT_SCHEDULER_NAME,
+    ] = admission_settings.DEFAULT_SCHEDULER_NAME,
     exempt_namespaces: Annotated[
         str, typer.Option(help="Comma-separated namespaces let through unchecked.")
-    ] = ",".join(admission.DEFAULT_EXEMPT_NAMESPACES),
+    ] = ",".join(admission_settings.DEFAULT_EXEMPT_NAMESPACES),
     env_delivery: Annotated[
         contract.EnvDelivery,
         typer.Option(help="configmap: add each GPU container's env ConfigMap; annotations-only on r615+."),
@@ -343,7 +343,7 @@ def webhook(
         return [part.strip() for part in text.split(",") if part.strip()]
 
     if generate_certs:
-        from gpufrac.kube import certs
+        from gpufrac.admission import certs
 
         certs.run(
             hosts=names(hosts),
@@ -355,14 +355,16 @@ def webhook(
             kubeconfig=kubeconfig,
         )
         return
-    from gpufrac.kube import webhook_server
+    from gpufrac.admission import server
 
     if tls_cert is None or tls_key is None:
         raise UserError("the webhook serves HTTPS only: pass --tls-cert and --tls-key (or --generate-certs)")
     deleters = (
-        admission.DEFAULT_CONFIGMAP_DELETERS if configmap_deleters is None else names(configmap_deleters)
+        admission_settings.DEFAULT_CONFIGMAP_DELETERS
+        if configmap_deleters is None
+        else names(configmap_deleters)
     )
-    policy = admission.Policy(
+    policy = admission_settings.Policy(
         scheduler_identity=scheduler_identity,
         scheduler_name=scheduler_name,
         exempt_namespaces=frozenset(names(exempt_namespaces)),
@@ -371,7 +373,7 @@ def webhook(
         mps_host_directory=mps_host_directory,
     )
     setup_logging(log_level)
-    webhook_server.run(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port)
+    server.run(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port)
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from gpufrac import cli, contract
-from gpufrac.kube import admission, certs
+from gpufrac.admission import certs, settings
 
 from . import controlplane
 from .chart import helm_template
@@ -96,9 +96,7 @@ def test_the_deployment_runs_gpufrac_webhook_with_the_charts_settings() -> None:
     deployment = objects["Deployment", "gpufrac-webhook"]
     assert deployment["spec"]["replicas"] == 2
     flags = args_of(deployment)
-    assert (
-        flags["--scheduler-identity"] == controlplane.SCHEDULER_USER == admission.DEFAULT_SCHEDULER_IDENTITY
-    )
+    assert flags["--scheduler-identity"] == controlplane.SCHEDULER_USER == settings.DEFAULT_SCHEDULER_IDENTITY
     assert flags["--exempt-namespaces"].split(",") == EXEMPT
     assert flags["--mps-host-directory"] == contract.DEFAULT_MPS_PIPE_DIRECTORY
     assert (flags["--scheduler-name"], flags["--env-delivery"]) == ("gpufrac", "configmap")

@@ -29,8 +29,8 @@ from lightkube.resources.admissionregistration_v1 import (
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod, Secret
 
 from gpufrac import contract
+from gpufrac.admission import certs
 from gpufrac.contract import keys
-from gpufrac.kube import certs
 
 from . import controlplane, fakenodes
 from .scheduling import running_scheduler, wait_bound

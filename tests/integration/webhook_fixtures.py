@@ -1,7 +1,7 @@
 """Running `gpufrac webhook` for the integration tests and registering it with the session's apiserver.
 
 The webhook runs as the real command, a subprocess serving HTTPS on loopback with a CA and certificate
-made by `gpufrac.kube.certs`. It is registered by URL with that CA, using the Mutating- and
+made by `gpufrac.admission.certs`. It is registered by URL with that CA, using the Mutating- and
 ValidatingWebhookConfiguration the Helm chart renders, so the rules under test are the rules deployed;
 only the client config and the namespace selector change. The selector matches one label value, which
 only the namespaces of the webhook tests carry: a mutating webhook on a shared apiserver must not touch
@@ -30,7 +30,7 @@ from lightkube.resources.admissionregistration_v1 import (
 )
 from lightkube.resources.core_v1 import ConfigMap
 
-from gpufrac.kube import certs
+from gpufrac.admission import certs
 
 from .test_helm_chart import helm_template
 

@@ -1,1 +1,1 @@
-"""Everything that talks to the Kubernetes API: scheduler loop, webhook, leader election, metrics."""
+"""Everything that talks to the Kubernetes API: scheduler loop, leader election, metrics."""

@@ -35,6 +35,8 @@ from gpufrac.errors import UserError
 DEFAULT_DAYS = 3650
 # A Secret whose certificate has less left than this is made anew when the Job runs again.
 RENEW_DAYS = 90
+# The TLS Secret's keys for a Bundle's fields, in their order.
+SECRET_KEYS = ("ca.crt", "tls.crt", "tls.key")
 
 
 @dataclass(frozen=True)
@@ -137,18 +139,15 @@ async def install(
             raise
         found = None
     if found is not None and found.data:
-        parts = [found.data.get(name) for name in ("ca.crt", "tls.crt", "tls.key")]
+        parts = [found.data.get(name) for name in SECRET_KEYS]
         if all(parts):
             candidate = Bundle(*(base64.b64decode(part or "") for part in parts))
             if still_valid(candidate, hosts):
                 bundle = candidate
     if bundle is None:
         bundle = generate(hosts)
-        data = {
-            "ca.crt": base64.b64encode(bundle.ca).decode(),
-            "tls.crt": base64.b64encode(bundle.cert).decode(),
-            "tls.key": base64.b64encode(bundle.key).decode(),
-        }
+        fields = (bundle.ca, bundle.cert, bundle.key)
+        data = {name: base64.b64encode(part).decode() for name, part in zip(SECRET_KEYS, fields, strict=True)}
         if found is None:
             await client.create(
                 Secret(

@@ -10,11 +10,12 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from gpufrac.kube import admission
+from gpufrac import admission
+from gpufrac.admission import exchange, mutation, settings
 
 TENANT = "tenant"
-SCHEDULER = admission.DEFAULT_SCHEDULER_IDENTITY
-POLICY = admission.Policy()
+SCHEDULER = settings.DEFAULT_SCHEDULER_IDENTITY
+POLICY = settings.Policy()
 NAME = "gpufrac-env-0123456789abcdef"
 N = "nvidia.com/container."
 
@@ -69,26 +70,49 @@ def review(
     }
     if sub_resource:
         request["subResource"] = sub_resource
-    return {"apiVersion": admission.API_VERSION, "kind": "AdmissionReview", "request": request}
+    return {"apiVersion": exchange.API_VERSION, "kind": "AdmissionReview", "request": request}
 
 
-def request(obj: Mapping[str, Any] | None, **fields: Any) -> admission.Request:
-    return admission.read_review(json.dumps(review(obj, **fields)).encode())
+def request(obj: Mapping[str, Any] | None, **fields: Any) -> exchange.Request:
+    return exchange.read_review(json.dumps(review(obj, **fields)).encode())
 
 
 def validate(
-    obj: Mapping[str, Any] | None, policy: admission.Policy = POLICY, **fields: Any
-) -> admission.Decision:
+    obj: Mapping[str, Any] | None, policy: settings.Policy = POLICY, **fields: Any
+) -> exchange.Decision:
     return admission.validate(request(obj, **fields), policy)
 
 
-def mutate(obj: Mapping[str, Any], policy: admission.Policy = POLICY, **fields: Any) -> admission.Decision:
-    return admission.mutate(request(obj, **fields), policy, configmap_name=NAME)
+def mutate(obj: Mapping[str, Any], policy: settings.Policy = POLICY, **fields: Any) -> exchange.Decision:
+    return mutation.mutate(request(obj, **fields), policy, configmap_name=NAME)
 
 
-def mutated(obj: Mapping[str, Any], policy: admission.Policy = POLICY, **fields: Any) -> dict[str, Any]:
+def mutated(obj: Mapping[str, Any], policy: settings.Policy = POLICY, **fields: Any) -> dict[str, Any]:
     """`obj` as the apiserver stores it after the mutation."""
     return apply_patch(obj, mutate(obj, policy, **fields).patch)
+
+
+def denial(obj: dict[str, Any] | None, rule: str, **fields: Any) -> str:
+    decision = validate(obj, **fields)
+    assert not decision.allowed, "expected a denial"
+    assert decision.rule == rule, decision.message
+    assert decision.code == 403
+    return decision.message
+
+
+def allowed(obj: dict[str, Any] | None, **fields: Any) -> bool:
+    decision = validate(obj, **fields)
+    assert decision.allowed, decision.message
+    return True
+
+
+def configmap(name: str = "gpufrac-env-dddd-app", **metadata: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, **metadata},
+        "data": {"A": "1"},
+    }
 
 
 def decoded_patch(response: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -7,8 +7,8 @@ from typing import Any
 
 from hypothesis import given
 
+from gpufrac.admission import mutation, settings
 from gpufrac.contract import EnvDelivery, parse_pod
-from gpufrac.kube import admission
 
 from .reviews import (
     NAME,
@@ -131,7 +131,7 @@ def test_a_pod_already_for_gpufrac_is_prepared_all_the_same() -> None:
 
 
 def test_annotations_only_delivery_adds_no_configmap() -> None:
-    policy = admission.Policy(env_delivery=EnvDelivery.ANNOTATIONS_ONLY, scheduler_name="fractions")
+    policy = settings.Policy(env_delivery=EnvDelivery.ANNOTATIONS_ONLY, scheduler_name="fractions")
     after = mutated(pod({"gpu-fraction": "0.5"}), policy)
     assert after["spec"]["schedulerName"] == "fractions"
     assert "gpufrac.io/env-configmap" not in after["metadata"]["annotations"]
@@ -152,7 +152,7 @@ def test_the_mutation_does_not_depend_on_who_creates_the_pod() -> None:
 @given(share_pods())
 def test_the_mutated_pod_asks_for_exactly_what_the_pod_asked_for(original: dict[str, Any]) -> None:
     before = parse_pod(original)
-    decision = admission.mutate(request(original), POLICY, configmap_name=NAME)
+    decision = mutation.mutate(request(original), POLICY, configmap_name=NAME)
     after = apply_patch(original, decision.patch)
     assert parse_pod(after) == before
     if before.shares:

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 from gpufrac import cli, contract
-from gpufrac.kube import admission, certs
+from gpufrac.admission import certs, settings
 
 from .reviews import pod, review
 
@@ -26,9 +26,9 @@ def gpufrac(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_flags_defaults_are_the_policys() -> None:
     defaults = {name: p.default for name, p in inspect.signature(cli.webhook).parameters.items()}
-    assert defaults["scheduler_identity"] == admission.DEFAULT_SCHEDULER_IDENTITY
-    assert defaults["scheduler_name"] == admission.DEFAULT_SCHEDULER_NAME
-    assert defaults["exempt_namespaces"] == ",".join(admission.DEFAULT_EXEMPT_NAMESPACES)
+    assert defaults["scheduler_identity"] == settings.DEFAULT_SCHEDULER_IDENTITY
+    assert defaults["scheduler_name"] == settings.DEFAULT_SCHEDULER_NAME
+    assert defaults["exempt_namespaces"] == ",".join(settings.DEFAULT_EXEMPT_NAMESPACES)
     assert defaults["mps_host_directory"] == contract.DEFAULT_MPS_PIPE_DIRECTORY
 
 

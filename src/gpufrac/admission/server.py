@@ -23,9 +23,10 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from gpufrac import admission
+from gpufrac.admission import exchange, settings
 from gpufrac.contract import keys
 from gpufrac.errors import UserError
-from gpufrac.kube import admission
 from gpufrac.kubeapi.probes import add_probe_routes
 from gpufrac.stopping import stop_on_signals
 
@@ -70,7 +71,7 @@ class Metrics:
 
 @dataclass
 class _Handlers:
-    policy: admission.Policy
+    policy: settings.Policy
     metrics: Metrics
     configmap_name: Callable[[], str]
 
@@ -88,9 +89,9 @@ class _Handlers:
         started = time.perf_counter()
         request = None
         try:
-            request = admission.read_review(body)
-        except admission.MalformedReview as error:
-            decision = admission.malformed(error)
+            request = exchange.read_review(body)
+        except exchange.MalformedReview as error:
+            decision = exchange.malformed(error)
             uid = error.uid
         else:
             uid = request.uid
@@ -100,13 +101,13 @@ class _Handlers:
                 )
             except Exception:  # a bug in a rule must still get an answer, and a closed door
                 log.exception("%s: error deciding %s", endpoint, request.uid)
-                decision = admission.Decision(
+                decision = exchange.Decision(
                     False,
                     "internal error in the gpufrac webhook; its log has the details",
                     "internal",
                     code=500,
                 )
-        reply = admission.review_response(uid, decision)
+        reply = exchange.review_response(uid, decision)
         self.metrics.seconds.labels(endpoint).observe(time.perf_counter() - started)
         outcome = "denied" if not decision.allowed else "patched" if decision.patch else "allowed"
         self.metrics.reviews.labels(endpoint, outcome).inc()
@@ -116,7 +117,7 @@ class _Handlers:
         return web.json_response(reply, dumps=json.dumps)
 
 
-def _log_denial(endpoint: str, request: admission.Request | None, decision: admission.Decision) -> None:
+def _log_denial(endpoint: str, request: exchange.Request | None, decision: exchange.Decision) -> None:
     if request is None:
         log.warning("%s denied an unreadable review: %s", endpoint, decision.message)
         return
@@ -133,7 +134,7 @@ def _log_denial(endpoint: str, request: admission.Request | None, decision: admi
 
 
 def build_app(
-    policy: admission.Policy,
+    policy: settings.Policy,
     *,
     registry: CollectorRegistry | None = None,
     configmap_name: Callable[[], str] = new_configmap_name,
@@ -183,7 +184,7 @@ async def _reload_certificates(context: ssl.SSLContext, cert: Path, key: Path) -
 
 
 async def serve(
-    policy: admission.Policy,
+    policy: settings.Policy,
     *,
     tls_cert: Path,
     tls_key: Path,
@@ -219,7 +220,7 @@ def _print_address(host: str, port: int) -> None:
     print(f"gpufrac webhook: serving on https://{host}:{port}", flush=True)
 
 
-def run(policy: admission.Policy, *, tls_cert: Path, tls_key: Path, host: str, port: int) -> None:
+def run(policy: settings.Policy, *, tls_cert: Path, tls_key: Path, host: str, port: int) -> None:
     """Serve until SIGTERM or SIGINT; the CLI's entry point."""
 
     async def main() -> None:

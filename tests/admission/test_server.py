@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from gpufrac import admission
+from gpufrac.admission import certs, exchange, server
 from gpufrac.contract import keys
-from gpufrac.kube import admission, certs, webhook_server
 
 from .reviews import NAME, POLICY, SCHEDULER, TENANT, apply_patch, container, pod, review, share_pods
 
@@ -30,7 +31,7 @@ Client = TestClient[web.Request, web.Application]
 
 @pytest.fixture
 async def client() -> AsyncIterator[Client]:
-    app = webhook_server.build_app(POLICY, registry=CollectorRegistry(), configmap_name=lambda: NAME)
+    app = server.build_app(POLICY, registry=CollectorRegistry(), configmap_name=lambda: NAME)
     async with TestClient(TestServer(app)) as test_client:
         yield test_client
 
@@ -122,7 +123,7 @@ async def test_healthz(client: Client) -> None:
     ],
 )
 async def test_garbage_gets_a_well_formed_denial(client: Client, body: bytes, uid: str, message: str) -> None:
-    for endpoint in webhook_server.ENDPOINTS:
+    for endpoint in server.ENDPOINTS:
         response = (await post(client, endpoint, body))["response"]
         assert response == {
             "uid": uid,
@@ -135,7 +136,7 @@ async def test_garbage_gets_a_well_formed_denial(client: Client, body: bytes, ui
 async def test_a_body_over_the_limit_is_denied_as_unreadable(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    big = json.dumps(review(pod({"filler": "x" * (webhook_server.MAX_BODY_BYTES + 10)}))).encode()
+    big = json.dumps(review(pod({"filler": "x" * (server.MAX_BODY_BYTES + 10)}))).encode()
     response = (await post(client, "validate", big))["response"]
     assert response["allowed"] is False and response["status"]["code"] == 400
 
@@ -143,7 +144,7 @@ async def test_a_body_over_the_limit_is_denied_as_unreadable(
 async def test_a_bug_in_a_rule_still_gets_an_answer(
     client: Client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken(*args: object, **kwargs: object) -> admission.Decision:
+    def broken(*args: object, **kwargs: object) -> exchange.Decision:
         raise KeyError("bug")
 
     monkeypatch.setattr(admission, "decide", broken)
@@ -159,8 +160,8 @@ async def test_serves_tls_and_stops(tmp_path: Path) -> None:
     certs.write(bundle, cert=tmp_path / "tls.crt", key=tmp_path / "tls.key", ca=tmp_path / "ca.crt")
     stop = asyncio.Event()
     ports: list[int] = []
-    server = asyncio.create_task(
-        webhook_server.serve(
+    serving = asyncio.create_task(
+        server.serve(
             POLICY,
             tls_cert=tmp_path / "tls.crt",
             tls_key=tmp_path / "tls.key",
@@ -184,13 +185,13 @@ async def test_serves_tls_and_stops(tmp_path: Path) -> None:
                 await session.get(f"{url}/healthz", ssl=ssl.create_default_context())
     finally:
         stop.set()
-        await asyncio.wait_for(server, 10)
+        await asyncio.wait_for(serving, 10)
 
 
 async def test_a_certificate_that_will_not_load_is_a_user_error(tmp_path: Path) -> None:
     (tmp_path / "tls.crt").write_text("not a certificate")
-    with pytest.raises(webhook_server.UserError, match="cannot load them"):
-        webhook_server.tls_context(tmp_path / "tls.crt", tmp_path / "missing.key")
+    with pytest.raises(server.UserError, match="cannot load them"):
+        server.tls_context(tmp_path / "tls.crt", tmp_path / "missing.key")
 
 
 # Fuzzing: whatever the body, an AdmissionReview comes back, with the uid where there is one to read.
@@ -378,7 +379,7 @@ bodies = st.one_of(
     json_values.map(lambda value: json.dumps(value).encode()),
     st.fixed_dictionaries(
         {
-            "apiVersion": st.just(admission.API_VERSION),
+            "apiVersion": st.just(exchange.API_VERSION),
             "kind": st.just("AdmissionReview"),
             "request": maybe(requests),
         }
@@ -396,11 +397,11 @@ def expected_uid(body: bytes) -> str:
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(body=bodies, endpoint=st.sampled_from(webhook_server.ENDPOINTS))
+@given(body=bodies, endpoint=st.sampled_from(server.ENDPOINTS))
 async def test_fuzz_every_body_gets_a_well_formed_review(client: Client, body: bytes, endpoint: str) -> None:
     answer = await post(client, endpoint, body)
     assert set(answer) == {"apiVersion", "kind", "response"}
-    assert (answer["apiVersion"], answer["kind"]) == (admission.API_VERSION, "AdmissionReview")
+    assert (answer["apiVersion"], answer["kind"]) == (exchange.API_VERSION, "AdmissionReview")
     response = answer["response"]
     assert response["uid"] == expected_uid(body)
     assert isinstance(response["allowed"], bool)

@@ -1,4 +1,4 @@
-"""The validating webhook: every rule, with its exact message, and who it lets through."""
+"""The validating webhook's rules for pods: each one, with its exact message, and who it lets through."""
 
 from __future__ import annotations
 
@@ -6,28 +6,14 @@ from typing import Any
 
 import pytest
 
+from gpufrac.admission import settings
 from gpufrac.contract import ContractError, EnvDelivery, parse_pod
-from gpufrac.kube import admission
 
-from .reviews import NAME, SCHEDULER, TENANT, container, mutated, pod, validate
+from .reviews import NAME, SCHEDULER, TENANT, allowed, container, denial, mutated, pod
 
 N = "nvidia.com/container."
 IDENTITY = SCHEDULER
 CM = f"{NAME}-app"  # the env ConfigMap the mutation gives container "app"
-
-
-def denial(obj: dict[str, Any] | None, rule: str, **fields: Any) -> str:
-    decision = validate(obj, **fields)
-    assert not decision.allowed, "expected a denial"
-    assert decision.rule == rule, decision.message
-    assert decision.code == 403
-    return decision.message
-
-
-def allowed(obj: dict[str, Any] | None, **fields: Any) -> bool:
-    decision = validate(obj, **fields)
-    assert decision.allowed, decision.message
-    return True
 
 
 def bound(obj: dict[str, Any]) -> dict[str, Any]:
@@ -289,7 +275,7 @@ def test_a_share_pod_for_gpufrac_that_skipped_the_mutation_is_denied() -> None:
         "webhook serves, and leave schedulerName, envFrom and the gpufrac.io/env-configmap annotation to "
         "gpufrac"
     )
-    assert allowed(unprepared, policy=admission.Policy(env_delivery=EnvDelivery.ANNOTATIONS_ONLY))
+    assert allowed(unprepared, policy=settings.Policy(env_delivery=EnvDelivery.ANNOTATIONS_ONLY))
     # A share pod for another scheduler (KAI, say) is that scheduler's business.
     assert allowed(pod({"gpu-fraction": "0.5"}, schedulerName="kai-scheduler"))
 
@@ -311,84 +297,3 @@ def test_only_the_mutations_volume_mounts_the_mps_directory() -> None:
     assert allowed(pod({}, volumes=[{"name": "data", "hostPath": {"path": "/data/var/run/gpufrac/mps"}}]))
     dotted = pod({}, volumes=[{"name": "up", "hostPath": {"path": "/var/run/x/../gpufrac/mps"}}])
     assert "mounts /run/gpufrac/mps from the host" in denial(dotted, "mps-host-path")
-
-
-# The env ConfigMaps themselves.
-
-
-def configmap(name: str = "gpufrac-env-dddd-app", **metadata: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, **metadata},
-        "data": {"A": "1"},
-    }
-
-
-@pytest.mark.parametrize("operation", ["CREATE", "UPDATE", "DELETE"])
-def test_only_the_scheduler_writes_env_configmaps(operation: str) -> None:
-    fields: dict[str, Any] = {
-        "operation": operation,
-        "resource": "configmaps",
-        "name": "gpufrac-env-dddd-app",
-    }
-    obj = None if operation == "DELETE" else configmap()
-    old = None if operation == "CREATE" else configmap()
-    verb = operation.lower()
-    assert denial(obj, "env-configmap-write", old=old, **fields) == (
-        'ConfigMap "gpufrac-env-dddd-app" is a gpufrac env ConfigMap (name "gpufrac-env-..." or label '
-        "gpufrac.io/env), which sets a pod's GPU devices and memory limits: only the gpufrac scheduler "
-        f'({IDENTITY}) may {verb} it, not "tenant"'
-    )
-    assert allowed(obj, old=old, user=SCHEDULER, **fields)
-
-
-def test_the_label_guards_a_configmap_whatever_its_name_and_removing_it_is_an_edit() -> None:
-    labelled = configmap("settings", labels={"gpufrac.io/env": "true"})
-    assert "may create it" in denial(labelled, "env-configmap-write", resource="configmaps")
-    unlabelled = configmap("settings")
-    assert "may update it" in denial(
-        unlabelled, "env-configmap-write", resource="configmaps", old=labelled, operation="UPDATE"
-    )
-    generated = configmap("", generateName="gpufrac-env-")
-    assert denial(generated, "env-configmap-write", resource="configmaps").startswith(
-        'ConfigMap "gpufrac-env-"'
-    )
-
-
-def test_the_garbage_collector_may_delete_env_configmaps_but_not_write_them() -> None:
-    gc = "system:serviceaccount:kube-system:generic-garbage-collector"
-    fields: dict[str, Any] = {"resource": "configmaps", "user": gc}
-    assert allowed(None, operation="DELETE", old=configmap(), name="gpufrac-env-dddd-app", **fields)
-    assert 'not "system:serviceaccount:kube-system:generic-garbage-collector"' in denial(
-        configmap(), "env-configmap-write", **fields
-    )
-
-
-def test_other_configmaps_are_allowed() -> None:
-    assert allowed(configmap("settings"), resource="configmaps")
-    assert allowed(
-        None, resource="configmaps", operation="DELETE", old=configmap("settings"), name="settings"
-    )
-
-
-# Scope.
-
-
-def test_exempt_namespaces_and_other_resources_are_let_through() -> None:
-    forged = pod({f"{N}app.gpus.devices": "GPU-1"})
-    assert allowed(forged, namespace="kube-system")
-    assert allowed(configmap(), resource="configmaps", namespace="gpufrac-system")
-    assert allowed(forged, resource="deployments")
-    assert allowed(forged, resource="pods.apps")
-    assert allowed(forged, operation="DELETE", old=forged)
-    assert allowed(forged, sub_resource="status", operation="UPDATE", old=forged)
-    assert not validate(
-        forged, admission.Policy(exempt_namespaces=frozenset()), namespace="kube-system"
-    ).allowed
-
-
-def test_an_anonymous_user_is_named_as_such() -> None:
-    assert "an anonymous user may not set it" in denial(
-        pod({f"{N}app.gpus.devices": "GPU-1"}), "scheduler-owned", user=""
-    )

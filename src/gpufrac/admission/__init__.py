@@ -1,0 +1,38 @@
+"""The admission webhook: an AdmissionReview in, its response out, for pods and gpufrac's env ConfigMaps.
+
+Where to look:
+- `exchange`: the review read into a shape-checked `Request`; the `Decision`; the reply.
+- `mutation`: `/mutate`, which hands share pods to gpufrac and prepares their env delivery.
+- `pod_guards`, `configmap_guards`: `/validate`, the contract and the guards of the threat model.
+- `settings`: the `Policy` the `gpufrac webhook` flags build, and its defaults.
+- `shapes`: reading objects that may not be shaped as the API promises.
+- `server`: the HTTPS server; `certs`: its TLS certificate.
+
+All but `server` and `certs` are pure: the server decides nothing; it passes the body's bytes to
+`exchange.read_review`, the request to `decide`, and sends back `exchange.review_response`, so every rule
+is unit-tested without a server or a cluster.
+"""
+
+from __future__ import annotations
+
+from gpufrac.admission import configmap_guards, exchange, mutation, pod_guards, settings
+
+
+def decide(
+    request: exchange.Request, *, endpoint: str, policy: settings.Policy, configmap_name: str
+) -> exchange.Decision:
+    """The decision at `endpoint`: "mutate" (which never denies) or "validate"."""
+    if endpoint == "mutate":
+        return mutation.mutate(request, policy, configmap_name=configmap_name)
+    return validate(request, policy)
+
+
+def validate(request: exchange.Request, policy: settings.Policy) -> exchange.Decision:
+    """Allowed, or denied with the first rule broken, by the rules for the object's kind."""
+    if request.namespace in policy.exempt_namespaces:
+        return exchange.ALLOW
+    if request.resource == "configmaps" and not request.sub_resource:
+        return configmap_guards.validate(request, policy)
+    if request.resource == "pods":
+        return pod_guards.validate(request, policy)
+    return exchange.ALLOW

@@ -1,0 +1,145 @@
+"""The AdmissionReview exchange: the request read into shape-checked data, the decision, the reply.
+
+The rules see only a `Request` and answer only a `Decision`: the apiserver's bytes are read and its JSON
+written here alone, so a body that is not an AdmissionReview never reaches a rule.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufrac.admission import shapes
+
+API_VERSION = "admission.k8s.io/v1"
+
+
+@dataclass(frozen=True)
+class Request:
+    """The fields of an AdmissionRequest the rules read, shape-checked."""
+
+    uid: str
+    operation: str
+    resource: str
+    sub_resource: str
+    namespace: str
+    name: str
+    user: str
+    object: Mapping[str, Any] | None
+    old_object: Mapping[str, Any] | None
+
+    @property
+    def target(self) -> str:
+        """`namespace/name` of the object for logs; a pod created with generateName has no name yet."""
+        meta = shapes.metadata_of(self.object or self.old_object)
+        name = (
+            self.name
+            or shapes.as_str(meta.get("name"))
+            or (shapes.as_str(meta.get("generateName")) + "<generated>")
+        )
+        return f"{self.namespace}/{name}" if self.namespace else name
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Allowed or not; why not (`message`, and `rule` for the metrics); the JSONPatch of a mutation."""
+
+    allowed: bool
+    message: str = ""
+    rule: str = ""
+    patch: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+    code: int = 403
+
+
+ALLOW = Decision(allowed=True)
+
+
+class MalformedReview(ValueError):
+    """A body that is not an AdmissionReview; `uid` is the request's uid where one could be read."""
+
+    def __init__(self, message: str, uid: str = "") -> None:
+        super().__init__(message)
+        self.uid = uid
+
+
+def deny(rule: str, message: str) -> Decision:
+    return Decision(allowed=False, message=message, rule=rule)
+
+
+def who(user: str) -> str:
+    """The requesting user as a denial names them."""
+    return f'"{user}"' if user else "an anonymous user"
+
+
+def malformed(error: MalformedReview) -> Decision:
+    """The answer to a body that is not an AdmissionReview: denied, as the webhook fails closed."""
+    return Decision(False, f"malformed AdmissionReview: {error}", "malformed", code=400)
+
+
+def read_review(body: bytes) -> Request:
+    """The AdmissionRequest in `body`; MalformedReview if it is not JSON or not shaped like one."""
+    try:
+        review = json.loads(body)
+    except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise MalformedReview(f"not JSON ({type(error).__name__})") from None
+    if not isinstance(review, dict):
+        raise MalformedReview("not a JSON object")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise MalformedReview('no "request" object')
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise MalformedReview('"request.uid" is missing or not a string')
+    strings = {}
+    for name in ("operation", "namespace", "name", "subResource"):
+        value = request.get(name, "")
+        if not isinstance(value, str):
+            raise MalformedReview(f'"request.{name}" is not a string', uid)
+        strings[name] = value
+    if strings["operation"] not in ("CREATE", "UPDATE", "DELETE", "CONNECT"):
+        raise MalformedReview(f'"request.operation" is {strings["operation"]!r}', uid)
+    resource = request.get("resource")
+    if not isinstance(resource, dict) or not isinstance(resource.get("resource"), str):
+        raise MalformedReview('"request.resource.resource" is missing', uid)
+    group = resource.get("group", "")
+    user_info = request.get("userInfo", {})
+    user = user_info.get("username", "") if isinstance(user_info, dict) else None
+    if not isinstance(user, str):
+        raise MalformedReview('"request.userInfo.username" is not a string', uid)
+    objects = []
+    for name in ("object", "oldObject"):
+        value = request.get(name)
+        if value is not None and not isinstance(value, dict):
+            raise MalformedReview(f'"request.{name}" is not an object', uid)
+        objects.append(value)
+    return Request(
+        uid=uid,
+        operation=strings["operation"],
+        # Only core resources are guarded; anything else routed here is let through.
+        resource=resource["resource"] if group == "" else f"{resource['resource']}.{group}",
+        sub_resource=strings["subResource"],
+        namespace=strings["namespace"],
+        name=strings["name"],
+        user=user,
+        object=objects[0],
+        old_object=objects[1],
+    )
+
+
+def review_response(uid: str, decision: Decision) -> dict[str, Any]:
+    """The AdmissionReview v1 reply: uid, allowed, the denial's status, the base64 JSONPatch.
+
+    Every body gets one, even garbage (with the uid where one could be read), so the apiserver always
+    reads an answer and the denial's message, never a bare HTTP error.
+    """
+    response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
+    if not decision.allowed:
+        reason = "BadRequest" if decision.code == 400 else "Forbidden"
+        response["status"] = {"code": decision.code, "reason": reason, "message": decision.message}
+    if decision.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(list(decision.patch)).encode()).decode()
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}

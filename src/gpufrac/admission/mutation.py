@@ -1,0 +1,152 @@
+"""The mutating webhook: the JSONPatch that hands a share pod to gpufrac and prepares its env delivery.
+
+Which pods: a pod CREATE that asks for a GPU share and is not placed by another scheduler.
+- `schedulerName` becomes gpufrac's, unless the pod names a scheduler other than `default-scheduler` (say
+  KAI, the other writer of the contract) or already has a `nodeName`; such pods are left as they are.
+- "Per-container form": the KAI keys (`gpu-fraction`, `gpu-memory`, their limits, `num-devices`) stay the
+  source of truth. They cannot all be translated (a portion has no per-container key, nor has a share on
+  N GPUs), and the contract treats `<c>.gpu-memory.*` next to a KAI key as the scheduler's resolved value,
+  so writing them at admission would make the pod look bound. What the mutation adds instead is what the
+  contract leaves implicit: `nvidia.com/container.<c>.gpu-compute.mode` on each share container that has
+  none (`time-slicing`, the default) and `gpu-fraction-container-name` for a KAI share. The mutated pod
+  parses to exactly the same request; the tests check that.
+- Delivery 2 (DESIGN.md): a fresh `gpufrac-env-<random>` base name, always, in the
+  `gpufrac.io/env-configmap` annotation (overwriting any the pod came with), and on each GPU container an
+  `envFrom` to its own ConfigMap, `keys.env_configmap_name(base, container)`, appended last so that it
+  wins over any earlier source of the same variables; sm-sharing containers also get the MPS pipe
+  directory from the host.
+
+The base name is random, and a pure function cannot draw it, so the server passes it in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpufrac import contract
+from gpufrac.admission import exchange, settings, shapes
+from gpufrac.contract import keys
+
+MPS_VOLUME = "gpufrac-mps"
+
+
+def mutate(request: exchange.Request, policy: settings.Policy, *, configmap_name: str) -> exchange.Decision:
+    """The JSONPatch that routes a share pod to gpufrac and prepares its delivery; see the module doc.
+
+    Anything this does not prepare (not a pod CREATE, no share, a broken contract, another scheduler) is
+    allowed unchanged: the validating webhook, which runs after every mutation, is where denials are made.
+    """
+    if (
+        request.operation != "CREATE"
+        or request.resource != "pods"
+        or request.sub_resource
+        or request.namespace in policy.exempt_namespaces
+        or request.object is None
+    ):
+        return exchange.ALLOW
+    pod = request.object
+    try:
+        asked = contract.parse_pod(pod)
+    except contract.ContractError:
+        return exchange.ALLOW
+    spec = shapes.as_mapping(pod.get("spec"))
+    scheduler = spec.get("schedulerName")
+    if (
+        not asked.shares
+        or spec.get("nodeName")
+        or scheduler not in (None, "", "default-scheduler", policy.scheduler_name)
+    ):
+        return exchange.ALLOW
+    patch: list[dict[str, Any]] = [
+        {"op": "add", "path": "/spec/schedulerName", "value": policy.scheduler_name}
+    ]
+    configmap_base = configmap_name if policy.env_delivery == contract.EnvDelivery.CONFIGMAP else None
+    patch += _annotation_patch(pod, asked, configmap_base)
+    if configmap_base is not None:
+        patch += _delivery_patch(pod, asked, configmap_base, policy)
+    return exchange.Decision(allowed=True, patch=tuple(patch))
+
+
+def gpu_containers(asked: contract.PodGpuRequest) -> list[str]:
+    """The containers the scheduler gives GPUs and an env ConfigMap: every share and whole-GPU one."""
+    return [share.container for share in asked.shares] + [whole.container for whole in asked.whole]
+
+
+def sm_sharing_containers(asked: contract.PodGpuRequest) -> list[str]:
+    """The containers that get the MPS pipe directory, through the `MPS_VOLUME` the mutation adds."""
+    return [share.container for share in asked.shares if share.mode is contract.ComputeMode.SM_SHARING]
+
+
+def _annotation_patch(
+    pod: Mapping[str, Any], asked: contract.PodGpuRequest, configmap_name: str | None
+) -> list[dict[str, Any]]:
+    current = shapes.annotations_of(pod)
+    added: dict[str, str] = {}
+    for share in asked.shares:
+        mode_key = contract.container_key(share.container, keys.COMPUTE_MODE)
+        if mode_key not in current:
+            added[mode_key] = share.mode.value
+    kai_container = contract.kai_share_container(pod)
+    if kai_container is not None and keys.CONTAINER_NAME not in current:
+        added[keys.CONTAINER_NAME] = kai_container  # which container the share went to, said explicitly
+    if configmap_name is not None:
+        added[keys.ENV_CONFIGMAP_ANNOTATION] = configmap_name
+    # A share pod has annotations: parse_pod found its share there.
+    return [
+        {"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}
+        for key, value in added.items()
+    ]
+
+
+def _delivery_patch(
+    pod: Mapping[str, Any], asked: contract.PodGpuRequest, base: str, policy: settings.Policy
+) -> list[dict[str, Any]]:
+    """An `envFrom` on each GPU container to its own env ConfigMap (one per container, since `envFrom`
+    imports a whole ConfigMap), and the MPS pipe directory for sm-sharing containers."""
+    spec = shapes.as_mapping(pod.get("spec"))
+    containers = shapes.as_list(spec.get("containers"))
+    index = {shapes.as_str(shapes.as_mapping(entry).get("name")): i for i, entry in enumerate(containers)}
+    patch: list[dict[str, Any]] = []
+    for name in gpu_containers(asked):
+        i = index[name]
+        container = shapes.as_mapping(containers[i])
+        source = {"configMapRef": {"name": keys.env_configmap_name(base, name), "optional": False}}
+        patch.append(_append(f"/spec/containers/{i}/envFrom", container.get("envFrom"), source))
+    sm_sharing = sm_sharing_containers(asked)
+    for name in sm_sharing:
+        i = index[name]
+        mount = {"name": MPS_VOLUME, "mountPath": contract.DEFAULT_MPS_PIPE_DIRECTORY}
+        patch.append(
+            _append(
+                f"/spec/containers/{i}/volumeMounts",
+                shapes.as_mapping(containers[i]).get("volumeMounts"),
+                mount,
+            )
+        )
+    if sm_sharing:
+        volume = {
+            "name": MPS_VOLUME,
+            "hostPath": {"path": policy.mps_host_directory, "type": "DirectoryOrCreate"},
+        }
+        volumes = spec.get("volumes")
+        existing = [
+            i for i, v in enumerate(shapes.as_list(volumes)) if shapes.as_mapping(v).get("name") == MPS_VOLUME
+        ]
+        if existing:
+            patch.append({"op": "replace", "path": f"/spec/volumes/{existing[0]}", "value": volume})
+        else:
+            patch.append(_append("/spec/volumes", volumes, volume))
+    return patch
+
+
+def _append(path: str, current: object, item: dict[str, Any]) -> dict[str, Any]:
+    """Append `item` to the list at `path`, creating the list where the pod has none."""
+    if isinstance(current, list):
+        return {"op": "add", "path": f"{path}/-", "value": item}
+    return {"op": "add", "path": path, "value": [item]}
+
+
+def _pointer(key: str) -> str:
+    """`key` as one JSON Pointer token (RFC 6901): annotation keys hold slashes."""
+    return key.replace("~", "~0").replace("/", "~1")

@@ -1,0 +1,38 @@
+"""How the webhook is configured: the `Policy` the `gpufrac webhook` flags build, and their defaults.
+
+The defaults live here, not in the CLI, so that a Policy made in a test or a benchmark is the deployed one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufrac import contract
+
+DEFAULT_SCHEDULER_IDENTITY = "system:serviceaccount:gpufrac-system:gpufrac-scheduler"
+DEFAULT_SCHEDULER_NAME = "gpufrac"
+DEFAULT_EXEMPT_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "gpufrac-system")
+# Who deletes an env ConfigMap once its pod is gone: the garbage collector (it is owned by the pod) and
+# the namespace controller, under their own service accounts or, without per-controller credentials, the
+# controller manager's. A deletion grants nothing: a container whose ConfigMap is gone cannot start.
+DEFAULT_CONFIGMAP_DELETERS = (
+    "system:serviceaccount:kube-system:generic-garbage-collector",
+    "system:serviceaccount:kube-system:namespace-controller",
+    "system:kube-controller-manager",
+)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How this webhook is configured (the `gpufrac webhook` flags)."""
+
+    scheduler_identity: str = DEFAULT_SCHEDULER_IDENTITY
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    exempt_namespaces: frozenset[str] = frozenset(DEFAULT_EXEMPT_NAMESPACES)
+    configmap_deleters: frozenset[str] = frozenset(DEFAULT_CONFIGMAP_DELETERS)
+    env_delivery: contract.EnvDelivery = contract.EnvDelivery.CONFIGMAP
+    mps_host_directory: str = contract.DEFAULT_MPS_PIPE_DIRECTORY
+
+    def is_scheduler(self, user: str) -> bool:
+        """Whether `user` is the scheduler, the one writer of scheduler-owned keys and env ConfigMaps."""
+        return user == self.scheduler_identity
