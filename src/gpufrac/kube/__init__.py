@@ -1,1 +1,0 @@
-"""Everything that talks to the Kubernetes API: scheduler loop, leader election, metrics."""
