@@ -10,7 +10,7 @@ Which pods: a pod CREATE that asks for a GPU share and is not placed by another 
   contract leaves implicit: `nvidia.com/container.<c>.gpu-compute.mode` on each share container that has
   none (`time-slicing`, the default) and `gpu-fraction-container-name` for a KAI share. The mutated pod
   parses to exactly the same request; the tests check that.
-- Delivery 2 (DESIGN.md): a fresh `gpufrac-env-<random>` base name, always, in the
+- ConfigMap delivery (`EnvDelivery.CONFIGMAP`): a fresh `gpufrac-env-<random>` base name, always, in the
   `gpufrac.io/env-configmap` annotation (overwriting any the pod came with), and on each GPU container an
   `envFrom` to its own ConfigMap, `keys.env_configmap_name(base, container)`, appended last so that it
   wins over any earlier source of the same variables; sm-sharing containers also get the MPS pipe

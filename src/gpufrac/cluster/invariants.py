@@ -1,4 +1,4 @@
-"""DESIGN.md's placement invariants, recomputed from the placements alone.
+"""The placement invariants (docs/architecture.md), recomputed from the placements alone.
 
 This deliberately ignores `ClusterState`'s running totals: tests compare the two, so a bookkeeping bug in
 `apply` or `release` cannot hide behind itself.

@@ -2,8 +2,8 @@
 
 Node i's GPUs are row i of the (nodes × widest node) GPU arrays; columns past a node's GPU count have zero
 memory and are never free. Every mutation goes through `apply`, `release` or a node change, each of which
-checks DESIGN.md's placement invariants first and refuses (raising `PlacementRefused`) rather than break
-one, and bumps the node's `version` so that plugins can cache per-node work.
+checks the placement invariants (docs/architecture.md) first and refuses (raising `PlacementRefused`)
+rather than break one, and bumps the node's `version` so that plugins can cache per-node work.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """The node agent: NVML backends, the GPU inventory it publishes, the MPS supervisor, the watchdog, metrics.
 
-Runs on every GPU node as a privileged DaemonSet with `hostPID` (DESIGN.md, "Delivery and enforcement on
-the node"). `labels` is the one module meant for other layers: the scheduler reads what it describes.
+Runs on every GPU node as a privileged DaemonSet with `hostPID` (docs/architecture.md, "How a pod flows").
+It shares only the contract (the inventory format it publishes is `contract.node_inventory`) and
+`kubeapi` with the rest of gpufrac: an import-linter contract keeps it apart from the scheduler and the
+engine.
 """

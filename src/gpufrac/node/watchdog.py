@@ -8,7 +8,7 @@ several processes of one container on one GPU share one limit. Two kinds of find
 - a breach: a share uses more than its limit on a GPU;
 - a process without a contract: in no container, in a container of no pod on this node, in a container
   whose pod has no GPU contract (or a broken one), or on a GPU its contract does not grant. This is how the
-  watchdog sees GPUs claimed through routes the webhook cannot see (DESIGN.md, threat model).
+  watchdog sees GPUs claimed through routes the webhook cannot see (docs/architecture.md, threat model).
 """
 
 from __future__ import annotations
