@@ -74,6 +74,7 @@ class Scheduler:
         cache: SchedulerCache | None = None,
         queue: SchedulingQueue | None = None,
         clock: Callable[[], float] = time.monotonic,
+        leading: bool = True,
     ) -> None:
         self.client = client
         self.config = config
@@ -83,7 +84,7 @@ class Scheduler:
         self.metrics = SchedulerMetrics(self.cache.snapshot, leader=lambda: self.is_leader)
         self.pending: dict[str, dict[str, Any]] = {}  # uid -> latest version of our unbound pods
         self.synced = {"nodes": False, "pods": False}
-        self.is_leader = True
+        self.is_leader = leading  # a standby (False) keeps its cache warm and binds nothing until `lead()`
         self._binds: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(config.max_concurrent_binds)
         self._wakeup = asyncio.Event()

@@ -45,7 +45,7 @@ async def serve(
         pass  # answered: reachable (404 or 403 both prove it)
     except kube_client.TRANSPORT_ERRORS as error:
         raise kube_client.unreachable(error, kube) from None
-    scheduler = Scheduler(client, config)
+    scheduler = Scheduler(client, config, leading=not leader_elect)
     runner = web.AppRunner(http_app(scheduler.metrics, ready=lambda: scheduler.ready))
     await runner.setup()
     try:
@@ -59,7 +59,6 @@ async def serve(
     stop = stop_on_signals()
     stopper = asyncio.create_task(stop.wait())
     if leader_elect:
-        scheduler.is_leader = False
         identity = f"{socket.gethostname()}_{os.getpid()}"
         elector = LeaderElector(client, name=config.name, namespace=lease_namespace, identity=identity)
         tasks.append(asyncio.create_task(elector.run(on_lost=lost.set)))
