@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpufrac.contract import portion_mib
 from gpufrac.contract.model import (
     ComputeMode,
     Mebibytes,
@@ -46,14 +47,14 @@ class NodeSpec:
 
 
 def resolve_mib(amount: MemoryAmount, gpu_memory_mib: int) -> int:
-    """The MiB an amount means on a GPU: floor(portion × memory) for a portion, the contract's rule.
+    """The MiB an amount means on a GPU, by the contract's `portion_mib` for a portion.
 
     Portions stay unresolved until a GPU is chosen, which is what lets one request fit GPUs of different
     sizes. Zero is possible here; the engine's filters treat a share that resolves to nothing as not fitting.
     """
     if isinstance(amount, Mebibytes):
         return amount.value
-    return amount.value.numerator * gpu_memory_mib // amount.value.denominator
+    return portion_mib(amount.value, gpu_memory_mib)
 
 
 def milli_of(amount: MemoryAmount, gpu_memory_mib: int) -> int:

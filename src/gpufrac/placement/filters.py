@@ -15,6 +15,7 @@ import numpy as np
 
 from gpufrac.cluster.model import PodDemand
 from gpufrac.cluster.state import MODE_CODE, MODE_NONE, MODE_OF_CODE, ClusterState
+from gpufrac.contract import portion_mib
 from gpufrac.contract.model import Mebibytes, MemoryAmount
 
 
@@ -37,7 +38,7 @@ def resolve(amount: MemoryAmount, gpu_mem: np.ndarray) -> np.ndarray:
     """`resolve_mib` for every GPU of every node at once."""
     if isinstance(amount, Mebibytes):
         return np.full_like(gpu_mem, amount.value)
-    return amount.value.numerator * gpu_mem // amount.value.denominator
+    return portion_mib(amount.value, gpu_mem)
 
 
 class Candidates:

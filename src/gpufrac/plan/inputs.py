@@ -15,6 +15,7 @@ from fractions import Fraction
 import numpy as np
 
 from gpufrac.cluster.model import GpuSpec, NodeSpec, PodDemand
+from gpufrac.contract import portion_mib
 from gpufrac.contract.model import Mebibytes, MemoryAmount, Portion
 from gpufrac.errors import UserError
 from gpufrac.plan import mig
@@ -48,9 +49,10 @@ def prepare_pods(
 ) -> list[PodDemand]:
     """The pods as every strategy receives them.
 
-    With `reference_gb`, a portion p becomes floor(p × reference_gb × 1000) MiB: the same memory on any GPU,
-    so that a larger GPU holds more of it. Without, a portion stays a portion of whichever GPU the pod lands
-    on. `drop_models` drops GPU-model constraints, which a retargeted cluster could never satisfy.
+    With `reference_gb`, a portion becomes the MiB it means on a GPU of reference_gb × 1000 MiB (at least 1):
+    the same memory on any GPU, so that a larger GPU holds more of it. Without, a portion stays a portion of
+    whichever GPU the pod lands on. `drop_models` drops GPU-model constraints, which a retargeted cluster
+    could never satisfy.
     """
     if reference_gb is not None and not (math.isfinite(reference_gb) and reference_gb > 0):
         raise UserError(f"--reference-gb {reference_gb}: must be a positive number of GB, such as 16")
@@ -75,7 +77,7 @@ def prepare_pods(
 def _absolute(amount: MemoryAmount, reference_gb: float) -> MemoryAmount:
     if not isinstance(amount, Portion):
         return amount
-    return Mebibytes(max(1, math.floor(amount.value * Fraction(reference_gb) * 1000)))
+    return Mebibytes(max(1, portion_mib(amount.value, Fraction(reference_gb) * 1000)))
 
 
 def pod_order(pods: Sequence[PodDemand], seed: int) -> list[PodDemand]:
