@@ -10,7 +10,7 @@ import numpy as np
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.fit import Fit
 from gpufrac.placement.framework import Policy, PolicyContext, register
-from gpufrac.placement.pickers import BestFitGpu, WorstFitGpu
+from gpufrac.placement.pickers import BestFitGpu
 
 
 def requested_after(state: ClusterState, fit: Fit) -> np.ndarray:
@@ -29,17 +29,6 @@ class MostRequested:
         return np.trunc(100 * requested_after(state, fit)).astype(np.int64)
 
 
-class LeastRequested:
-    def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
-        return np.trunc(100 * (1 - requested_after(state, fit))).astype(np.int64)
-
-
 @register("binpack")
 def binpack(context: PolicyContext) -> Policy:
     return Policy("binpack", MostRequested(), BestFitGpu())
-
-
-@register("spread")
-def spread(context: PolicyContext) -> Policy:
-    """`spread`: the emptiest node and the emptiest GPU win: fewer co-tenants, more burst headroom."""
-    return Policy("spread", LeastRequested(), WorstFitGpu())
