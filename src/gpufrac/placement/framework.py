@@ -15,6 +15,7 @@ import numpy as np
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.fit import Fit
 from gpufrac.placement.workload import Workload
+from gpufrac.registry import Registry
 
 
 class Scorer(Protocol):
@@ -31,7 +32,8 @@ class GpuPicker(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    name: str
+    """One run's scorer and picker: they may keep state across a run's decisions (a memo, a random stream)."""
+
     scorer: Scorer
     picker: GpuPicker
 
@@ -44,12 +46,16 @@ class PolicyContext:
     workload: Workload
 
 
-POLICIES: dict[str, Callable[[PolicyContext], Policy]] = {}
+@dataclass(frozen=True, slots=True)
+class PolicyKind:
+    """A registered policy: its name, and how to build a fresh `Policy` for a run."""
+
+    name: str
+    build: Callable[[PolicyContext], Policy]
+
+    def __call__(self, context: PolicyContext) -> Policy:
+        """`POLICIES[name](context)`: callers build a policy without knowing how it is made."""
+        return self.build(context)
 
 
-def register(name: str) -> Callable[[Callable[[PolicyContext], Policy]], Callable[[PolicyContext], Policy]]:
-    def add(factory: Callable[[PolicyContext], Policy]) -> Callable[[PolicyContext], Policy]:
-        POLICIES[name] = factory
-        return factory
-
-    return add
+POLICIES: Registry[PolicyKind] = Registry()

@@ -23,14 +23,7 @@ from gpufrac.plan.strategies import STRATEGIES, Options, Strategy
 from gpufrac.sim import experiment, pool
 from gpufrac.sim.trace import Trace, TracePod
 
-ORDER = (
-    "whole-gpu",
-    "time-slicing-replicas",
-    "mig",
-    "fractions-time-slicing",
-    "fractions-sm-sharing",
-    "fractions-mixed",
-)
+ORDER = tuple(STRATEGIES)  # registration order: how `all` runs them and the report lists them
 HOURS_PER_MONTH = 730  # 8760 hours a year / 12
 
 
@@ -69,10 +62,9 @@ class Settings:
 
 def parse_strategies(text: str) -> tuple[str, ...]:
     """`all`, or known names separated by commas."""
-    known = ORDER + tuple(name for name in STRATEGIES if name not in ORDER)
     if text.strip() == "all":
-        return known
-    return tuple(dict.fromkeys(experiment.parse_names(text, known, option="--strategies")))
+        return ORDER
+    return tuple(dict.fromkeys(experiment.parse_names(text, ORDER, option="--strategies")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ import numpy as np
 
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.fit import Fit
-from gpufrac.placement.framework import Policy, PolicyContext, register
+from gpufrac.placement.framework import POLICIES, Policy, PolicyKind
 from gpufrac.placement.pickers import BestFitGpu
 
 
@@ -29,6 +29,4 @@ class MostRequested:
         return np.trunc(100 * requested_after(state, fit)).astype(np.int64)
 
 
-@register("binpack")
-def binpack(context: PolicyContext) -> Policy:
-    return Policy("binpack", MostRequested(), BestFitGpu())
+POLICIES.register(PolicyKind("binpack", lambda context: Policy(MostRequested(), BestFitGpu())))

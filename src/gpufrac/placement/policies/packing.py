@@ -7,7 +7,7 @@ import numpy as np
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.fit import Fit
 from gpufrac.placement.fragmentation import usable_free_milli
-from gpufrac.placement.framework import Policy, PolicyContext, register
+from gpufrac.placement.framework import POLICIES, Policy, PolicyKind
 from gpufrac.placement.pickers import BestFitGpu
 
 
@@ -38,6 +38,4 @@ class PackingScore:
         ).astype(np.int64)
 
 
-@register("packing")
-def packing(context: PolicyContext) -> Policy:
-    return Policy("packing", PackingScore(), BestFitGpu())
+POLICIES.register(PolicyKind("packing", lambda context: Policy(PackingScore(), BestFitGpu())))

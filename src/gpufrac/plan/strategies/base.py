@@ -7,15 +7,16 @@ packer answers the same four calls, so the search, the timed replay and the meas
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property, partial
+from functools import cached_property
 from typing import Protocol
 
 from gpufrac.cluster.model import NodeSpec, PodDemand
 from gpufrac.placement.workload import Workload
 from gpufrac.plan.engine_packer import EnginePacker
 from gpufrac.plan.packer import Packer
+from gpufrac.registry import Registry
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,24 +43,22 @@ class Strategy(Protocol):
     def packer(self, nodes: Sequence[NodeSpec]) -> Packer: ...
 
 
-Factory = Callable[[Options], Strategy]
-STRATEGIES: dict[str, Factory] = {}
+class StrategyClass(Protocol):
+    """What STRATEGIES holds: a strategy's class, which carries its name and is built from the options."""
+
+    @property
+    def name(self) -> str: ...
+
+    def __call__(self, options: Options) -> Strategy: ...
 
 
-def register(name: str) -> Callable[[Factory], Factory]:
-    """`@register("name")` on a factory adds it to STRATEGIES under that name."""
-    return partial(_add, name)
-
-
-def _add(name: str, factory: Factory) -> Factory:
-    STRATEGIES[name] = factory
-    return factory
+STRATEGIES: Registry[StrategyClass] = Registry()
 
 
 class EngineStrategy:
     """A strategy that rewrites each pod's demand and lets gpufrac's engine place it with `options.policy`."""
 
-    name = ""
+    name: str
     # What the cluster allocates for a pod, for the report; may name the options: {replicas}, {trusted_share}.
     about = ""
 
