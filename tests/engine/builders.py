@@ -25,7 +25,7 @@ from gpufrac.placement.workload import Shape, Workload
 TS = ComputeMode.TIME_SLICING
 SM = ComputeMode.SM_SHARING
 GPU_MIB = 16_000
-DETERMINISTIC = sorted(name for name in POLICIES if name != "random")
+DETERMINISTIC = sorted(name for name, kind in POLICIES.items() if kind.deterministic)
 
 
 def node(

@@ -40,7 +40,7 @@ class Policy:
 
 @dataclass(frozen=True, slots=True)
 class PolicyContext:
-    """What a policy may need to be built: randomness for `random`, the target workload for `fgd`."""
+    """What a policy may need to be built: randomness, and the target workload (see `PolicyKind`)."""
 
     rng: np.random.Generator
     workload: Workload
@@ -48,10 +48,18 @@ class PolicyContext:
 
 @dataclass(frozen=True, slots=True)
 class PolicyKind:
-    """A registered policy: its name, and how to build a fresh `Policy` for a run."""
+    """A registered policy: its name, what it needs, and how to build a fresh `Policy` for a run.
+
+    Its needs are declared here so that callers ask them instead of naming policies. `needs_workload`: its
+    scores measure fragmentation against the target workload, so a caller without a trace (the live
+    scheduler) must gather one. `deterministic`: it draws nothing from `context.rng`, so the same cluster
+    and pod always get the same placement, which the planner's search relies on.
+    """
 
     name: str
     build: Callable[[PolicyContext], Policy]
+    needs_workload: bool = False
+    deterministic: bool = True
 
     def __call__(self, context: PolicyContext) -> Policy:
         """`POLICIES[name](context)`: callers build a policy without knowing how it is made."""

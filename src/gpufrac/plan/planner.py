@@ -45,8 +45,8 @@ class Settings:
             raise UserError("--strategies: name at least one strategy")
         if not self.seeds:
             raise UserError("--seeds: give at least one seed")
-        if self.policy not in POLICIES or self.policy == "random":
-            known = ", ".join(name for name in POLICIES if name != "random")
+        if self.policy not in POLICIES or not POLICIES[self.policy].deterministic:
+            known = ", ".join(name for name, kind in POLICIES.items() if kind.deterministic)
             raise UserError(
                 f'--policy "{self.policy}": the planner needs a deterministic policy; known: {known}'
             )

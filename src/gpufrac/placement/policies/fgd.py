@@ -105,4 +105,4 @@ def _build(context: PolicyContext) -> Policy:
     return Policy(fgd, fgd)
 
 
-POLICIES.register(PolicyKind("fgd", _build))
+POLICIES.register(PolicyKind("fgd", _build, needs_workload=True))

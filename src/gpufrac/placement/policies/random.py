@@ -24,5 +24,9 @@ class RandomScore:
 
 
 POLICIES.register(
-    PolicyKind("random", lambda context: Policy(RandomScore(context.rng), RandomGpu(context.rng)))
+    PolicyKind(
+        "random",
+        lambda context: Policy(RandomScore(context.rng), RandomGpu(context.rng)),
+        deterministic=False,
+    )
 )

@@ -74,7 +74,8 @@ class EngineStrategy:
 
     @cached_property
     def workload(self) -> Workload:
-        """The target workload (for `fgd`) is the rewritten one: what this strategy will really place."""
+        """The target workload (for a policy that needs one) is the rewritten one: what this strategy will
+        really place."""
         return Workload.from_pods(self.demand(pod) for pod in self.options.pods)
 
     def packer(self, nodes: Sequence[NodeSpec]) -> Packer:
