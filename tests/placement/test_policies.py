@@ -20,22 +20,8 @@ from gpufrac.placement.framework import POLICIES, Policy
 from gpufrac.placement.policies.fgd import fgd_score
 from gpufrac.placement.workload import Shape, Workload
 
-from .builders import (
-    DEFAULT_WORKLOAD,
-    DETERMINISTIC,
-    SM,
-    TS,
-    feasible_nodes,
-    node,
-    place,
-    policy,
-    refused,
-    share_at,
-    share_pod,
-    whole_at,
-    whole_pod,
-    workload,
-)
+from ..cluster.builders import SM, TS, node, share_at, share_pod, whole_at, whole_pod
+from .builders import DEFAULT_WORKLOAD, DETERMINISTIC, feasible_nodes, place, policy, refused, workload
 
 ALL = sorted(POLICIES)
 
