@@ -21,13 +21,14 @@ from gpufrac.registry import Registry
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    """What a strategy may need: the workload as the trace asks for it, and the planner's settings."""
+    """What a strategy may need: the workload as the trace asks for it, and the planner's settings (whose
+    defaults are `planner.Settings`')."""
 
     pods: tuple[PodDemand, ...]
-    seed: int = 42
-    policy: str = "bestfit"
-    replicas: int = 4
-    trusted_share: float = 0.5
+    seed: int
+    policy: str
+    replicas: int
+    trusted_share: float
 
 
 class Strategy(Protocol):
