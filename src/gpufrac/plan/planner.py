@@ -56,8 +56,7 @@ class Settings:
             raise UserError(f"--trusted-share {self.trusted_share}: must be a portion between 0 and 1")
         if not (math.isfinite(self.price_per_gpu_hour) and self.price_per_gpu_hour >= 0):
             raise UserError(f"--price-per-gpu-hour {self.price_per_gpu_hour}: must be a price, 0 or more")
-        if self.workers is not None and self.workers < 1:
-            raise UserError(f"--workers {self.workers}: must be at least 1")
+        pool.check_workers(self.workers)
 
 
 def parse_strategies(text: str) -> tuple[str, ...]:
