@@ -20,8 +20,8 @@ from gpufrac.contract.model import Mebibytes, MemoryAmount
 
 
 def gpus_wanted(pod: PodDemand) -> int:
-    """The fewest GPUs a node must have: whole GPUs are exclusive, but a pod's shares may stack on the same
-    GPUs, so only its widest share adds to them."""
+    """The fewest GPUs a node must have, and the GPUs a simple pod (`is_simple`) takes: whole GPUs are
+    exclusive, but a pod's shares may stack on the same GPUs, so only its widest share adds to them."""
     return pod.whole_gpus + max((share.num_devices for share in pod.shares), default=0)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from gpufrac.cluster.model import PodDemand
 from gpufrac.cluster.state import ClusterState
-from gpufrac.placement.filters import FILTERS, Candidates
+from gpufrac.placement.filters import FILTERS, Candidates, gpus_wanted
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ class Fit:
 
     def gpu_total_milli(self) -> np.ndarray:
         """Per feasible node, the pod's whole GPU demand in thousandths."""
-        return self.per_gpu_milli() * (self.pod.whole_gpus + sum(s.num_devices for s in self.pod.shares))
+        return self.per_gpu_milli() * gpus_wanted(self.pod)
 
 
 def find_fit(

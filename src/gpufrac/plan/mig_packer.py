@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufrac.cluster.model import NodeSpec, PodDemand, Unschedulable, resolve_mib
+from gpufrac.placement.filters import is_simple
 from gpufrac.placement.policies import bestfit
 from gpufrac.plan import mig
 from gpufrac.plan.packer import PodUse
@@ -73,7 +74,7 @@ class MigPacker:
         return chosen, share.num_devices, share.container
 
     def place(self, pod: PodDemand) -> str | Unschedulable:
-        if len(pod.shares) + (pod.whole_gpus > 0) > 1:
+        if not is_simple(pod):
             raise ValueError(f"pod {pod.name}: the MIG packer takes whole GPUs or one share, not both")
         reasons: dict[str, int] = {}
         alive = np.ones(len(self.names), bool)

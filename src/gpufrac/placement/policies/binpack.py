@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.filters import gpus_wanted
 from gpufrac.placement.fit import Fit
 from gpufrac.placement.framework import POLICIES, Policy, PolicyKind
 from gpufrac.placement.pickers import BestFitGpu
@@ -18,7 +19,7 @@ def requested_after(state: ClusterState, fit: Fit) -> np.ndarray:
     memory = state.gpu_mem[fit.rows].sum(axis=1)
     usable = state.open_gpus(fit.rows)
     free = np.where(usable, state.gpu_free[fit.rows], 0).sum(axis=1)
-    wanted = fit.pod.whole_gpus or (fit.pod.shares[0].num_devices if fit.pod.shares else 0)
+    wanted = gpus_wanted(fit.pod)
     # A whole GPU counts at its size; `:1`, not `0`: a cluster of CPU-only nodes has no GPU column.
     request = fit.request_mib[:, 0] if fit.pod.shares else state.gpu_mem[fit.rows, :1].sum(axis=1)
     return np.where(memory > 0, (memory - free + wanted * request) / np.maximum(memory, 1), 0.0)
