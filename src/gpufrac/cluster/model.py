@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
 
 from gpufrac.contract import portion_mib
 from gpufrac.contract.model import (
@@ -18,6 +19,9 @@ from gpufrac.contract.model import (
     ShareRequest,
     WholeGpuRequest,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +61,20 @@ def resolve_mib(amount: MemoryAmount, gpu_memory_mib: int) -> int:
     return portion_mib(amount.value, gpu_memory_mib)
 
 
+Count = TypeVar("Count", int, "np.ndarray")
+
+
+def milli_up(part: Count, whole: Count) -> Count:
+    """part / whole in thousandths, rounded up: the unit of the fragmentation measure, in which a demand never
+    looks smaller than it is. Integer arithmetic, so the engine applies it to arrays of nodes too."""
+    return -(-part * 1000 // whole)
+
+
 def milli_of(amount: MemoryAmount, gpu_memory_mib: int) -> int:
-    """The amount in thousandths of a GPU, rounded up: the unit of the fragmentation measure."""
+    """The amount in thousandths of a GPU, rounded up (`milli_up`)."""
     if isinstance(amount, Portion):
-        return -(-amount.value.numerator * 1000 // amount.value.denominator)
-    return -(-amount.value * 1000 // gpu_memory_mib)
+        return milli_up(amount.value.numerator, amount.value.denominator)
+    return milli_up(amount.value, gpu_memory_mib)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpufrac.cluster.model import PodDemand
+from gpufrac.cluster.model import PodDemand, milli_up
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.filters import FILTERS, Candidates, gpus_wanted
 
@@ -36,7 +36,7 @@ class Fit:
         if not self.pod.shares:
             return np.full(len(self.rows), 1000 if self.pod.whole_gpus else 0, np.int64)
         memory = np.maximum(self.gpu_mem[:, 0], 1)
-        return -(-self.request_mib[:, 0] * 1000 // memory)
+        return milli_up(self.request_mib[:, 0], memory)
 
     def gpu_total_milli(self) -> np.ndarray:
         """Per feasible node, the pod's whole GPU demand in thousandths."""
