@@ -28,12 +28,13 @@ from dataclasses import dataclass
 
 from gpufrac.cluster.model import NodeSpec, PodDemand, Unschedulable
 from gpufrac.errors import UserError
+from gpufrac.placement import filters
 from gpufrac.plan.inputs import NodeSequence
 from gpufrac.plan.packer import Packer
 from gpufrac.plan.strategies.base import Strategy
 from gpufrac.sim.replay import main_reason
 
-HOST_BOUNDS = {"not enough CPU": "CPU", "not enough memory": "memory"}
+HOST_BOUNDS = {filters.NOT_ENOUGH_CPU: "CPU", filters.NOT_ENOUGH_MEMORY: "memory"}
 
 
 @dataclass(frozen=True, slots=True)
