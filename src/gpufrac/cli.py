@@ -67,17 +67,26 @@ def validate(
     raise typer.Exit(validation.run(paths, output_format=output_format, strict=strict))
 
 
+# The options `simulate` and `plan` share, defined once; each command keeps its own defaults.
+NodesOption = Annotated[Path | None, typer.Option(help="Node list CSV (openb format); default: bundled.")]
+PodsOption = Annotated[Path | None, typer.Option(help="Pod list CSV (openb format); default: bundled.")]
+SeedsOption = Annotated[str, typer.Option(help="Seeds: ranges and lists, e.g. 42-51 or 1,5,9.")]
+WorkersOption = Annotated[int, typer.Option(help="Worker processes (default: one per CPU).")]
+OutOption = Annotated[Path | None, typer.Option(help="Write the results, charts and an HTML report here.")]
+FormatOption = Annotated[Literal["table", "json"], typer.Option("--format")]
+
+
 @app.command()
 @one_line_errors
 def simulate(
-    nodes: Annotated[Path | None, typer.Option(help="Node list CSV (openb format); default bundled.")] = None,
-    pods: Annotated[Path | None, typer.Option(help="Pod list CSV (openb format); default: bundled.")] = None,
+    nodes: NodesOption = None,
+    pods: PodsOption = None,
     policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = "all",
-    seeds: Annotated[str, typer.Option(help="Seeds: ranges and lists, e.g. 42-51 or 1,5,9.")] = "42-44",
+    seeds: SeedsOption = "42-44",
     inflation: Annotated[float, typer.Option(help="Replay until requests reach this × cluster GPUs.")] = 1.3,
-    workers: Annotated[int, typer.Option(help="Worker processes (default: one per CPU).")] = 0,
-    out: Annotated[Path | None, typer.Option(help="Write results, plots and report.html here.")] = None,
-    output_format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
+    workers: WorkersOption = 0,
+    out: OutOption = None,
+    output_format: FormatOption = "table",
 ) -> None:
     """Replay a trace through every placement policy, as in the FGD paper (ATC '23)."""
     from gpufrac.sim import simulate as simulation
@@ -97,10 +106,10 @@ def simulate(
 @app.command()
 @one_line_errors
 def plan(
-    nodes: Annotated[Path | None, typer.Option(help="Node list CSV (openb format); default bundled.")] = None,
-    pods: Annotated[Path | None, typer.Option(help="Pod list CSV (openb format); default: bundled.")] = None,
+    nodes: NodesOption = None,
+    pods: PodsOption = None,
     strategies: Annotated[str, typer.Option(help="Comma-separated sharing strategies, or all.")] = "all",
-    seeds: Annotated[str, typer.Option(help="Seeds: ranges and lists, e.g. 42-44 or 1,5,9.")] = "42",
+    seeds: SeedsOption = "42",
     price_per_gpu_hour: Annotated[float, typer.Option(help="Price of one GPU for one hour.")] = 2.0,
     gpu_model: Annotated[
         str | None, typer.Option(help="Replace every node's GPUs by this model, e.g. H100-80GB.")
@@ -112,9 +121,9 @@ def plan(
     trusted_share: Annotated[float, typer.Option(help="fractions-mixed: portion of pods trusted.")] = 0.5,
     policy: Annotated[str, typer.Option(help="Engine placement policy.")] = "bestfit",
     timed: Annotated[bool, typer.Option(help="Also replay creation and deletion times.")] = True,
-    workers: Annotated[int, typer.Option(help="Worker processes (default: one per CPU).")] = 0,
-    out: Annotated[Path | None, typer.Option(help="Write plan.json, charts and plan.html here.")] = None,
-    output_format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
+    workers: WorkersOption = 0,
+    out: OutOption = None,
+    output_format: FormatOption = "table",
 ) -> None:
     """How many GPUs a workload needs under each sharing strategy, and what that costs."""
     from gpufrac.plan import command as planning

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
 
+from gpufrac.contract import portion_mib
 from gpufrac.contract.model import (
     ComputeMode,
     Mebibytes,
@@ -17,6 +19,9 @@ from gpufrac.contract.model import (
     ShareRequest,
     WholeGpuRequest,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,21 +51,30 @@ class NodeSpec:
 
 
 def resolve_mib(amount: MemoryAmount, gpu_memory_mib: int) -> int:
-    """The MiB an amount means on a GPU: floor(portion × memory) for a portion, the contract's rule.
+    """The MiB an amount means on a GPU, by the contract's `portion_mib` for a portion.
 
     Portions stay unresolved until a GPU is chosen, which is what lets one request fit GPUs of different
     sizes. Zero is possible here; the engine's filters treat a share that resolves to nothing as not fitting.
     """
     if isinstance(amount, Mebibytes):
         return amount.value
-    return amount.value.numerator * gpu_memory_mib // amount.value.denominator
+    return portion_mib(amount.value, gpu_memory_mib)
+
+
+Count = TypeVar("Count", int, "np.ndarray")
+
+
+def milli_up(part: Count, whole: Count) -> Count:
+    """part / whole in thousandths, rounded up: the unit of the fragmentation measure, in which a demand never
+    looks smaller than it is. Integer arithmetic, so the engine applies it to arrays of nodes too."""
+    return -(-part * 1000 // whole)
 
 
 def milli_of(amount: MemoryAmount, gpu_memory_mib: int) -> int:
-    """The amount in thousandths of a GPU, rounded up: the unit of the fragmentation measure."""
+    """The amount in thousandths of a GPU, rounded up (`milli_up`)."""
     if isinstance(amount, Portion):
-        return -(-amount.value.numerator * 1000 // amount.value.denominator)
-    return -(-amount.value * 1000 // gpu_memory_mib)
+        return milli_up(amount.value.numerator, amount.value.denominator)
+    return milli_up(amount.value, gpu_memory_mib)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from gpufrac.contract.parse import kai_share_container, parse_placement, parse_p
 from gpufrac.contract.quantity import format_mib, kai_memory_mib, parse_decimal, parse_quantity, quantity_mib
 from gpufrac.contract.render import (
     DEFAULT_MPS_PIPE_DIRECTORY,
+    portion_mib,
     render_annotations,
     render_env,
     resolve_memory,
@@ -58,6 +59,7 @@ __all__ = [
     "parse_placement",
     "parse_pod",
     "parse_quantity",
+    "portion_mib",
     "quantity_mib",
     "render_annotations",
     "render_env",

@@ -6,8 +6,9 @@ gpufrac's ConfigMap carries the environment), so both come from one `PodPlacemen
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
+from fractions import Fraction
+from typing import TYPE_CHECKING, overload
 
 from gpufrac.contract import keys
 from gpufrac.contract.errors import ContractError
@@ -22,21 +23,41 @@ from gpufrac.contract.model import (
 )
 from gpufrac.contract.quantity import format_mib
 
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
 # Where the node agent mounts its MPS control pipes inside an sm-sharing container.
 DEFAULT_MPS_PIPE_DIRECTORY = "/run/gpufrac/mps"
 
 
-def resolve_memory(amount: MemoryAmount, *, gpu_mib: int, key: str) -> int:
-    """The MiB `amount` means on a GPU of `gpu_mib` MiB: floor(p * M) for a portion p.
+@overload
+def portion_mib(portion: Fraction, gpu_mib: int | Fraction) -> int: ...
+@overload
+def portion_mib(portion: Fraction, gpu_mib: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]: ...
+def portion_mib(
+    portion: Fraction, gpu_mib: int | Fraction | npt.NDArray[np.int64]
+) -> int | npt.NDArray[np.int64]:
+    """floor(p × M): the MiB a portion p of a GPU of M MiB resolves to, the one rounding rule of the contract.
 
-    Rounding down keeps the sum of resolved portions within the GPU. A portion that rounds to nothing is a
-    `ContractError` on `key` (the annotation it came from) rather than a share with no memory.
+    Rounding down keeps the sum of resolved portions within the GPU. The arithmetic is exact and works on a
+    numpy array of GPU sizes too, so the engine's filters resolve a portion on every GPU at once with this
+    same rule, and the planner on a reference GPU of a fractional number of MiB.
+    """
+    return portion.numerator * gpu_mib // portion.denominator
+
+
+def resolve_memory(amount: MemoryAmount, *, gpu_mib: int, key: str) -> int:
+    """The MiB `amount` means on a GPU of `gpu_mib` MiB (`portion_mib` for a portion).
+
+    A portion that rounds to nothing is a `ContractError` on `key` (the annotation it came from) rather
+    than a share with no memory.
     """
     match amount:
         case Mebibytes(value):
             return value
         case Portion(value):
-            mib = math.floor(value * gpu_mib)
+            mib = portion_mib(value, gpu_mib)
             if mib < 1:
                 raise ContractError(key, str(float(value)), f"resolves to 0 MiB on a GPU of {gpu_mib} MiB")
             return mib

@@ -15,12 +15,19 @@ import numpy as np
 
 from gpufrac.cluster.model import PodDemand
 from gpufrac.cluster.state import MODE_CODE, MODE_NONE, MODE_OF_CODE, ClusterState
+from gpufrac.contract import portion_mib
 from gpufrac.contract.model import Mebibytes, MemoryAmount
+
+# Reasons that other code names too: the MIG packer rejects nodes for them, the planner reads what ran out.
+NOT_ENOUGH_CPU = "not enough CPU"
+NOT_ENOUGH_MEMORY = "not enough memory"
+GPU_MODEL_NOT_ALLOWED = "GPU model not allowed"
+NOT_ENOUGH_FREE_GPUS = "not enough free GPUs"
 
 
 def gpus_wanted(pod: PodDemand) -> int:
-    """The fewest GPUs a node must have: whole GPUs are exclusive, but a pod's shares may stack on the same
-    GPUs, so only its widest share adds to them."""
+    """The fewest GPUs a node must have, and the GPUs a simple pod (`is_simple`) takes: whole GPUs are
+    exclusive, but a pod's shares may stack on the same GPUs, so only its widest share adds to them."""
     return pod.whole_gpus + max((share.num_devices for share in pod.shares), default=0)
 
 
@@ -37,7 +44,7 @@ def resolve(amount: MemoryAmount, gpu_mem: np.ndarray) -> np.ndarray:
     """`resolve_mib` for every GPU of every node at once."""
     if isinstance(amount, Mebibytes):
         return np.full_like(gpu_mem, amount.value)
-    return amount.value.numerator * gpu_mem // amount.value.denominator
+    return portion_mib(amount.value, gpu_mem)
 
 
 class Candidates:
@@ -107,25 +114,25 @@ def _simple_share(pod: PodDemand) -> bool:
 
 
 FILTERS: tuple[Filter, ...] = (
-    Filter("cpu", lambda c: c.state.cpu_free[c.rows] >= c.pod.cpu_milli, "not enough CPU", lambda pod: True),
+    Filter("cpu", lambda c: c.state.cpu_free[c.rows] >= c.pod.cpu_milli, NOT_ENOUGH_CPU, lambda pod: True),
     Filter(
         "memory",
         lambda c: c.state.mem_free[c.rows] >= c.pod.memory_mib,
-        "not enough memory",
+        NOT_ENOUGH_MEMORY,
         lambda pod: True,
     ),
     Filter("gpu-count", lambda c: c.state.gpu_count[c.rows] >= gpus_wanted(c.pod), "too few GPUs"),
     Filter(
         "gpu-model",
         _allowed_model,
-        "GPU model not allowed",
+        GPU_MODEL_NOT_ALLOWED,
         lambda pod: pod.wants_gpu and pod.models is not None,
     ),
     Filter("gpu-health", lambda c: np.any(c.open_gpus, axis=1), "no healthy free GPU"),
     Filter(
         "whole-gpus",
         lambda c: c.empty.sum(axis=1) >= c.pod.whole_gpus,
-        "not enough free GPUs",
+        NOT_ENOUGH_FREE_GPUS,
         lambda pod: pod.whole_gpus > 0,
     ),
     Filter(

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpufrac.cluster.model import PodDemand
+from gpufrac.cluster.model import PodDemand, milli_up
 from gpufrac.cluster.state import ClusterState
-from gpufrac.placement.filters import FILTERS, Candidates
+from gpufrac.placement.filters import FILTERS, Candidates, gpus_wanted
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,11 +36,11 @@ class Fit:
         if not self.pod.shares:
             return np.full(len(self.rows), 1000 if self.pod.whole_gpus else 0, np.int64)
         memory = np.maximum(self.gpu_mem[:, 0], 1)
-        return -(-self.request_mib[:, 0] * 1000 // memory)
+        return milli_up(self.request_mib[:, 0], memory)
 
     def gpu_total_milli(self) -> np.ndarray:
         """Per feasible node, the pod's whole GPU demand in thousandths."""
-        return self.per_gpu_milli() * (self.pod.whole_gpus + sum(s.num_devices for s in self.pod.shares))
+        return self.per_gpu_milli() * gpus_wanted(self.pod)
 
 
 def find_fit(

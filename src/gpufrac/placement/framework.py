@@ -15,6 +15,7 @@ import numpy as np
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.fit import Fit
 from gpufrac.placement.workload import Workload
+from gpufrac.registry import Registry
 
 
 class Scorer(Protocol):
@@ -31,25 +32,38 @@ class GpuPicker(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    name: str
+    """One run's scorer and picker: they may keep state across a run's decisions (a memo, a random stream)."""
+
     scorer: Scorer
     picker: GpuPicker
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyContext:
-    """What a policy may need to be built: randomness for `random`, the target workload for `fgd`."""
+    """What a policy may need to be built: randomness, and the target workload (see `PolicyKind`)."""
 
     rng: np.random.Generator
     workload: Workload
 
 
-POLICIES: dict[str, Callable[[PolicyContext], Policy]] = {}
+@dataclass(frozen=True, slots=True)
+class PolicyKind:
+    """A registered policy: its name, what it needs, and how to build a fresh `Policy` for a run.
+
+    Its needs are declared here so that callers ask them instead of naming policies. `needs_workload`: its
+    scores measure fragmentation against the target workload, so a caller without a trace (the live
+    scheduler) must gather one. `deterministic`: it draws nothing from `context.rng`, so the same cluster
+    and pod always get the same placement, which the planner's search relies on.
+    """
+
+    name: str
+    build: Callable[[PolicyContext], Policy]
+    needs_workload: bool = False
+    deterministic: bool = True
+
+    def __call__(self, context: PolicyContext) -> Policy:
+        """`POLICIES[name](context)`: callers build a policy without knowing how it is made."""
+        return self.build(context)
 
 
-def register(name: str) -> Callable[[Callable[[PolicyContext], Policy]], Callable[[PolicyContext], Policy]]:
-    def add(factory: Callable[[PolicyContext], Policy]) -> Callable[[PolicyContext], Policy]:
-        POLICIES[name] = factory
-        return factory
-
-    return add
+POLICIES: Registry[PolicyKind] = Registry()

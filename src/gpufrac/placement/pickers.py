@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.filters import gpus_wanted
 from gpufrac.placement.fit import Fit
 
 
@@ -18,16 +19,12 @@ def lowest_empty(fit: Fit, at: int) -> tuple[int, ...]:
     return tuple(int(g) for g in np.flatnonzero(fit.empty[at])[: fit.pod.whole_gpus])
 
 
-def _share_devices(fit: Fit) -> int:
-    return fit.pod.shares[0].num_devices if fit.pod.shares else 0
-
-
 def ranked(fit: Fit, at: int, order_key: np.ndarray) -> tuple[int, ...]:
     """Whole GPUs, or the share's devices taken by ascending `order_key` (stable: lower index first)."""
     if not fit.pod.shares:
         return lowest_empty(fit, at)
     candidates = np.flatnonzero(fit.share_ok[at])
-    chosen = candidates[np.argsort(order_key[candidates], kind="stable")][: _share_devices(fit)]
+    chosen = candidates[np.argsort(order_key[candidates], kind="stable")][: gpus_wanted(fit.pod)]
     return tuple(sorted(int(g) for g in chosen))
 
 
@@ -53,6 +50,5 @@ class RandomGpu:
 
     def pick(self, state: ClusterState, fit: Fit, at: int) -> tuple[int, ...]:
         pool = fit.share_ok[at] if fit.pod.shares else fit.empty[at]
-        wanted = _share_devices(fit) or fit.pod.whole_gpus
-        chosen = self.rng.choice(np.flatnonzero(pool), size=wanted, replace=False)
+        chosen = self.rng.choice(np.flatnonzero(pool), size=gpus_wanted(fit.pod), replace=False)
         return tuple(sorted(int(g) for g in chosen))

@@ -1,8 +1,8 @@
 """The planner's inputs: which GPUs, which node order, and the pods as the strategies will see them.
 
-GPU memory follows the simulator's convention, 1000 MiB per nominal GB, so that a portion in thousandths
-resolves to whole MiB exactly. The trace's own models keep the simulator's sizes (`sim.trace`); the MIG
-models take theirs from the MIG table.
+GPU memory follows the simulator's convention of MiB per nominal GB (`sim.trace.MIB_PER_GB`), so that a
+portion in thousandths resolves to whole MiB exactly. The trace's own models keep the simulator's sizes;
+the MIG models take theirs from the MIG table.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from fractions import Fraction
 import numpy as np
 
 from gpufrac.cluster.model import GpuSpec, NodeSpec, PodDemand
+from gpufrac.contract import portion_mib
 from gpufrac.contract.model import Mebibytes, MemoryAmount, Portion
 from gpufrac.errors import UserError
 from gpufrac.plan import mig
-from gpufrac.sim.trace import MODEL_MEMORY_GB
+from gpufrac.sim.trace import MIB_PER_GB, MODEL_MEMORY_GB
 
 GPU_MEMORY_GB = MODEL_MEMORY_GB | {model: gb for model, (gb, _) in mig.MIG_MODELS.items()}
 
@@ -37,7 +38,7 @@ def retarget(nodes: Sequence[NodeSpec], model: str | None) -> list[NodeSpec]:
         if target not in mig.MIG_MODELS and model is None:
             retargeted.append(node)
             continue
-        memory = 1000 * GPU_MEMORY_GB[target]
+        memory = MIB_PER_GB * GPU_MEMORY_GB[target]
         gpus = tuple(dataclasses.replace(gpu, model=target, memory_mib=memory) for gpu in node.gpus)
         retargeted.append(dataclasses.replace(node, gpus=gpus))
     return retargeted
@@ -48,9 +49,10 @@ def prepare_pods(
 ) -> list[PodDemand]:
     """The pods as every strategy receives them.
 
-    With `reference_gb`, a portion p becomes floor(p × reference_gb × 1000) MiB: the same memory on any GPU,
-    so that a larger GPU holds more of it. Without, a portion stays a portion of whichever GPU the pod lands
-    on. `drop_models` drops GPU-model constraints, which a retargeted cluster could never satisfy.
+    With `reference_gb`, a portion becomes the MiB it means on a GPU of that many nominal GB (at least 1):
+    the same memory on any GPU, so that a larger GPU holds more of it. Without, a portion stays a portion of
+    whichever GPU the pod lands on. `drop_models` drops GPU-model constraints, which a retargeted cluster
+    could never satisfy.
     """
     if reference_gb is not None and not (math.isfinite(reference_gb) and reference_gb > 0):
         raise UserError(f"--reference-gb {reference_gb}: must be a positive number of GB, such as 16")
@@ -75,7 +77,7 @@ def prepare_pods(
 def _absolute(amount: MemoryAmount, reference_gb: float) -> MemoryAmount:
     if not isinstance(amount, Portion):
         return amount
-    return Mebibytes(max(1, math.floor(amount.value * Fraction(reference_gb) * 1000)))
+    return Mebibytes(max(1, portion_mib(amount.value, Fraction(reference_gb) * MIB_PER_GB)))
 
 
 def pod_order(pods: Sequence[PodDemand], seed: int) -> list[PodDemand]:

@@ -6,7 +6,7 @@ GPUs bought (the cluster the search settled on, idle GPUs included). Definitions
   exactly the request), in GPU-equivalents; the allocation ratio divides it by the GPUs bought.
 - stranded: memory of busy GPUs that backs no pod's request, either handed out beyond the request (rounding
   up to a whole GPU or a profile) or left free beside other tenants. Memory of idle GPUs is not stranded,
-  it is spare. GB are the simulator's nominal GB (1000 MiB).
+  it is spare. GB are the simulator's nominal GB (`sim.trace.MIB_PER_GB`).
 - fault domain: the pods one fault takes down together. All pods on an sm-sharing GPU share its MPS
   server, hence one domain (a pod spanning several such GPUs joins theirs); any other pod is alone.
 - tenants per busy GPU: the mean number of pods on a GPU that holds any; for sm-sharing, the SM share a
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from gpufrac.cluster.model import PodDemand, resolve_mib
 from gpufrac.plan.packer import PodUse
+from gpufrac.sim.trace import MIB_PER_GB
 
 Gpu = tuple[str, int]
 
@@ -85,7 +86,7 @@ def measure(uses: Sequence[PodUse], bought: Mapping[Gpu, int], pods: Mapping[str
         allocated_gpus=allocated,
         requested_gpus=requested,
         allocation_ratio=100 * allocated / total_gpus if total_gpus else 0.0,
-        stranded_gb=stranded / 1000,
+        stranded_gb=stranded / MIB_PER_GB,
         stranded_percent=100 * stranded / max(sum(bought.values()), 1),
         pods_per_gpu=len(gpu_pods) / total_gpus if total_gpus else 0.0,
         blast_radius_max=max(domains, default=0),

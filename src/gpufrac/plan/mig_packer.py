@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufrac.cluster.model import NodeSpec, PodDemand, Unschedulable, resolve_mib
+from gpufrac.placement import filters
 from gpufrac.placement.policies import bestfit
 from gpufrac.plan import mig
 from gpufrac.plan.packer import PodUse
@@ -73,7 +74,7 @@ class MigPacker:
         return chosen, share.num_devices, share.container
 
     def place(self, pod: PodDemand) -> str | Unschedulable:
-        if len(pod.shares) + (pod.whole_gpus > 0) > 1:
+        if not filters.is_simple(pod):
             raise ValueError(f"pod {pod.name}: the MIG packer takes whole GPUs or one share, not both")
         reasons: dict[str, int] = {}
         alive = np.ones(len(self.names), bool)
@@ -84,11 +85,11 @@ class MigPacker:
                 reasons[reason] = int(newly.sum())
                 alive[newly] = False
 
-        reject(self.cpu_free < pod.cpu_milli, "not enough CPU")
-        reject(self.mem_free < pod.memory_mib, "not enough memory")
+        reject(self.cpu_free < pod.cpu_milli, filters.NOT_ENOUGH_CPU)
+        reject(self.mem_free < pod.memory_mib, filters.NOT_ENOUGH_MEMORY)
         if pod.models is not None:
             allowed = [i for i, model in enumerate(self.models) if model in pod.models]
-            reject(~np.isin(self.model_id, allowed), "GPU model not allowed")
+            reject(~np.isin(self.model_id, allowed), filters.GPU_MODEL_NOT_ALLOWED)
         free = (mig.MEMORY_SLICES - mig.POPCOUNT[self.mask]) * self.exists
         chosen: list[int] = []
         wanted, container = 0, ""
@@ -104,7 +105,7 @@ class MigPacker:
                 index[:, None] >= 0, self.starts[self.model_id[:, None], index[:, None], self.mask], -1
             )
             short = (starts >= 0).sum(axis=1) < wanted
-            reject(short, "no free GPU or MIG slot" if pod.shares else "not enough free GPUs")
+            reject(short, "no free GPU or MIG slot" if pod.shares else filters.NOT_ENOUGH_FREE_GPUS)
         rows = np.flatnonzero(alive)
         if len(rows) == 0:
             return Unschedulable(pod.name, reasons)

@@ -23,14 +23,7 @@ from gpufrac.plan.strategies import STRATEGIES, Options, Strategy
 from gpufrac.sim import experiment, pool
 from gpufrac.sim.trace import Trace, TracePod
 
-ORDER = (
-    "whole-gpu",
-    "time-slicing-replicas",
-    "mig",
-    "fractions-time-slicing",
-    "fractions-sm-sharing",
-    "fractions-mixed",
-)
+ORDER = tuple(STRATEGIES)  # registration order: how `all` runs them and the report lists them
 HOURS_PER_MONTH = 730  # 8760 hours a year / 12
 
 
@@ -52,8 +45,8 @@ class Settings:
             raise UserError("--strategies: name at least one strategy")
         if not self.seeds:
             raise UserError("--seeds: give at least one seed")
-        if self.policy not in POLICIES or self.policy == "random":
-            known = ", ".join(name for name in POLICIES if name != "random")
+        if self.policy not in POLICIES or not POLICIES[self.policy].deterministic:
+            known = ", ".join(name for name, kind in POLICIES.items() if kind.deterministic)
             raise UserError(
                 f'--policy "{self.policy}": the planner needs a deterministic policy; known: {known}'
             )
@@ -63,16 +56,14 @@ class Settings:
             raise UserError(f"--trusted-share {self.trusted_share}: must be a portion between 0 and 1")
         if not (math.isfinite(self.price_per_gpu_hour) and self.price_per_gpu_hour >= 0):
             raise UserError(f"--price-per-gpu-hour {self.price_per_gpu_hour}: must be a price, 0 or more")
-        if self.workers is not None and self.workers < 1:
-            raise UserError(f"--workers {self.workers}: must be at least 1")
+        pool.check_workers(self.workers)
 
 
 def parse_strategies(text: str) -> tuple[str, ...]:
     """`all`, or known names separated by commas."""
-    known = ORDER + tuple(name for name in STRATEGIES if name not in ORDER)
     if text.strip() == "all":
-        return known
-    return tuple(dict.fromkeys(experiment.parse_names(text, known, option="--strategies")))
+        return ORDER
+    return tuple(dict.fromkeys(experiment.parse_names(text, ORDER, option="--strategies")))
 
 
 @dataclass(frozen=True, slots=True)

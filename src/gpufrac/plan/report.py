@@ -20,6 +20,7 @@ from rich.table import Table
 
 from gpufrac.plan import mig, planner
 from gpufrac.sim import output
+from gpufrac.sim.trace import MIB_PER_GB
 
 COLUMNS = (  # (header, with a line break where the table may wrap it; what it means)
     ("strategy", "strategy"),
@@ -215,7 +216,7 @@ td:first-child,th:first-child{{text-align:left}}img{{max-width:100%}}</style></h
 {images}
 <h2>Definitions</h2><ul>{definitions}
 <li><b>stranded</b> counts memory allocated beyond a request (whole GPUs, MIG profiles) and memory left
-free beside other tenants; idle GPUs are spare, not stranded. GB are nominal (1000 MiB).</li>
+free beside other tenants; idle GPUs are spare, not stranded. GB are nominal ({MIB_PER_GB} MiB).</li>
 <li><b>fault domain</b>: every pod on an sm-sharing GPU shares one (its MPS server); a time-slicing, MIG
 or whole-GPU pod is alone in its own.</li></ul>
 <h2>Sources</h2>

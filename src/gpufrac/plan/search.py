@@ -11,9 +11,10 @@ the first that fits nowhere. The search brackets the answer and then bisects it:
   were never chosen changes no decision, and that shorter prefix passes too;
 - bisection then narrows (failing n, passing n) down to adjacent counts.
 One node fewer than the answer fails, probed; the answer passes, probed or as the used prefix of a
-passing probe. Only policies that score each node on its own state qualify (every registered one but
-`random`). Greedy placement is not perfectly monotone in n (a larger cluster can lead a heuristic astray),
-so a yet shorter prefix may exist; the search reports the frontier it found, and the probes it made.
+passing probe. Only policies that score each node on its own state qualify; the planner admits only
+`deterministic` ones, which all do. Greedy placement is not perfectly monotone in n (a larger cluster can
+lead a heuristic astray), so a yet shorter prefix may exist; the search reports the frontier it found,
+and the probes it made.
 
 What ran out at one node fewer says whether the workload is GPU- or CPU-bound there.
 """
@@ -27,12 +28,13 @@ from dataclasses import dataclass
 
 from gpufrac.cluster.model import NodeSpec, PodDemand, Unschedulable
 from gpufrac.errors import UserError
+from gpufrac.placement import filters
 from gpufrac.plan.inputs import NodeSequence
 from gpufrac.plan.packer import Packer
 from gpufrac.plan.strategies.base import Strategy
 from gpufrac.sim.replay import main_reason
 
-HOST_BOUNDS = {"not enough CPU": "CPU", "not enough memory": "memory"}
+HOST_BOUNDS = {filters.NOT_ENOUGH_CPU: "CPU", filters.NOT_ENOUGH_MEMORY: "memory"}
 
 
 @dataclass(frozen=True, slots=True)

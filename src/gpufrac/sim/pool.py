@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
 
+from gpufrac.errors import UserError
+
 S = TypeVar("S")
 J = TypeVar("J")
 R = TypeVar("R")
@@ -27,6 +29,12 @@ def _install(shared: Any, work: Callable[[Any, Any], Any]) -> None:
 def _call(job: Any) -> Any:
     assert _work is not None
     return _work(_shared, job)
+
+
+def check_workers(requested: int | None) -> None:
+    """Refuse a bad `--workers` before any long work starts; None asks for one per CPU."""
+    if requested is not None and requested < 1:
+        raise UserError(f"--workers {requested}: must be at least 1")
 
 
 def worker_count(requested: int | None, jobs: int) -> int:

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
-from gpufrac.sim import experiment, output, report, trace
+from gpufrac.sim import experiment, output, pool, report, trace
 
 
 def run(
@@ -25,8 +25,7 @@ def run(
 ) -> None:
     if not math.isfinite(inflation) or inflation <= 0:
         raise UserError(f"--inflation {inflation}: must be a positive number such as 1.3")
-    if workers is not None and workers < 1:
-        raise UserError(f"--workers {workers}: must be at least 1")
+    pool.check_workers(workers)
     chosen = list(POLICIES) if policies == "all" else experiment.parse_policies(policies)
     seed_list = experiment.parse_seeds(seeds)
     loaded = trace.load(nodes, pods)

@@ -23,9 +23,10 @@ from gpufrac.errors import UserError
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 
-# The trace gives GPU models but no GPU memory. The simulator sizes each GPU at 1000 MiB per nominal GB,
-# so that a portion in thousandths resolves to whole MiB exactly and MiB accounting equals the paper's
+# The trace gives GPU models but no GPU memory. The simulator sizes each GPU at MIB_PER_GB MiB per nominal
+# GB, so that a portion in thousandths resolves to whole MiB exactly and MiB accounting equals the paper's
 # milli-GPU accounting. G2 and G3 are undisclosed models; their size does not change a portion-only replay.
+MIB_PER_GB = 1000
 MODEL_MEMORY_GB = {"P100": 16, "T4": 16, "V100M16": 16, "V100M32": 32, "A10": 24, "G2": 32, "G3": 32}
 DEFAULT_MEMORY_GB = 16
 
@@ -92,7 +93,7 @@ def load_nodes(path: Path) -> list[NodeSpec]:
         model = row["model"].strip()
         if count and not model:
             raise cell.error("model", "a node with GPUs needs a model")
-        memory = 1000 * MODEL_MEMORY_GB.get(model, DEFAULT_MEMORY_GB)
+        memory = MIB_PER_GB * MODEL_MEMORY_GB.get(model, DEFAULT_MEMORY_GB)
         name = cell.text("sn")
         gpus = tuple(GpuSpec(i, f"{name}-gpu{i}", model, memory) for i in range(count))
         nodes.append(NodeSpec(name, cell.integer("cpu_milli"), cell.integer("memory_mib"), gpus))

@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.filters import gpus_wanted
 from gpufrac.placement.fit import Fit
-from gpufrac.placement.framework import Policy, PolicyContext, register
-from gpufrac.placement.pickers import BestFitGpu, WorstFitGpu
+from gpufrac.placement.framework import POLICIES, Policy, PolicyKind
+from gpufrac.placement.pickers import BestFitGpu
 
 
 def requested_after(state: ClusterState, fit: Fit) -> np.ndarray:
@@ -18,7 +19,7 @@ def requested_after(state: ClusterState, fit: Fit) -> np.ndarray:
     memory = state.gpu_mem[fit.rows].sum(axis=1)
     usable = state.open_gpus(fit.rows)
     free = np.where(usable, state.gpu_free[fit.rows], 0).sum(axis=1)
-    wanted = fit.pod.whole_gpus or (fit.pod.shares[0].num_devices if fit.pod.shares else 0)
+    wanted = gpus_wanted(fit.pod)
     # A whole GPU counts at its size; `:1`, not `0`: a cluster of CPU-only nodes has no GPU column.
     request = fit.request_mib[:, 0] if fit.pod.shares else state.gpu_mem[fit.rows, :1].sum(axis=1)
     return np.where(memory > 0, (memory - free + wanted * request) / np.maximum(memory, 1), 0.0)
@@ -29,17 +30,4 @@ class MostRequested:
         return np.trunc(100 * requested_after(state, fit)).astype(np.int64)
 
 
-class LeastRequested:
-    def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
-        return np.trunc(100 * (1 - requested_after(state, fit))).astype(np.int64)
-
-
-@register("binpack")
-def binpack(context: PolicyContext) -> Policy:
-    return Policy("binpack", MostRequested(), BestFitGpu())
-
-
-@register("spread")
-def spread(context: PolicyContext) -> Policy:
-    """`spread`: the emptiest node and the emptiest GPU win: fewer co-tenants, more burst headroom."""
-    return Policy("spread", LeastRequested(), WorstFitGpu())
+POLICIES.register(PolicyKind("binpack", lambda context: Policy(MostRequested(), BestFitGpu())))

@@ -19,7 +19,7 @@ from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.cache import NodeMemo
 from gpufrac.placement.fit import Fit
 from gpufrac.placement.fragmentation import node_fragmentation, usable_free_milli
-from gpufrac.placement.framework import Policy, PolicyContext, register
+from gpufrac.placement.framework import POLICIES, Policy, PolicyContext, PolicyKind
 from gpufrac.placement.pickers import lowest_empty
 from gpufrac.placement.workload import Workload
 
@@ -100,7 +100,9 @@ class Fgd:
         return taken
 
 
-@register("fgd")
-def fgd(context: PolicyContext) -> Policy:
-    policy = Fgd(context.workload)
-    return Policy("fgd", policy, policy)
+def _build(context: PolicyContext) -> Policy:
+    fgd = Fgd(context.workload)
+    return Policy(fgd, fgd)
+
+
+POLICIES.register(PolicyKind("fgd", _build, needs_workload=True))

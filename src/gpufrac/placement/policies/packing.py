@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.filters import gpus_wanted
 from gpufrac.placement.fit import Fit
 from gpufrac.placement.fragmentation import usable_free_milli
-from gpufrac.placement.framework import Policy, PolicyContext, register
+from gpufrac.placement.framework import POLICIES, Policy, PolicyKind
 from gpufrac.placement.pickers import BestFitGpu
 
 
@@ -23,7 +24,7 @@ class PackingScore:
         exists = state.gpu_mem[fit.rows] > 0
         count = exists.sum(axis=1)
         fully_free = ((free == 1000) & exists).sum(axis=1)
-        wanted = fit.pod.whole_gpus or fit.pod.shares[0].num_devices
+        wanted = gpus_wanted(fit.pod)
         # The GPUs the pod would take: fitting ones (memory, health and compute mode, as the picker sees
         # them), least free first, lower index on ties.
         fits = fit.share_ok if fit.pod.shares else fit.empty
@@ -38,6 +39,4 @@ class PackingScore:
         ).astype(np.int64)
 
 
-@register("packing")
-def packing(context: PolicyContext) -> Policy:
-    return Policy("packing", PackingScore(), BestFitGpu())
+POLICIES.register(PolicyKind("packing", lambda context: Policy(PackingScore(), BestFitGpu())))

@@ -8,7 +8,7 @@ import numpy as np
 
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.fit import Fit
-from gpufrac.placement.framework import Policy, PolicyContext, register
+from gpufrac.placement.framework import POLICIES, Policy, PolicyKind
 from gpufrac.placement.pickers import RandomGpu
 
 
@@ -23,6 +23,10 @@ class RandomScore:
         return scores
 
 
-@register("random")
-def random(context: PolicyContext) -> Policy:
-    return Policy("random", RandomScore(context.rng), RandomGpu(context.rng))
+POLICIES.register(
+    PolicyKind(
+        "random",
+        lambda context: Policy(RandomScore(context.rng), RandomGpu(context.rng)),
+        deterministic=False,
+    )
+)

@@ -7,26 +7,28 @@ packer answers the same four calls, so the search, the timed replay and the meas
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property, partial
+from functools import cached_property
 from typing import Protocol
 
 from gpufrac.cluster.model import NodeSpec, PodDemand
 from gpufrac.placement.workload import Workload
 from gpufrac.plan.engine_packer import EnginePacker
 from gpufrac.plan.packer import Packer
+from gpufrac.registry import Registry
 
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    """What a strategy may need: the workload as the trace asks for it, and the planner's settings."""
+    """What a strategy may need: the workload as the trace asks for it, and the planner's settings (whose
+    defaults are `planner.Settings`')."""
 
     pods: tuple[PodDemand, ...]
-    seed: int = 42
-    policy: str = "bestfit"
-    replicas: int = 4
-    trusted_share: float = 0.5
+    seed: int
+    policy: str
+    replicas: int
+    trusted_share: float
 
 
 class Strategy(Protocol):
@@ -42,24 +44,22 @@ class Strategy(Protocol):
     def packer(self, nodes: Sequence[NodeSpec]) -> Packer: ...
 
 
-Factory = Callable[[Options], Strategy]
-STRATEGIES: dict[str, Factory] = {}
+class StrategyClass(Protocol):
+    """What STRATEGIES holds: a strategy's class, which carries its name and is built from the options."""
+
+    @property
+    def name(self) -> str: ...
+
+    def __call__(self, options: Options) -> Strategy: ...
 
 
-def register(name: str) -> Callable[[Factory], Factory]:
-    """`@register("name")` on a factory adds it to STRATEGIES under that name."""
-    return partial(_add, name)
-
-
-def _add(name: str, factory: Factory) -> Factory:
-    STRATEGIES[name] = factory
-    return factory
+STRATEGIES: Registry[StrategyClass] = Registry()
 
 
 class EngineStrategy:
     """A strategy that rewrites each pod's demand and lets gpufrac's engine place it with `options.policy`."""
 
-    name = ""
+    name: str
     # What the cluster allocates for a pod, for the report; may name the options: {replicas}, {trusted_share}.
     about = ""
 
@@ -75,7 +75,8 @@ class EngineStrategy:
 
     @cached_property
     def workload(self) -> Workload:
-        """The target workload (for `fgd`) is the rewritten one: what this strategy will really place."""
+        """The target workload (for a policy that needs one) is the rewritten one: what this strategy will
+        really place."""
         return Workload.from_pods(self.demand(pod) for pod in self.options.pods)
 
     def packer(self, nodes: Sequence[NodeSpec]) -> Packer:

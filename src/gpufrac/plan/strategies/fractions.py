@@ -8,31 +8,34 @@ and split its SMs.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from gpufrac.cluster.model import PodDemand
 from gpufrac.contract.model import ComputeMode
-from gpufrac.plan.strategies.base import EngineStrategy, Options, register
+from gpufrac.plan.strategies.base import STRATEGIES, EngineStrategy
 
 
 class Fractions(EngineStrategy):
-    def __init__(self, options: Options, *, mode: ComputeMode) -> None:
-        super().__init__(options)
-        self.mode = mode
-        self.name = f"fractions-{mode}"
-        self.about = (
-            f"gpufrac fractions: each share takes the memory it asks for, every share in {mode} mode."
-        )
+    """Every share in `mode`; each mode is its own registered strategy below."""
+
+    mode: ClassVar[ComputeMode]
+
+    @property
+    def summary(self) -> str:
+        return f"gpufrac fractions: each share takes the memory it asks for, every share in {self.mode} mode."
 
     def demand(self, pod: PodDemand) -> PodDemand:
         shares = tuple(dataclasses.replace(share, mode=self.mode) for share in pod.shares)
         return dataclasses.replace(pod, shares=shares)
 
 
-@register("fractions-time-slicing")
-def fractions_time_slicing(options: Options) -> Fractions:
-    return Fractions(options, mode=ComputeMode.TIME_SLICING)
+@STRATEGIES.register
+class FractionsTimeSlicing(Fractions):
+    name = "fractions-time-slicing"
+    mode = ComputeMode.TIME_SLICING
 
 
-@register("fractions-sm-sharing")
-def fractions_sm_sharing(options: Options) -> Fractions:
-    return Fractions(options, mode=ComputeMode.SM_SHARING)
+@STRATEGIES.register
+class FractionsSmSharing(Fractions):
+    name = "fractions-sm-sharing"
+    mode = ComputeMode.SM_SHARING

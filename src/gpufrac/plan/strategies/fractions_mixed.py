@@ -14,11 +14,12 @@ import numpy as np
 
 from gpufrac.cluster.model import PodDemand
 from gpufrac.contract.model import ComputeMode
-from gpufrac.plan.strategies.base import EngineStrategy, Options, register
+from gpufrac.plan.strategies.base import STRATEGIES, EngineStrategy
 
 TRUSTED_STREAM = 1  # the seed's random stream for choosing trusted pods, apart from the planner's others
 
 
+@STRATEGIES.register
 class FractionsMixed(EngineStrategy):
     name = "fractions-mixed"
     about = (
@@ -37,8 +38,3 @@ class FractionsMixed(EngineStrategy):
         mode = ComputeMode.SM_SHARING if pod.name in self.trusted else ComputeMode.TIME_SLICING
         shares = tuple(dataclasses.replace(share, mode=mode) for share in pod.shares)
         return dataclasses.replace(pod, shares=shares)
-
-
-@register("fractions-mixed")
-def fractions_mixed(options: Options) -> FractionsMixed:
-    return FractionsMixed(options)

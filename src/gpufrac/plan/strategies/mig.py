@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from gpufrac.cluster.model import NodeSpec, PodDemand
 from gpufrac.plan.mig_packer import MigPacker
 from gpufrac.plan.packer import Packer
-from gpufrac.plan.strategies.base import Options, register
+from gpufrac.plan.strategies.base import STRATEGIES, Options
 
 
+@STRATEGIES.register
 class Mig:
     name = "mig"
     summary = (
@@ -30,8 +31,3 @@ class Mig:
 
     def packer(self, nodes: Sequence[NodeSpec]) -> Packer:
         return MigPacker(nodes)
-
-
-@register("mig")
-def mig(options: Options) -> Mig:
-    return Mig(options)

@@ -15,9 +15,10 @@ from fractions import Fraction
 
 from gpufrac.cluster.model import PodDemand
 from gpufrac.contract.model import ComputeMode, Portion
-from gpufrac.plan.strategies.base import EngineStrategy, Options, register
+from gpufrac.plan.strategies.base import STRATEGIES, EngineStrategy
 
 
+@STRATEGIES.register
 class Replicas(EngineStrategy):
     name = "time-slicing-replicas"
     about = (
@@ -32,8 +33,3 @@ class Replicas(EngineStrategy):
             for share in pod.shares
         )
         return dataclasses.replace(pod, shares=shares)
-
-
-@register("time-slicing-replicas")
-def replicas(options: Options) -> Replicas:
-    return Replicas(options)

@@ -6,9 +6,10 @@ import dataclasses
 
 from gpufrac.cluster.model import PodDemand
 from gpufrac.contract.model import WholeGpuRequest
-from gpufrac.plan.strategies.base import EngineStrategy, Options, register
+from gpufrac.plan.strategies.base import STRATEGIES, EngineStrategy
 
 
+@STRATEGIES.register
 class WholeGpu(EngineStrategy):
     name = "whole-gpu"
     about = "Every GPU request takes whole GPUs: a share of any size on N devices takes N GPUs of its own."
@@ -22,8 +23,3 @@ class WholeGpu(EngineStrategy):
             + tuple(WholeGpuRequest(share.container, share.num_devices) for share in pod.shares),
             shares=(),
         )
-
-
-@register("whole-gpu")
-def whole_gpu(options: Options) -> WholeGpu:
-    return WholeGpu(options)

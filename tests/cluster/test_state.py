@@ -16,20 +16,8 @@ from gpufrac.contract.model import ComputeMode, Mebibytes, Portion
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES
 
-from .builders import (
-    GPU_MIB,
-    SM,
-    TS,
-    assert_same,
-    node,
-    place,
-    policy,
-    share_at,
-    share_pod,
-    snapshot,
-    whole_at,
-    whole_pod,
-)
+from ..placement.builders import place, policy
+from .builders import GPU_MIB, SM, TS, assert_same, node, share_at, share_pod, snapshot, whole_at, whole_pod
 
 
 @pytest.fixture

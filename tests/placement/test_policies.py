@@ -20,22 +20,8 @@ from gpufrac.placement.framework import POLICIES, Policy
 from gpufrac.placement.policies.fgd import fgd_score
 from gpufrac.placement.workload import Shape, Workload
 
-from .builders import (
-    DEFAULT_WORKLOAD,
-    DETERMINISTIC,
-    SM,
-    TS,
-    feasible_nodes,
-    node,
-    place,
-    policy,
-    refused,
-    share_at,
-    share_pod,
-    whole_at,
-    whole_pod,
-    workload,
-)
+from ..cluster.builders import SM, TS, node, share_at, share_pod, whole_at, whole_pod
+from .builders import DEFAULT_WORKLOAD, DETERMINISTIC, feasible_nodes, place, policy, refused, workload
 
 ALL = sorted(POLICIES)
 
@@ -178,6 +164,25 @@ def test_ties_go_to_the_lowest_tie_rank(name: str, pod: PodDemand) -> None:
     assert decide(state, pod, policy(name)).node == "b"
     state.tie_rank[:3] = [1, 2, 0]
     assert decide(state, pod, policy(name)).node == "c"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_a_policy_reads_only_what_it_declares(name: str) -> None:
+    """Without `needs_workload` the target workload changes no placement; if `deterministic`, nor does the
+    seed: callers such as the scheduler and the planner rely on these declarations."""
+    pods = [share_pod(f"s{i}", 150 + 100 * i, cpu=1_000 * i) for i in range(7)] + [whole_pod("w", cpu=500)]
+    whole_tasks = workload((Shape(cpu_milli=0, gpus=1, milli=1000), 1.0))
+
+    def placements(seed: int, target: Workload) -> list[Placement]:
+        state = ClusterState([node("a", 4), node("b", 2), node("c", 3, cpu=8_000)])
+        chosen = policy(name, seed=seed, target=target)
+        return [place(state, pod, chosen) for pod in pods]
+
+    first = placements(0, DEFAULT_WORKLOAD)
+    if not POLICIES[name].needs_workload:
+        assert placements(0, whole_tasks) == first
+    if POLICIES[name].deterministic:
+        assert placements(1, DEFAULT_WORKLOAD) == first
 
 
 # ---- each policy ---------------------------------------------------------------------------------------

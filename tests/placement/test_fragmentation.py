@@ -13,7 +13,8 @@ from gpufrac.contract.model import Mebibytes, ShareRequest
 from gpufrac.placement.fragmentation import cluster_fragmentation, node_fragmentation, usable_free_milli
 from gpufrac.placement.workload import Shape, Workload
 
-from .builders import node, share_at, share_pod, whole_at, whole_pod, workload
+from ..cluster.builders import node, share_at, share_pod, whole_at, whole_pod
+from .builders import workload
 
 CPU_ONLY = Shape(cpu_milli=1_000, gpus=0, milli=0)
 HALF = Shape(cpu_milli=0, gpus=1, milli=500)

@@ -11,7 +11,8 @@ from gpufrac.contract.model import ComputeMode, ShareRequest, WholeGpuRequest
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES
 
-from .builders import SM, TS, node, place, policy, portion, refused, share_at
+from ..cluster.builders import SM, TS, node, portion, share_at
+from .builders import place, policy, refused
 
 NO_COMBINATION = "no combination of GPUs fits every container"
 
