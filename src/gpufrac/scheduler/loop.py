@@ -155,8 +155,9 @@ class Scheduler:
     def refresh_workload(self, *, every: float = WORKLOAD_REFRESH_SECONDS) -> None:
         """Rebuild the policy with the target workload of the pods now known, bound and pending.
 
-        Only `fgd` reads it (fragmentation is measured against the shapes the cluster expects); a live
-        cluster has no trace, so its own pods stand for one, refreshed every `every` seconds.
+        Only a policy that declares `needs_workload` reads it (its scores measure fragmentation against the
+        shapes the cluster expects); a live cluster has no trace, so its own pods stand for one, refreshed
+        every `every` seconds.
         """
         now = self.clock()
         if self._workload_at is not None and now - self._workload_at < every:
@@ -173,7 +174,7 @@ class Scheduler:
 
     async def schedule_pending(self) -> int:
         """Decide every pod that is ready to be tried, starting their binds; returns how many were tried."""
-        if self.config.policy == "fgd":
+        if POLICIES[self.config.policy].needs_workload:
             self.refresh_workload()
         tried = 0
         while self.is_leader and (uid := self.queue.pop()) is not None:
