@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+import pytest
 
 from gpufrac.cluster.model import Placement
 from gpufrac.contract import keys, node_inventory
 from gpufrac.placement.engine import decide
+from gpufrac.placement.framework import POLICIES
 from gpufrac.scheduler import objects
 from gpufrac.scheduler.loop import Scheduler
 
@@ -273,3 +277,12 @@ def test_fgd_measures_fragmentation_against_the_shapes_of_the_clusters_own_pods(
     assert made.policy is before
     made.refresh_workload(every=0)
     assert made.policy is not before
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_a_scheduling_pass_gathers_a_workload_only_for_a_policy_that_declares_it_needs_one(name: str) -> None:
+    made = scheduler(policy=name)
+    listed(made, [n1()], [sm_pod()])
+    before = made.policy
+    asyncio.run(made.schedule_pending())
+    assert (made.policy is not before) is POLICIES[name].needs_workload
