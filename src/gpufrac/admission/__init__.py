@@ -28,9 +28,16 @@ def decide(
 
 
 def validate(request: exchange.Request, policy: settings.Policy) -> exchange.Decision:
-    """Allowed, or denied with the first rule broken, by the rules for the object's kind."""
+    """Allowed, or denied with the first rule broken, by the rules for the object's kind.
+
+    A guarded review without the object its operation must carry (the new one for CREATE and UPDATE, the
+    old one for UPDATE and DELETE) is denied: the webhook fails closed rather than judge nothing.
+    """
     if request.namespace in policy.exempt_namespaces:
         return exchange.ALLOW
+    guarded = request.resource == "pods" or (request.resource == "configmaps" and not request.sub_resource)
+    if guarded and (missing := exchange.missing_object(request)):
+        return exchange.malformed(exchange.MalformedReview(f'"request.{missing}" is missing', request.uid))
     if request.resource == "configmaps" and not request.sub_resource:
         return configmap_guards.validate(request, policy)
     if request.resource == "pods":
