@@ -54,8 +54,9 @@ def mutate(request: exchange.Request, policy: settings.Policy, *, configmap_name
         return exchange.ALLOW
     pod = request.object
     try:
+        shapes.check_pod(pod)
         asked = contract.parse_pod(pod)
-    except contract.ContractError:
+    except (shapes.Malformed, contract.ContractError):
         return exchange.ALLOW
     spec = shapes.as_mapping(pod.get("spec"))
     scheduler = spec.get("schedulerName")

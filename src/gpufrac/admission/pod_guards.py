@@ -55,7 +55,7 @@ def validate(request: exchange.Request, policy: settings.Policy) -> exchange.Dec
             if checked is not None:
                 shapes.check_pod(checked)
     except shapes.Malformed as error:
-        return exchange.deny("malformed", f"{error}; the API never sends such a pod, so it is refused")
+        return exchange.deny("malformed", f"{error}: gpufrac refuses a pod it cannot read whole")
     trusted = policy.is_scheduler(request.user)
     if request.sub_resource == "ephemeralcontainers":
         return exchange.ALLOW if trusted else _validate_ephemeral(obj, policy)

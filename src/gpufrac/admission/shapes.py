@@ -15,6 +15,10 @@ from typing import Any
 from gpufrac.contract.errors import brief
 
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+# The most annotations a pod may carry for the webhook to read them all; far above any real pod's, far
+# below the ~100,000 short ones that fit Kubernetes' 256 KiB (and the webhook sees a pod before the
+# apiserver has checked even that).
+MAX_ANNOTATIONS = 4096
 
 
 class Malformed(ValueError):
@@ -62,6 +66,11 @@ def check_pod(obj: Mapping[str, Any]) -> None:
     """Raise `Malformed` for the first field a rule reads that has the wrong type: in a Pod, or in the
     EphemeralContainers object (no `spec`) that kube-apiserver v1.20 sends to `pods/ephemeralcontainers`."""
     _check(obj, _POD if "spec" in obj else _EPHEMERAL_CONTAINERS, "object")
+    count = len(annotations_of(obj))
+    if count > MAX_ANNOTATIONS:
+        raise Malformed(
+            f"object.metadata.annotations has {count} entries, more than the {MAX_ANNOTATIONS} allowed"
+        )
 
 
 def _check(value: object, schema: object, where: str) -> None:
