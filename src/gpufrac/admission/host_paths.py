@@ -9,20 +9,26 @@ below it, by one at any directory above it (the volume holds it), and through `/
 
 from __future__ import annotations
 
-import posixpath
-
 from gpufrac.contract.errors import brief
 
 PROC = "/proc"
 
 
 def canonical(path: str) -> str:
-    """`path` absolute, with one leading slash, no `.` or `..` or empty parts, no trailing slash, and
-    `/var/run` read as `/run`. (Links other than `/var/run` on the node cannot be seen from here.)"""
-    path = "/" + posixpath.normpath("/" + path).lstrip("/")
-    if path == "/var/run" or path.startswith("/var/run/"):
-        path = path.removeprefix("/var")
-    return path
+    """`path` resolved part by part as the node's kernel would: absolute, one slash between parts, no `.`
+    or `..` (above `/` stays at `/`), no trailing slash, and `/var/run` followed to `/run` where it occurs,
+    so that `/var/run/../proc` is `/proc`. (Links other than `/var/run` on the node cannot be seen from
+    here.)"""
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part == "..":
+            if parts:
+                parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+            if parts == ["var", "run"]:
+                parts = ["run"]
+    return "/" + "/".join(parts)
 
 
 def is_within(path: str, directory: str) -> bool:
