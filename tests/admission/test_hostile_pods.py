@@ -290,6 +290,8 @@ def test_a_whole_gpu_pod_for_gpufrac_gets_its_env_configmap() -> None:
     assert container(after, "log")["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
     assert allowed(after)
     assert denial(whole, "delivery").startswith('container "app" asks for a GPU but has no envFrom')
+    del whole["metadata"]["annotations"]  # as the API stores a pod that has none
+    assert mutated(whole)["metadata"]["annotations"] == {"gpufrac.io/env-configmap": NAME}
 
 
 # Numbers.

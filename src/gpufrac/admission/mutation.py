@@ -102,7 +102,8 @@ def _annotation_patch(
         added[keys.CONTAINER_NAME] = kai_container  # which container the share went to, said explicitly
     if configmap_name is not None:
         added[keys.ENV_CONFIGMAP_ANNOTATION] = configmap_name
-    # A share pod has annotations: parse_pod found its share there.
+    if not isinstance(shapes.metadata_of(pod).get("annotations"), Mapping):  # a whole-GPU pod may have none
+        return [{"op": "add", "path": "/metadata/annotations", "value": added}] if added else []
     return [
         {"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}
         for key, value in added.items()
