@@ -3,9 +3,11 @@
 Where to look:
 - `exchange`: the review read into a shape-checked `Request`; the `Decision`; the reply.
 - `mutation`: `/mutate`, which hands share pods to gpufrac and prepares their env delivery.
-- `pod_guards`, `configmap_guards`: `/validate`, the contract and the guards of the threat model.
+- `pod_guards`, `configmap_guards`: `/validate`, the contract and the guards of the threat model;
+  `gpu_env` (which variables grant GPUs, and which `envFrom` prefixes spell them) and `host_paths`
+  (canonical host paths, and which reach the MPS pipes) are their vocabulary.
 - `settings`: the `Policy` the `gpufrac webhook` flags build, and its defaults.
-- `shapes`: reading objects that may not be shaped as the API promises.
+- `shapes`: checking and reading objects that may not be shaped as the API promises.
 - `server`: the HTTPS server; `certs`: its TLS certificate.
 
 All but `server` and `certs` are pure: the server decides nothing; it passes the body's bytes to
