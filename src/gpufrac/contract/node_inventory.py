@@ -103,7 +103,7 @@ def _gpu(item: object, position: int) -> GpuInfo:
 def driver_major(version: str) -> int | None:
     """535 for "535.104.05"; None for a version NVML did not give or that does not start with a number."""
     head = version.split(".", 1)[0]
-    return int(head) if head.isdigit() else None
+    return int(head) if head.isascii() and head.isdigit() else None
 
 
 _LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
