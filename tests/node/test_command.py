@@ -16,7 +16,8 @@ from gpufrac.cli import app
     [
         (["--node-name", "n", "--nvml", "bogus"], "--nvml 'bogus': use 'real' or 'fake:FILE'"),
         (["--node-name", " "], "--node-name is empty"),
-        (["--node-name", "n", "--interval", "0"], "--interval 0.0: must be more than 0 seconds"),
+        (["--node-name", "n", "--interval", "0"], "--interval 0.0: must be more than 0 and at most 3600"),
+        (["--node-name", "n", "--interval", "nan"], "--interval nan: must be more than 0"),
         (["--node-name", "n", "--kubeconfig", "no-such-file"], "--kubeconfig no-such-file: no such file"),
     ],
 )

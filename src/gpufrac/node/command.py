@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import shutil
 from pathlib import Path
@@ -21,6 +22,8 @@ from gpufrac.node.watchdog import Mode
 from gpufrac.stopping import stop_on_signals
 
 log = logging.getLogger("gpufrac.node")
+
+MAX_INTERVAL = 3600.0  # a watchdog that looks less often than hourly guards nothing
 
 
 def run(
@@ -43,8 +46,8 @@ def run(
         raise UserError(
             "--node-name is empty; pass the node's name (in a pod: the downward API's spec.nodeName)"
         )
-    if interval <= 0:
-        raise UserError(f"--interval {interval}: must be more than 0 seconds")
+    if not (math.isfinite(interval) and 0 < interval <= MAX_INTERVAL):
+        raise UserError(f"--interval {interval}: must be more than 0 and at most {MAX_INTERVAL:g} seconds")
     try:
         backend = nvml.open_backend(nvml_spec)
     except ValueError as error:
