@@ -1,4 +1,8 @@
-"""`gpufrac agent`: build the agent from its flags and run it until SIGTERM (or for one tick, `--once`)."""
+"""`gpufrac agent`: build the agent from its flags and run it until SIGTERM (or for one tick, `--once`).
+
+`--once` prints the tick's JSON summary and exits 0 only when the tick did its whole job; NVML (or the fake
+scenario) unreadable, or the Node or the pods not read, is one line on stderr and exit status 1.
+"""
 
 from __future__ import annotations
 
@@ -55,7 +59,7 @@ def run(
     config = kube_client.load_config(kubeconfig)
     fake = isinstance(backend, nvml.FakeBackend)
     killer: node_agent.Killer = (
-        node_agent.DryRunKiller() if fake else node_agent.SignalKiller(procfs.ProcFS(proc_root))
+        node_agent.DryRunKiller() if fake else node_agent.SignalKiller(procfs.ProcFS(proc_root), backend)
     )
     # The directory the webhook mounts into sm-sharing containers and the scheduler names in their env.
     pipe_directory = mps_pipe_directory or Path(contract.DEFAULT_MPS_PIPE_DIRECTORY)
@@ -104,6 +108,10 @@ async def _main(
             if once:
                 report = await agent.tick()
                 print(json.dumps(_summary(report), sort_keys=True))
+                if report.problems:
+                    raise UserError(
+                        f"the check did not do its job: {'; '.join(report.problems)}", exit_code=1
+                    )
                 return 0
             stop = stop_on_signals()
             log.info(
@@ -156,4 +164,5 @@ def _summary(report: node_agent.TickReport) -> dict[str, object]:
         "gpus": [{"index": g.index, "uuid": g.uuid, "healthy": g.healthy} for g in report.gpus],
         "findings": [f.detail for f in report.findings],
         "handled": [f"{h.action}: {h.outcome}" for h in report.handled],
+        "problems": report.problems,
     }
