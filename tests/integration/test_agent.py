@@ -541,3 +541,32 @@ async def test_the_agents_rights_are_least_privilege(
     with pytest.raises(lightkube.ApiError) as caught:
         [s async for s in agent_client.list(Secret, namespace=namespace)]
     assert caught.value.status.code == 403
+
+
+async def test_a_poison_pod_does_not_stop_the_tick(
+    admin_client: lightkube.AsyncClient,
+    agent_client: lightkube.AsyncClient,
+    namespace: str,
+    gpu_nodes: fakenodes.GpuNodes,
+    host: FakeHost,
+) -> None:
+    """A pod whose contract cannot be read (a 5,000-digit number, garbage) is reported and skipped: the
+    share beside it is still guarded in the same tick."""
+    node = await node_name(gpu_nodes, gpus=4)
+    await running_pod(admin_client, namespace, "good", node, share(host, "app", 1, limit=GIB), {"app": 1})
+    await running_pod(admin_client, namespace, "poison", node, None, {"app": 2})
+    garbage = {
+        "nvidia.com/container.app.gpu-memory.request": "9" * 5000,
+        "nvidia.com/container.app.gpus.devices": "\x7f" * 100,
+        "gpu-fraction": "\uff10.\uff15",  # full-width digits
+    }
+    await admin_client.patch(
+        Pod, "poison", {"metadata": {"annotations": garbage}}, namespace=namespace, patch_type=PatchType.MERGE
+    )
+    host.add_process(101, container=container_id(1))
+    host.write({1: [(101, 3000)]})
+    killer = RecordingKiller()
+    report = await make_agent(agent_client, node, host, killer=killer).tick()
+    assert killer.calls == [101] and report.problems == []
+    # The fixture's invariant check reads every pod's contract: the poison one must be gone first.
+    await admin_client.delete(Pod, "poison", namespace=namespace, grace_period=0)
