@@ -30,8 +30,13 @@ def load_config(kubeconfig: Path | None) -> lightkube.KubeConfig:
     source = f"--kubeconfig {kubeconfig}" if kubeconfig is not None else str(SERVICE_ACCOUNT_DIR)
     try:
         if kubeconfig is not None:
+            if not kubeconfig.exists():
+                raise UserError(f"{source}: no such file; pass a readable kubeconfig")
             text = reading.read_text(kubeconfig, limit=MAX_KUBECONFIG_BYTES, what="--kubeconfig")
-            data = reading.load_yaml(text, name=source)
+            try:
+                data = reading.load_yaml(text, name=source)
+            except UserError as error:
+                raise UserError(f"{error}; not a usable kubeconfig: fix or replace it") from None
             if not isinstance(data, dict):
                 raise UserError(f"{source}: not a kubeconfig (expected a mapping with clusters and contexts)")
             config = lightkube.KubeConfig.from_dict(data, fname=kubeconfig)
