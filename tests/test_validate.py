@@ -285,7 +285,7 @@ def test_folders_are_searched_recursively_for_yaml(tmp_path: Path) -> None:
         (
             {"broken.yaml": b"kind: Pod\nmetadata: {name: [x\n"},
             "broken.yaml",
-            "gpufrac: broken.yaml:3: not valid YAML: expected ',' or ']', but got '<stream end>'",
+            "gpufrac: broken.yaml:3: not valid YAML: did not find expected ',' or ']'",
         ),
         ({"binary.yaml": b"kind: \xff\xfe\n"}, "binary.yaml", "gpufrac: binary.yaml: not a UTF-8 text file"),
     ],
