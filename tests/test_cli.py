@@ -40,12 +40,15 @@ def assert_one_line(code: int, err: str, *fragments: str) -> None:
         assert fragment in lines[0]
 
 
-@pytest.fixture
-def files(tmp_path: Path) -> dict[str, Path]:
-    """One file of each kind a command can be handed by mistake."""
-    big = tmp_path / "big.yaml"
-    big.write_bytes(b"# " + b"x" * (70 * 1024 * 1024) + b"\n")
-    return {"missing": tmp_path / "absent", "folder": tmp_path, "endless": Path("/dev/zero"), "big": big}
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One file of each kind a command can be handed by mistake (the big one sparse, so cheap to make)."""
+    folder = tmp_path_factory.mktemp("files")
+    big = folder / "big.yaml"
+    with big.open("wb") as out:
+        out.write(b"# ")
+        out.truncate(70 * 1024 * 1024)
+    return {"missing": folder / "absent", "folder": folder, "endless": Path("/dev/zero"), "big": big}
 
 
 FILE_ANSWERS = {
@@ -56,26 +59,30 @@ FILE_ANSWERS = {
 }
 
 
-@pytest.mark.parametrize("kind", list(FILE_ANSWERS))
+FILE_COMMANDS = [
+    ("validate", "{path}"),
+    ("simulate", "--nodes", "{path}", "--seeds", "1"),
+    ("simulate", "--pods", "{path}", "--seeds", "1"),
+    ("plan", "--pods", "{path}"),
+    ("top", "--kubeconfig", "{path}"),
+    ("scheduler", "--kubeconfig", "{path}"),
+    ("agent", "--node-name", "n", "--once", "--kubeconfig", "{path}"),
+    ("webhook", "--generate-certs", "--hosts", "h", "--secret", "ns/s", "--kubeconfig", "{path}"),
+]
+
+
 @pytest.mark.parametrize(
-    "command",
+    ("command", "kind"),
     [
-        ("validate", "{path}"),
-        ("simulate", "--nodes", "{path}", "--seeds", "1"),
-        ("simulate", "--pods", "{path}", "--seeds", "1"),
-        ("plan", "--pods", "{path}"),
-        ("top", "--kubeconfig", "{path}"),
-        ("scheduler", "--kubeconfig", "{path}"),
-        ("agent", "--node-name", "n", "--once", "--kubeconfig", "{path}"),
-        ("webhook", "--generate-certs", "--hosts", "h", "--secret", "ns/s", "--kubeconfig", "{path}"),
+        pytest.param(command, kind, id=f"{' '.join(p for p in command if not p.startswith('{'))}-{kind}")
+        for command in FILE_COMMANDS
+        for kind in FILE_ANSWERS
+        if (command[0], kind) != ("validate", "folder")  # validate reads folders: see test_validate
     ],
-    ids=lambda command: " ".join(part for part in command if not part.startswith("{")),
 )
 def test_a_bad_file_is_one_line(
     capsys: pytest.CaptureFixture[str], files: dict[str, Path], command: tuple[str, ...], kind: str
 ) -> None:
-    if command[0] == "validate" and kind == "folder":
-        pytest.skip("validate reads folders: see test_validate")
     args = [part.format(path=files[kind]) for part in command]
     assert_one_line(*run(capsys, *args), str(files[kind]), FILE_ANSWERS[kind])
 
@@ -112,25 +119,33 @@ def test_a_bad_flag_is_one_line(capsys: pytest.CaptureFixture[str], args: tuple[
     assert_one_line(code, err, says)
 
 
+KUBECONFIG_CASES = {
+    "no current context": ("", "c", "no current-context; pick one with `kubectl config use-context NAME`"),
+    "unknown context": ("current-context: other", "c", "not a usable kubeconfig (Context 'other' not found)"),
+    "unknown cluster": ("current-context: c", "gone", "its context names 'gone', which it does not define"),
+    "unreachable": (
+        "current-context: c",
+        "c",
+        "cannot reach the Kubernetes API server at https://127.0.0.1:1",
+    ),
+}
+KUBECONFIG_COMMANDS = [
+    ("top",),
+    ("scheduler", "--metrics-port", "0"),
+    ("webhook", "--generate-certs", "--hosts", "h", "--secret", "ns/s"),
+    ("agent", "--node-name", "n", "--once", "--mps-control", ""),
+]
+
+
 @pytest.mark.parametrize(
-    ("current", "cluster", "says"),
+    ("command", "current", "cluster", "says"),
     [
-        ("", "c", "no current-context; pick one with `kubectl config use-context NAME`"),
-        ("current-context: other", "c", "not a usable kubeconfig (Context 'other' not found)"),
-        ("current-context: c", "gone", "its context names 'gone', which it does not define"),
-        ("current-context: c", "c", "cannot reach the Kubernetes API server at https://127.0.0.1:1"),
+        pytest.param(command, *case, id=f"{command[0]}-{name}")
+        for command in KUBECONFIG_COMMANDS
+        for name, case in KUBECONFIG_CASES.items()
+        # an agent that cannot reach the API still checks NVML: see tests/node/test_command.py
+        if (command[0], name) != ("agent", "unreachable")
     ],
-    ids=["no current context", "unknown context", "unknown cluster", "unreachable"],
-)
-@pytest.mark.parametrize(
-    "command",
-    [
-        ("top",),
-        ("scheduler", "--metrics-port", "0"),
-        ("webhook", "--generate-certs", "--hosts", "h", "--secret", "ns/s"),
-        ("agent", "--node-name", "n", "--once", "--mps-control", ""),
-    ],
-    ids=lambda command: command[0],
 )
 def test_a_bad_kubeconfig_is_one_line(
     capsys: pytest.CaptureFixture[str],
@@ -140,8 +155,6 @@ def test_a_bad_kubeconfig_is_one_line(
     cluster: str,
     says: str,
 ) -> None:
-    if command[0] == "agent" and "reach" in says:
-        pytest.skip("an agent that cannot reach the API still checks NVML: see tests/node/test_command.py")
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(KUBECONFIG.format(current=current, cluster=cluster))
     code, err = run(capsys, *command, "--kubeconfig", str(kubeconfig))
