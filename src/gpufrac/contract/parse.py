@@ -244,7 +244,8 @@ def _num_devices(annotations: Mapping[str, str]) -> int:
     text = annotations.get(keys.NUM_DEVICES)
     if text is None:
         return 1
-    if not _POSITIVE_WHOLE.fullmatch(text) or int(text) < 1:
+    # Bounded before int(): Python refuses to convert more than 4300 digits, with a ValueError of its own.
+    if not _POSITIVE_WHOLE.fullmatch(text) or len(text) > 9 or int(text) < 1:
         raise ContractError(keys.NUM_DEVICES, text, "must be a positive whole number")
     return int(text)
 

@@ -38,6 +38,7 @@ from gpufrac.scheduler import objects
 from gpufrac.scheduler.binder import BindError, bind
 from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.metrics import SchedulerMetrics
+from gpufrac.scheduler.problems import INVALID, Problem, Problems
 from gpufrac.scheduler.queue import SchedulingQueue
 
 log = logging.getLogger("gpufrac.scheduler")
@@ -78,10 +79,19 @@ class Scheduler:
     ) -> None:
         self.client = client
         self.config = config
-        self.cache = SchedulerCache(node_selector=config.node_selector) if cache is None else cache
+        self.metrics = SchedulerMetrics(
+            lambda: self.cache.snapshot(),
+            leader=lambda: self.is_leader,
+            misfits=lambda: sum(len(held) for held in self.cache.misfits.values()),
+        )
+        self.problems = Problems(
+            on_new=lambda problem: self.metrics.invalid_objects.labels(problem.kind, problem.reason).inc()
+        )
+        if cache is None:
+            cache = SchedulerCache(node_selector=config.node_selector, report=self.problems.report)
+        self.cache = cache
         self.queue = SchedulingQueue(clock=clock) if queue is None else queue
         self.clock = clock
-        self.metrics = SchedulerMetrics(self.cache.snapshot, leader=lambda: self.is_leader)
         self.pending: dict[str, dict[str, Any]] = {}  # uid -> latest version of our unbound pods
         self.synced = {"nodes": False, "pods": False}
         self.is_leader = leading  # a standby (False) keeps its cache warm and binds nothing until `lead()`
@@ -100,7 +110,7 @@ class Scheduler:
 
     def on_node_event(self, event: str, node: dict[str, Any]) -> None:
         if event == "DELETED":
-            self.cache.remove_node(objects.meta(node)["name"])
+            self.cache.remove_node(objects.name_of(node))
         elif not self.cache.add_node(node):
             return  # a heartbeat: nothing placement depends on has changed
         self._cluster_changed()
@@ -132,6 +142,12 @@ class Scheduler:
                 self.cache.add_pod(pod)
             return
         if objects.scheduler_name(pod) == self.config.name and uid not in self.cache.assumed:
+            try:
+                objects.check(pod, objects.POD_SHAPE)
+            except contract.ContractError as error:
+                self._forget_pending(uid)
+                self.problems.report(Problem.about("Pod", pod, INVALID, f"cannot be scheduled: {error}"))
+                return
             previous = self.pending.get(uid)
             self.pending[uid] = pod
             if previous is None or _spec_changed(previous, pod):
@@ -288,7 +304,14 @@ class Scheduler:
                 self.client, Pod, on_list=self.on_pods_listed, on_event=self.on_pod_event, namespaced=True
             ),
             self.scheduling_loop(),
+            self.reporting_loop(),
         )
+
+    async def reporting_loop(self) -> None:
+        """Write the Warning Events for the objects skipped, apart from the handlers that skip them."""
+        while True:
+            await self.problems.waiting.wait()
+            await self.problems.send(self.client, component=self.config.name)
 
     async def scheduling_loop(self) -> None:
         while True:
@@ -306,7 +329,7 @@ class Scheduler:
 
 
 def _priority(pod: Mapping[str, Any]) -> int:
-    return int((pod.get("spec") or {}).get("priority") or 0)
+    return objects.priority(pod)
 
 
 def _created(pod: Mapping[str, Any]) -> float:
