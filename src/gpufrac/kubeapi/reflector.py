@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, cast
 
 import lightkube
 from lightkube import ApiError
@@ -48,7 +48,11 @@ async def reflect(
                     await asyncio.sleep(min(max_backoff, 0.2 * 2**failures))
                     continue  # list again: the handler rebuilds everything from a full list
                 version = listing.resourceVersion
-            stream = client.watch(resource, namespace=namespace, resource_version=version)
+            # An async generator (lightkube's is): closed at once when a failed event breaks out of it.
+            stream = cast(
+                AsyncGenerator[tuple[str, Any]],
+                client.watch(resource, namespace=namespace, resource_version=version),
+            )
             async with contextlib.aclosing(stream):
                 async for event, item in stream:
                     body = item.to_dict()

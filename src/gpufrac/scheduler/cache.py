@@ -128,7 +128,6 @@ class SchedulerCache:
             if _same_shape(current, spec):
                 for gpu in spec.gpus:
                     self.state.set_gpu_health(spec.name, gpu.index, healthy=gpu.healthy)
-                self.state.uuids[row] = [gpu.uuid for gpu in spec.gpus]
                 return
             released = self.state.remove_node(spec.name)
         else:
@@ -292,10 +291,11 @@ class SchedulerCache:
 
 
 def _same_shape(current: NodeSpec, new: NodeSpec) -> bool:
-    """Only GPU health or UUIDs differ: no need to rebuild the node's allocations."""
+    """Only GPU health differs: no need to rebuild the node's allocations. A changed UUID is a different
+    GPU, so the pods placed by the old one are read again (and held if it is gone)."""
     return (
         current.cpu_milli == new.cpu_milli
         and current.memory_mib == new.memory_mib
-        and [(g.index, g.model, g.memory_mib) for g in current.gpus]
-        == [(g.index, g.model, g.memory_mib) for g in new.gpus]
+        and [(g.index, g.uuid, g.model, g.memory_mib) for g in current.gpus]
+        == [(g.index, g.uuid, g.model, g.memory_mib) for g in new.gpus]
     )

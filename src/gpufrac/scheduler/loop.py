@@ -143,7 +143,7 @@ class Scheduler:
             return
         if objects.scheduler_name(pod) == self.config.name and uid not in self.cache.assumed:
             try:
-                objects.check(pod, objects.POD_SHAPE)
+                objects.check_pod(pod)
             except contract.ContractError as error:
                 self._forget_pending(uid)
                 self.problems.report(Problem.about("Pod", pod, INVALID, f"cannot be scheduled: {error}"))

@@ -132,6 +132,14 @@ def check(obj: Obj, shape: Mapping[Any, Any]) -> None:
     _check(obj, shape, "", optional=False)
 
 
+def check_pod(pod: Obj) -> None:
+    """`check` for a pod, which must also be named: Events and conditions about it need the name."""
+    check(pod, POD_SHAPE)
+    for field in ("namespace", "name"):
+        if not text_field(pod, "metadata", field):
+            raise contract.ContractError(f"metadata.{field}", "", "a pod needs one")
+
+
 def _check(value: object, shape: Any, where: str, *, optional: bool) -> None:
     if value is None and optional:
         return
