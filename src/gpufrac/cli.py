@@ -6,7 +6,8 @@ pays for matplotlib and a broken optional piece cannot break the others.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from functools import wraps
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -17,6 +18,11 @@ from rich.console import Console
 from gpufrac import contract
 from gpufrac.admission import settings as admission_settings  # pure, cheap: the webhook's defaults
 from gpufrac.errors import UserError
+
+try:  # recent Typer carries its own copy of Click
+    from typer._click.exceptions import UsageError
+except ImportError:  # pragma: no cover - older Typer, on Click itself
+    from click.exceptions import UsageError  # type: ignore[assignment]
 
 app = typer.Typer(
     name="gpufrac",
@@ -65,6 +71,11 @@ def validate(
     from gpufrac import validate as validation
 
     raise typer.Exit(validation.run(paths, output_format=output_format, strict=strict))
+
+
+def PortOption(help: str) -> Any:
+    """A TCP port option: Click refuses anything outside 0-65535 before the command runs."""
+    return typer.Option(min=0, max=65535, help=help)
 
 
 # The options `simulate` and `plan` share, defined once; each command keeps its own defaults.
@@ -160,7 +171,7 @@ def scheduler(
     env_delivery: Annotated[
         contract.EnvDelivery, typer.Option(help="How limits reach the container.")
     ] = contract.EnvDelivery.CONFIGMAP,
-    metrics_port: Annotated[int, typer.Option(help="Port for /metrics, /healthz and /readyz.")] = 10260,
+    metrics_port: Annotated[int, PortOption("Port for /metrics, /healthz and /readyz.")] = 10260,
     leader_elect: Annotated[
         bool, typer.Option(help="Run several replicas; only the Lease holder binds.")
     ] = False,
@@ -244,7 +255,7 @@ def agent(
         Literal["kill", "evict", "report"], typer.Option(help="What the watchdog does about a breach.")
     ] = "kill",
     interval: Annotated[float, typer.Option(help="Seconds between checks.")] = 10.0,
-    metrics_port: Annotated[int, typer.Option(help="Port for /metrics; 0 turns it off.")] = 9400,
+    metrics_port: Annotated[int, PortOption("Port for /metrics; 0 turns it off.")] = 9400,
     once: Annotated[bool, typer.Option(help="Run one check, print a JSON summary, and exit.")] = False,
     kubeconfig: Annotated[Path | None, typer.Option(help="Default: the pod's service account.")] = None,
     proc_root: Annotated[Path, typer.Option(help="The host's /proc (the pod runs with hostPID).")] = Path(
@@ -261,11 +272,11 @@ def agent(
         Path | None, typer.Option(help="Its logs; default: mps-log beside the pipe directory.")
     ] = None,
     mps_thread_percentage: Annotated[
-        int | None, typer.Option(help="set_default_active_thread_percentage for the daemon.")
+        int | None, typer.Option(min=1, max=100, help="set_default_active_thread_percentage for the daemon.")
     ] = None,
     mps_pinned_limit_mib: Annotated[
         int | None,
-        typer.Option(help="set_default_device_pinned_mem_limit for clients that set none themselves."),
+        typer.Option(min=1, help="set_default_device_pinned_mem_limit for clients that set none themselves."),
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
@@ -300,7 +311,7 @@ def webhook(
         Path | None, typer.Option(help="Serving certificate, PEM; with --generate-certs, written there.")
     ] = None,
     tls_key: Annotated[Path | None, typer.Option(help="Its private key, PEM.")] = None,
-    port: Annotated[int, typer.Option(help="HTTPS port; 0 picks a free one and prints it.")] = 8443,
+    port: Annotated[int, PortOption("HTTPS port; 0 picks a free one and prints it.")] = 8443,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
     scheduler_identity: Annotated[
         str, typer.Option(help="The user that alone may write scheduler-owned keys and env ConfigMaps.")
@@ -385,8 +396,25 @@ def webhook(
     server.run(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port)
 
 
-def main() -> None:
-    app(prog_name="gpufrac")
+def main(args: Sequence[str] | None = None) -> None:
+    """The `gpufrac` program. A usage error (an unknown flag, a value out of range, a missing argument) is
+    one line naming the flag, as a UserError is, instead of Click's boxed usage text; help is as Typer
+    shows it."""
+    argv = list(sys.argv[1:] if args is None else args)
+    if not argv:
+        app(prog_name="gpufrac", args=argv)  # no_args_is_help: prints the help and exits
+    try:
+        code = typer.main.get_command(app).main(args=argv, prog_name="gpufrac", standalone_mode=False)
+    except UsageError as error:
+        where = error.ctx.command_path if error.ctx is not None else "gpufrac"
+        message = " ".join(line.strip() for line in error.format_message().splitlines() if line.strip())
+        line = f"gpufrac: {message} (see {where} --help)"
+        stderr.print(line, markup=False, highlight=False, soft_wrap=True)
+        sys.exit(error.exit_code)
+    except typer.Abort:
+        stderr.print("gpufrac: aborted")
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ number under an NVIDIA memory key that, read as bytes, rounds up to 1 MiB. Warni
 `warning:` and leave the exit status alone unless `--strict` is given.
 
 Exit status: 0 when there is no error (and, with `--strict`, no warning), 1 otherwise, 2 when an input
-cannot be read at all (a missing path, invalid YAML, a file that is not UTF-8).
+cannot be read at all (a missing path, invalid YAML, a file that is not UTF-8, a file over
+`MAX_FILE_BYTES`, YAML nested too deep or whose aliases expand too far: see `gpufrac.reading`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import TextIO
 
 import yaml
 
-from gpufrac import contract
+from gpufrac import contract, reading
 from gpufrac.contract import keys
 from gpufrac.errors import UserError
 
@@ -42,6 +43,8 @@ TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {
     "CronJob": ("spec", "jobTemplate", "spec", "template"),
 }
 MANIFEST_SUFFIXES = (".yaml", ".yml")
+# Kubernetes stores no object over 1.5 MiB; a file of many is still a few MiB. Read in about two seconds.
+MAX_FILE_BYTES = 4 * reading.MIB
 _BARE_WHOLE_NUMBER = re.compile(r"\d+")
 
 
@@ -103,12 +106,7 @@ def check_paths(paths: Sequence[Path]) -> Report:
     """Check every manifest file named in `paths` or found under the folders among them, in order."""
     report = Report()
     for path in manifest_files(paths):
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise UserError(f"{path}: not a UTF-8 text file") from None
-        except OSError as error:
-            raise UserError(f"{path}: cannot read: {error.strerror}") from None
+        text = reading.read_text(path, limit=MAX_FILE_BYTES)
         report.files += 1
         for problems in check_text(text, file=str(path)):
             report.templates += 1
@@ -136,7 +134,7 @@ def manifest_files(paths: Sequence[Path]) -> list[Path]:
 
 def check_text(text: str, *, file: str) -> Iterator[list[Problem]]:
     """The problems found in each pod template of a multi-document YAML text, one list per template."""
-    for node, data in _documents(text, file=file):
+    for node, data in reading.yaml_documents(text, name=file):
         for object_node, manifest in _objects(node, data):
             kind = manifest.get("kind")
             if not isinstance(kind, str) or kind not in TEMPLATE_PATHS:
@@ -213,23 +211,6 @@ class _Locator:
                 if entry is not None and entry[1].value == value:
                     return entry
         return None
-
-
-def _documents(text: str, *, file: str) -> Iterator[tuple[yaml.Node, object]]:
-    """Each YAML document as its node tree (for line numbers) and its plain data, from a single parse."""
-    loader = yaml.SafeLoader(text)
-    try:
-        while loader.check_node():
-            node = loader.get_node()
-            if node is not None:
-                yield node, loader.construct_document(node)
-    except yaml.MarkedYAMLError as error:
-        line = error.problem_mark.line + 1 if error.problem_mark else 1
-        raise UserError(f"{file}:{line}: not valid YAML: {error.problem}") from None
-    except yaml.YAMLError as error:
-        raise UserError(f"{file}: not valid YAML: {error}") from None
-    finally:
-        loader.dispose()
 
 
 def _objects(node: yaml.Node, data: object) -> Iterator[tuple[yaml.Node, dict[str, object]]]:

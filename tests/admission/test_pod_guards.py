@@ -154,7 +154,9 @@ def test_the_schedulers_bind_patch_is_allowed_and_must_keep_the_contract() -> No
         "NVIDIA_GPU_MEMORY_ANYTHING",
         "CUDA_MPS_PIPE_DIRECTORY",
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+        "CUDA_MPS_CLIENT_PRIORITY",
+        "NVIDIA_MIG_CONFIG_DEVICES",
+        "NVIDIA_MIG_MONITOR_DEVICES",
     ],
 )
 def test_containers_may_not_set_gpu_variables(name: str) -> None:
@@ -185,17 +187,20 @@ def test_other_nvidia_variables_are_allowed() -> None:
 def test_ephemeral_containers_may_not_set_gpu_variables_or_borrow_env() -> None:
     # v1.20 sends an EphemeralContainers object to the subresource; later versions send the pod.
     debug = {"name": "debug", "image": "busybox", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}
-    legacy = {"kind": "EphemeralContainers", "metadata": {"name": "p"}, "ephemeralContainers": [debug]}
+    before = {"kind": "EphemeralContainers", "metadata": {"name": "p"}, "ephemeralContainers": []}
+    legacy = dict(before, ephemeralContainers=[debug])
     assert "NVIDIA_VISIBLE_DEVICES" in denial(
-        legacy, "env", operation="UPDATE", sub_resource="ephemeralcontainers"
+        legacy, "env", operation="UPDATE", sub_resource="ephemeralcontainers", old=before
     )
     target = mutated(pod({"gpu-fraction": "0.5"}))
+    old_target = mutated(pod({"gpu-fraction": "0.5"}))
     target["spec"]["ephemeralContainers"] = [
         {"name": "debug", "image": "busybox", "envFrom": [{"configMapRef": {"name": CM}}]}
     ]
-    message = denial(target, "env-configmap-ref", operation="UPDATE", sub_resource="ephemeralcontainers")
+    fields: dict[str, Any] = {"operation": "UPDATE", "sub_resource": "ephemeralcontainers", "old": old_target}
+    message = denial(target, "env-configmap-ref", **fields)
     assert message.startswith(f'container "debug" takes its env from ConfigMap "{CM}", another container\'s')
-    assert allowed(target, operation="UPDATE", sub_resource="ephemeralcontainers", user=SCHEDULER)
+    assert allowed(target, user=SCHEDULER, **fields)
 
 
 # Privileged shares.
@@ -205,16 +210,20 @@ def test_a_privileged_share_container_is_denied() -> None:
     share = mutated(pod({"gpu-fraction": "0.5"}))
     container(share)["securityContext"] = {"privileged": True}
     assert denial(share, "privileged") == (
-        'container "app" asks for a GPU share and is privileged: a privileged container sees every GPU on '
-        "its node, so no share boundary holds for it; drop securityContext.privileged"
+        'container "app" is privileged in a pod that holds GPUs from gpufrac: a privileged container sees '
+        "every GPU on its node, so no share boundary holds for it; drop securityContext.privileged"
     )
 
 
-def test_a_privileged_container_without_a_share_is_not_this_webhooks_business() -> None:
-    share = mutated(pod({"gpu-fraction": "0.5", "gpu-fraction-container-name": "app"}, ("app", "sidecar")))
-    container(share, "sidecar")["securityContext"] = {"privileged": True}
-    assert allowed(share)
-    container(share, "app")["securityContext"] = {"privileged": False}
+def test_a_privileged_container_outside_gpu_pods_is_not_this_webhooks_business() -> None:
+    plain = pod({}, ("app", "sidecar"))
+    container(plain, "sidecar")["securityContext"] = {
+        "privileged": True,
+        "capabilities": {"add": ["SYS_ADMIN"]},
+    }
+    assert allowed(plain)
+    share = mutated(pod({"gpu-fraction": "0.5"}))
+    container(share)["securityContext"] = {"privileged": False, "capabilities": {"add": ["NET_ADMIN"]}}
     assert allowed(share)
 
 
@@ -257,7 +266,7 @@ def test_the_env_configmap_annotation_comes_from_the_mutation_only() -> None:
         return pod({"gpufrac.io/env-configmap": "gpufrac-env-cccc", **annotations}, **spec)
 
     assert denial(forged({}), "env-configmap") == (
-        'gpufrac.io/env-configmap="gpufrac-env-cccc": is set on a pod that asks for no GPU share; only '
+        'gpufrac.io/env-configmap="gpufrac-env-cccc": is set on a pod that asks for no GPU; only '
         "gpufrac's mutating webhook sets this annotation; remove it"
     )
     share = {"gpu-fraction": "0.5"}

@@ -8,6 +8,7 @@ import base64
 import json
 import logging
 import ssl
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -413,3 +414,23 @@ async def test_fuzz_every_body_gets_a_well_formed_review(client: Client, body: b
         assert endpoint == "mutate" and response["patchType"] == "JSONPatch"
         obj = json.loads(body)["request"]["object"]
         apply_patch(obj, json.loads(base64.b64decode(response["patch"])))
+
+
+async def test_a_large_review_is_decided_in_a_worker_and_answered_like_a_small_one(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[bool] = []
+    decide = admission.decide
+
+    def watched(*args: Any, **kwargs: Any) -> exchange.Decision:
+        seen.append(threading.current_thread() is threading.main_thread())
+        return decide(*args, **kwargs)
+
+    monkeypatch.setattr(admission, "decide", watched)
+    thief = pod({})
+    container(thief)["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    small = (await post(client, "validate", review(thief)))["response"]
+    container(thief)["args"] = ["x" * server.INLINE_BYTES]
+    large = (await post(client, "validate", review(thief)))["response"]
+    assert seen == [True, False]
+    assert large == small and large["allowed"] is False

@@ -446,3 +446,77 @@ def test_the_kai_share_goes_to_the_named_container_or_the_first() -> None:
     assert kai_share_container(make_pod({"nvidia.com/container.app.gpu-memory.request": "1Gi"})) is None
     with pytest.raises(ContractError, match="no such container"):
         kai_share_container(make_pod({"gpu-fraction": "0.5", "gpu-fraction-container-name": "x"}))
+
+
+# Hostile input: other scripts' digits, huge numbers, huge pods (issue 11).
+
+
+@pytest.mark.parametrize(
+    ("annotations", "key"),
+    [
+        ({"gpu-fraction": "\uff10.\uff15"}, "gpu-fraction"),
+        ({"gpu-memory": "\uff18Gi"}, "gpu-memory"),
+        ({"gpu-memory": "\u0668\u0661\u0669\u0662"}, "gpu-memory"),
+        ({"gpu-fraction": "0.5", "gpu-fraction-num-devices": "\uff12"}, "gpu-fraction-num-devices"),
+        ({f"{N}app.gpu-memory.request": "\uff11Gi"}, f"{N}app.gpu-memory.request"),
+    ],
+)
+def test_a_number_in_digits_other_than_ascii_is_a_contract_error(
+    annotations: dict[str, str], key: str
+) -> None:
+    assert refusal(make_pod(annotations)).startswith(f'{key}="{annotations[key]}": ')
+
+
+def test_a_gpu_count_in_other_digits_is_a_contract_error() -> None:
+    assert refusal(make_pod(limits={"app": "\uff11"})).startswith('nvidia.com/gpu="\uff11": ')
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {"gpu-fraction": "0." + "1" * 5000},
+        {"gpu-memory": "1" * 5000},
+        {"gpu-fraction": "0.5", "gpu-fraction-num-devices": "1" * 5000},
+        {f"{N}app.gpu-memory.request": "1" * 5000 + "Mi"},
+    ],
+)
+def test_a_five_thousand_digit_number_is_a_short_contract_error(annotations: dict[str, str]) -> None:
+    message = refusal(make_pod(annotations))
+    assert "..." in message and len(message) < 200
+
+
+def test_a_long_value_is_quoted_briefly_but_kept_whole_in_the_error() -> None:
+    value = "x" * 100_000
+    with pytest.raises(ContractError) as caught:
+        parse_pod(make_pod({f"{N}app.gpu-compute.mode": value, f"{N}app.gpu-memory.request": "1Gi"}))
+    assert caught.value.value == value
+    assert len(str(caught.value)) < 200
+
+
+def test_a_message_lists_a_few_container_names_only() -> None:
+    names = [f"c{i}" for i in range(1000)]
+    message = refusal(make_pod({f"{N}other.gpu-memory.request": "1Gi"}, names))
+    assert message.endswith('"c6", "c7" and 992 more')
+
+
+class _CountingName(str):
+    """A container name that counts how often it is compared."""
+
+    comparisons = 0
+    __hash__ = str.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        _CountingName.comparisons += 1
+        return str.__eq__(self, other)
+
+
+def test_reading_a_pod_is_linear_in_its_containers_and_annotations() -> None:
+    # One annotation per container: a list lookup per annotation would compare about n*n/2 names.
+    n = 2000
+    names = [f"c{i}" for i in range(n)]
+    pod = make_pod({f"{N}{name}.gpu-memory.request": "1Gi" for name in names}, names)
+    for container, name in zip(pod["spec"]["containers"], names, strict=True):  # type: ignore[index]
+        container["name"] = _CountingName(name)
+    _CountingName.comparisons = 0
+    assert len(parse_pod(pod).shares) == n
+    assert _CountingName.comparisons <= 4 * n

@@ -203,3 +203,59 @@ _NEAR_QUANTITIES = st.builds(
 @given(_NEAR_QUANTITIES | st.text(alphabet="0123456789.+-eEkKmMGTPi ", max_size=12))
 def test_quantity_parser_agrees_with_the_grammar(text: str) -> None:
     assert _implementation_mib(text) == _reference_mib(text)
+
+
+# Digits: ASCII only, and a bounded number of them (issue 11).
+
+NON_ASCII_NUMBERS = [
+    "\uff10.\uff15",
+    "\u0660\u066b\u0665",
+    ".\u0665",
+    "\u0661",
+    "\u0665Gi",
+    "1\u0665Mi",
+    "1e\u0663",
+    "\u00b2",
+    "\U0001d7cfGi",
+    "1\u00a0Gi",
+]
+
+
+@pytest.mark.parametrize("text", NON_ASCII_NUMBERS)
+def test_digits_of_other_scripts_are_not_numbers(text: str) -> None:
+    for parse in (quantity.parse_quantity, quantity.parse_decimal, quantity.kai_memory_mib):
+        with pytest.raises(ValueError):
+            parse(text)
+    with pytest.raises(ValueError, match=r"^must be a positive whole number$"):
+        quantity.positive_count(text)
+
+
+@given(st.text(min_size=1, max_size=12).filter(lambda text: not text.isascii()))
+def test_no_text_with_a_character_outside_ascii_is_a_number(text: str) -> None:
+    for parse in (
+        quantity.parse_quantity,
+        quantity.parse_decimal,
+        quantity.kai_memory_mib,
+        quantity.positive_count,
+    ):
+        with pytest.raises(ValueError):
+            parse(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["1" * 65, "0." + "1" * 64, "1e" + "0" * 64 + "1", "9" * 5000, "9" * 5000 + "Gi", "+" + "1" * 65]
+)
+def test_a_number_of_more_than_max_digits_is_refused_before_it_is_converted(text: str) -> None:
+    for parse in (quantity.parse_quantity, quantity.kai_memory_mib):
+        with pytest.raises(ValueError, match=r"digits, more than 64$"):
+            parse(text)
+
+
+def test_counts_are_ascii_positive_whole_numbers_of_bounded_length() -> None:
+    assert quantity.positive_count("2") == 2
+    assert quantity.positive_count("0" * 63 + "1") == 1
+    for text in ("0", "-1", "+1", "1.0", "", " 1", "2\n"):
+        with pytest.raises(ValueError, match=r"^must be a positive whole number$"):
+            quantity.positive_count(text)
+    with pytest.raises(ValueError, match=r"^has 5000 digits, more than 64$"):
+        quantity.positive_count("1" * 5000)

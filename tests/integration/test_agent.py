@@ -2,12 +2,15 @@
 
 Acceptance (issue 6): the inventory appears on the Node and the scheduler places by its UUIDs; a process
 that grows past its limit is killed (or its pod evicted) within two intervals, with an Event; a process
-with no contract is reported; a killed MPS daemon is restarted; a restarted agent acts on nothing twice.
+with no contract is reported; a killed MPS daemon is restarted; an agent acts on nothing twice.
+Issue 11: no Event a tenant creates stops an action; GPU processes in init and sidecar containers are
+mapped to their pod.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import signal
@@ -27,7 +30,7 @@ from gpufrac.contract import ComputeMode, PodPlacement, SharePlacement, node_inv
 from gpufrac.node import mps, procfs
 from gpufrac.node.agent import Agent, Settings
 from gpufrac.node.mps import DaemonSpec, Supervisor
-from gpufrac.node.watchdog import Kind, Mode
+from gpufrac.node.watchdog import Kind, Mode, Process
 from gpufrac.testing.fakehost import FakeHost, container_id
 
 from . import controlplane, fakenodes
@@ -43,8 +46,8 @@ class RecordingKiller:
     def __init__(self) -> None:
         self.calls: list[int] = []
 
-    def kill(self, pid: int, start_time: int) -> str:
-        self.calls.append(pid)
+    def kill(self, process: Process) -> str:
+        self.calls.append(process.pid)
         return "killed"
 
 
@@ -222,7 +225,7 @@ async def test_a_steady_node_is_not_patched_again(
     )
 
 
-async def test_a_process_over_its_limit_is_killed_once_with_an_event_even_across_restarts(
+async def test_a_process_over_its_limit_is_killed_once_with_an_event(
     admin_client: lightkube.AsyncClient,
     agent_client: lightkube.AsyncClient,
     namespace: str,
@@ -250,12 +253,93 @@ async def test_a_process_over_its_limit_is_killed_once_with_an_event_even_across
     assert event.source is not None and event.source.host == node
 
     await agent.tick()  # still listed while it dies: not killed again
-    restarted = make_agent(agent_client, node, host, killer=killer)
-    await restarted.tick()  # a new agent: the Event says it was done
     assert sorted(killer.calls) == [101, 102]
     assert len(await events(admin_client, namespace, Kind.BREACH.value)) == 1
     samples = agent.exporter.text()
     assert 'gpufrac_watchdog_actions_total{action="kill"} 1.0' in samples
+
+    # A restarted agent knows nothing of the kill: a process that is still there is killed again, one
+    # that is gone is not.
+    host.write({1: [(101, 2500)]})
+    await make_agent(agent_client, node, host, killer=killer).tick()
+    assert sorted(killer.calls) == [101, 101, 102]
+
+
+async def test_no_event_a_tenant_creates_stops_a_kill(
+    admin_client: lightkube.AsyncClient,
+    agent_client: lightkube.AsyncClient,
+    namespace: str,
+    gpu_nodes: fakenodes.GpuNodes,
+    host: FakeHost,
+) -> None:
+    """Before issue 11 the agent looked up an Event named after what it would act on, and took one found
+    as proof the action was done. The tenant can compute that name (pod, container, GPU, pid and start
+    time) and create the Event first; the agent must kill all the same."""
+    node = await node_name(gpu_nodes, gpus=4)
+    pod = await running_pod(
+        admin_client, namespace, "web", node, share(host, "app", 1, limit=GIB), {"app": 1}
+    )
+    host.add_process(101, container=container_id(1))
+    host.write({1: [(101, 3000)]})
+    uid = pod["metadata"]["uid"]
+    key = f"kill/{Kind.BREACH.value}/{uid}/app/{host.uuid(1)}/101@{100_000 + 101}"
+    forged = f"web.gpufrac-{hashlib.sha256(key.encode()).hexdigest()[:20]}"
+    await admin_client.create(
+        Event.from_dict(
+            {
+                "metadata": {"name": forged, "namespace": namespace},
+                "involvedObject": {"kind": "Pod", "name": "web", "namespace": namespace, "uid": uid},
+                "reason": Kind.BREACH.value,
+                "message": "Killed processes (pid, outcome): 101 killed",
+                "type": "Warning",
+            }
+        )
+    )
+    killer = RecordingKiller()
+    report = await make_agent(agent_client, node, host, killer=killer).tick()
+    assert killer.calls == [101] and [h.action for h in report.handled] == ["kill"]
+    recorded = await events(admin_client, namespace, Kind.BREACH.value)
+    assert len(recorded) == 2 and forged in {e.metadata.name for e in recorded if e.metadata}
+
+
+async def test_a_gpu_process_in_a_sidecar_of_a_share_pod_is_killed(
+    admin_client: lightkube.AsyncClient,
+    agent_client: lightkube.AsyncClient,
+    namespace: str,
+    gpu_nodes: fakenodes.GpuNodes,
+    host: FakeHost,
+) -> None:
+    """A GPU process in an init or sidecar container is mapped to its pod: the contract grants the GPU to
+    the share container only, so using it from the sidecar is a process without a contract."""
+    node = await node_name(gpu_nodes, gpus=4)
+    await running_pod(admin_client, namespace, "side", node, share(host, "app", 0, limit=GIB), {"app": 5})
+    sidecar = {
+        "name": "proxy",
+        "containerID": f"containerd://{container_id(6)}",
+        "image": "busybox",
+        "imageID": "",
+        "ready": True,
+        "restartCount": 0,
+        "state": {"running": {}},
+    }
+    await admin_client.patch(
+        Pod.Status,
+        "side",
+        {"status": {"initContainerStatuses": [sidecar]}},
+        namespace=namespace,
+        patch_type=PatchType.MERGE,
+    )
+    host.add_process(500, container=container_id(5))
+    host.add_process(600, container=container_id(6))
+    host.write({0: [(500, 100), (600, 100)]})
+    killer = RecordingKiller()
+    agent = make_agent(agent_client, node, host, killer=killer)
+    await agent.tick()
+    await agent.tick()  # a process without a contract is acted on once seen twice
+    assert killer.calls == [600]
+    (event,) = await events(admin_client, namespace, Kind.NO_CONTRACT.value)
+    assert event.involvedObject.name == "side"
+    assert event.message is not None and "init container proxy of pod" in event.message
 
 
 async def test_evict_mode_evicts_the_pod_once(
@@ -457,3 +541,32 @@ async def test_the_agents_rights_are_least_privilege(
     with pytest.raises(lightkube.ApiError) as caught:
         [s async for s in agent_client.list(Secret, namespace=namespace)]
     assert caught.value.status.code == 403
+
+
+async def test_a_poison_pod_does_not_stop_the_tick(
+    admin_client: lightkube.AsyncClient,
+    agent_client: lightkube.AsyncClient,
+    namespace: str,
+    gpu_nodes: fakenodes.GpuNodes,
+    host: FakeHost,
+) -> None:
+    """A pod whose contract cannot be read (a 5,000-digit number, garbage) is reported and skipped: the
+    share beside it is still guarded in the same tick."""
+    node = await node_name(gpu_nodes, gpus=4)
+    await running_pod(admin_client, namespace, "good", node, share(host, "app", 1, limit=GIB), {"app": 1})
+    await running_pod(admin_client, namespace, "poison", node, None, {"app": 2})
+    garbage = {
+        "nvidia.com/container.app.gpu-memory.request": "9" * 5000,
+        "nvidia.com/container.app.gpus.devices": "\x7f" * 100,
+        "gpu-fraction": "\uff10.\uff15",  # full-width digits
+    }
+    await admin_client.patch(
+        Pod, "poison", {"metadata": {"annotations": garbage}}, namespace=namespace, patch_type=PatchType.MERGE
+    )
+    host.add_process(101, container=container_id(1))
+    host.write({1: [(101, 3000)]})
+    killer = RecordingKiller()
+    report = await make_agent(agent_client, node, host, killer=killer).tick()
+    assert killer.calls == [101] and report.problems == []
+    # The fixture's invariant check reads every pod's contract: the poison one must be gone first.
+    await admin_client.delete(Pod, "poison", namespace=namespace, grace_period=0)

@@ -77,7 +77,7 @@ def test_every_webhook_fails_closed_outside_the_exempt_namespaces() -> None:
     )
     path, [pods] = rules["pods.validate.gpufrac.io"]
     assert path == "/validate" and pods["operations"] == ["CREATE", "UPDATE"]
-    assert pods["resources"] == ["pods", "pods/ephemeralcontainers"]
+    assert pods["resources"] == ["pods", "pods/ephemeralcontainers", "pods/status"]
     path, [configmaps] = rules["configmaps.validate.gpufrac.io"]
     assert path == "/validate" and configmaps["operations"] == ["CREATE", "UPDATE", "DELETE"]
     assert "objectSelector" not in next(h for h in validating if h["name"].startswith("configmaps"))
@@ -154,3 +154,26 @@ def test_with_cert_manager_it_issues_and_injects_the_certificate() -> None:
 
 def test_the_webhook_can_be_left_out() -> None:
     assert webhook_objects("webhook.enabled=false") == {}
+
+
+def test_a_network_policy_admits_only_the_apiserver_to_the_webhook_port() -> None:
+    policy = webhook_objects()["NetworkPolicy", "gpufrac-webhook"]
+    spec = policy["spec"]
+    assert policy["metadata"]["namespace"] == NAMESPACE
+    assert spec["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/instance": "gpufrac",
+        "app.kubernetes.io/component": "webhook",
+    }
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    assert rule["ports"] == [{"port": 8443, "protocol": "TCP"}]
+    assert rule["from"] == [{"ipBlock": {"cidr": "0.0.0.0/0"}}]
+    narrowed = webhook_objects(
+        "webhook.networkPolicy.apiserverCIDRs={10.0.0.0/8}",
+        "webhook.networkPolicy.podCIDRs={10.244.0.0/16,10.96.0.0/12}",
+        "webhook.port=9443",
+    )["NetworkPolicy", "gpufrac-webhook"]
+    (rule,) = narrowed["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 9443, "protocol": "TCP"}]
+    assert rule["from"] == [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.244.0.0/16", "10.96.0.0/12"]}}]
+    assert ("NetworkPolicy", "gpufrac-webhook") not in webhook_objects("webhook.networkPolicy.enabled=false")

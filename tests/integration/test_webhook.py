@@ -422,3 +422,48 @@ async def test_generate_certs_fills_the_secret_and_the_ca_bundles(
     finally:
         for kind in (MutatingWebhookConfiguration, ValidatingWebhookConfiguration):
             await admin_client.delete(kind, name)
+
+
+# Subresources (issue 11): a pods/status update can change a pod's annotations too.
+
+
+async def test_a_status_update_may_not_change_the_contract(
+    admin_client: lightkube.AsyncClient, tenant_client: lightkube.AsyncClient, guarded: str
+) -> None:
+    await create(tenant_client, pod("status", {"gpu-fraction": "0.5"}), guarded)
+    # As admin: RBAC lets it write pods/status, so what refuses is the webhook.
+    raise_share = {"metadata": {"annotations": {"gpu-fraction": "0.9"}}}
+    message = await refused(admin_client.patch(Pod.Status, "status", raise_share, namespace=guarded))
+    assert message.startswith('gpu-fraction: "0.5" -> "0.9": GPU contract annotations cannot change')
+    ordinary = {"metadata": {"annotations": {"note": "x"}}, "status": {"message": "hello"}}
+    patched = await admin_client.patch(Pod.Status, "status", ordinary, namespace=guarded)
+    assert patched.metadata is not None and patched.metadata.annotations is not None
+    assert patched.metadata.annotations["gpu-fraction"] == "0.5"
+    assert patched.metadata.annotations["note"] == "x"
+
+
+async def test_hostile_pods_are_denied_through_the_apiserver(
+    tenant_client: lightkube.AsyncClient, guarded: str
+) -> None:
+    prefixed = pod("prefixed", {"gpu-fraction": "0.5"}, ("main", "sidecar"))
+    prefixed["spec"]["containers"][1]["envFrom"] = [{"prefix": "NVIDIA_", "configMapRef": {"name": "mine"}}]
+    assert 'imports env with prefix "NVIDIA_"' in await refused(create(tenant_client, prefixed, guarded))
+    privileged_init = pod("privileged-init", {"gpu-fraction": "0.5"})
+    privileged_init["spec"]["initContainers"] = [
+        {"name": "init", "image": "busybox", "securityContext": {"privileged": True}}
+    ]
+    assert "is privileged in a pod that holds GPUs" in await refused(
+        create(tenant_client, privileged_init, guarded)
+    )
+    digits = pod("digits", {"gpu-fraction": "\uff10.\uff15"})
+    assert (await refused(create(tenant_client, digits, guarded))).startswith(
+        'gpu-fraction="\uff10.\uff15": '
+    )
+    whole = pod("whole")
+    whole["spec"]["schedulerName"] = "gpufrac"
+    whole["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    created = await create(tenant_client, whole, guarded)
+    base = created["metadata"]["annotations"][keys.ENV_CONFIGMAP_ANNOTATION]
+    assert created["spec"]["containers"][0]["envFrom"] == [
+        {"configMapRef": {"name": f"{base}-main", "optional": False}}
+    ]

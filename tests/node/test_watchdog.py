@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpufrac import contract
 from gpufrac.contract import ComputeMode, PodPlacement, SharePlacement, WholeGpuPlacement
 from gpufrac.node import watchdog
@@ -144,7 +147,9 @@ def test_processes_without_a_contract() -> None:
     details = [f.detail for f in result.findings]
     assert details[0] == "process 10 on GPU 0 (GPU-0) runs in no container"
     assert "which is in no pod on this node" in details[1]
-    assert details[2].endswith("runs in container sidecar of pod ns/a, which has no GPU contract")
+    assert details[2].endswith(
+        "runs in container sidecar of pod ns/a, which is not one of the pod's GPU containers"
+    )
     assert details[3].endswith("whose contract grants GPUs GPU-0, not this one")
     assert [(u.container.name, u.used_bytes) for u in result.usages] == [("app", 0)]
 
@@ -166,3 +171,93 @@ def test_a_share_with_no_process_is_in_the_usage_at_zero() -> None:
     ]
     usages = watchdog.assess([], watchdog.containers_on_node(pods), gpus=[GPU0, GPU1]).usages
     assert [(u.container.pod.name, u.gpu, u.used_bytes) for u in usages] == [("a", GPU0, 0), ("b", GPU1, 0)]
+
+
+def test_init_sidecar_and_ephemeral_containers_are_mapped_to_their_pod() -> None:
+    pod = bound_pod("a", share("app", "GPU-0"), {"app": 1})
+    pod["spec"]["initContainers"] = [
+        {"name": "setup", "image": "busybox"},
+        {"name": "proxy", "image": "busybox", "restartPolicy": "Always"},
+    ]
+    pod["status"]["initContainerStatuses"] = [
+        {"name": "setup", "containerID": f"containerd://{container_id(2)}"},
+        {"name": "proxy", "containerID": f"cri-o://{container_id(3)}"},
+    ]
+    pod["status"]["ephemeralContainerStatuses"] = [
+        {"name": "debugger", "containerID": f"containerd://{container_id(4)}"},
+        {"name": "waiting"},  # not started: no ID yet
+    ]
+    containers = watchdog.containers_on_node([pod])
+    assert {c.name: c.kind for c in containers.values()} == {
+        "app": "container",
+        "setup": "init container",
+        "proxy": "sidecar container",
+        "debugger": "ephemeral container",
+    }
+    processes = [proc(20, GPU0, 10, 2), proc(21, GPU0, 10, 3), proc(22, GPU0, 10, 4), proc(23, GPU0, 10, 1)]
+    findings = watchdog.assess(processes, containers).findings
+    outside = "of pod ns/a, which is not one of the pod's GPU containers"
+    assert sorted(f.detail for f in findings) == [
+        f"process 20 on GPU 0 (GPU-0) runs in init container setup {outside}",
+        f"process 21 on GPU 0 (GPU-0) runs in sidecar container proxy {outside}",
+        f"process 22 on GPU 0 (GPU-0) runs in ephemeral container debugger {outside}",
+    ]
+    assert all(f.kind is Kind.NO_CONTRACT and f.container is not None for f in findings)
+
+
+def test_a_poison_pod_is_a_bounded_problem_and_the_others_are_still_read() -> None:
+    huge = "9" * 5000
+    poison = bound_pod(
+        "p",
+        None,
+        {"app": 1},
+        annotations={
+            "nvidia.com/container.app.gpu-memory.request": huge,
+            "nvidia.com/container.app.gpus.devices": "GPU-0",
+        },
+    )
+    odd = {"metadata": "not a map", "status": {"containerStatuses": ["x", {"containerID": 7}]}}
+    good = bound_pod("g", share("app", "GPU-0"), {"app": 2})
+    containers = watchdog.containers_on_node([poison, odd, good])
+    assert containers[container_id(2)].devices == ("GPU-0",)
+    broken = containers[container_id(1)]
+    assert "contract is broken" in broken.problem and len(broken.problem) <= watchdog.MAX_PROBLEM + 40
+    (finding,) = watchdog.assess([proc(1, GPU0, 10, 1)], containers).findings
+    assert finding.kind is Kind.NO_CONTRACT and len(finding.detail) < 500
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
+_pod_keys = st.sampled_from(
+    [
+        "metadata",
+        "spec",
+        "status",
+        "annotations",
+        "containerStatuses",
+        "initContainerStatuses",
+        "ephemeralContainerStatuses",
+        "containerID",
+        "name",
+        "containers",
+        "initContainers",
+        "restartPolicy",
+        "uid",
+        "gpu-fraction",
+    ]
+)
+_pods = st.recursive(
+    _json,
+    lambda inner: st.dictionaries(_pod_keys, inner, max_size=4) | st.lists(inner, max_size=3),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(st.dictionaries(_pod_keys, _pods, max_size=4), max_size=3))
+def test_any_pod_shape_is_read_without_raising(pods: list[dict[str, Any]]) -> None:
+    containers = watchdog.containers_on_node(pods)
+    watchdog.assess([proc(1, GPU0, 10, 1)], containers)

@@ -6,6 +6,8 @@ import dataclasses
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpufrac.cluster.model import GpuSpec, NodeSpec
 from gpufrac.errors import UserError
@@ -52,12 +54,30 @@ def test_parse_seeds(text: str, seeds: list[int]) -> None:
         ("1-2-3", "expected numbers and ranges"),
         ("4.5", "expected numbers and ranges"),
         ("5-3", "the range 5-3 runs backwards"),
+        ("1-99999999999", "more than 1000 seeds; ask for fewer"),
+        ("0-999,1000", "more than 1000 seeds; ask for fewer"),
     ],
 )
 def test_bad_seeds_are_a_user_error(text: str, says: str) -> None:
     with pytest.raises(UserError, match=says) as raised:
         experiment.parse_seeds(text)
     assert f'--seeds "{text}"' in str(raised.value) and raised.value.exit_code == 2
+
+
+def test_seeds_are_counted_before_they_are_built() -> None:
+    assert len(experiment.parse_seeds("0-998,999")) == experiment.MAX_SEEDS
+    with pytest.raises(UserError, match="expected numbers and ranges"):
+        experiment.parse_seeds("9" * 5000)  # more digits than Python converts
+
+
+@given(st.text(alphabet="0123456789-, x", max_size=40) | st.text(max_size=40))
+def test_any_seeds_text_is_a_short_list_or_a_user_error(text: str) -> None:
+    try:
+        seeds = experiment.parse_seeds(text)
+    except UserError as error:
+        assert "\n" not in str(error) and len(str(error)) < 200
+    else:
+        assert 0 < len(seeds) <= experiment.MAX_SEEDS and len(set(seeds)) == len(seeds)
 
 
 def test_parse_policies() -> None:

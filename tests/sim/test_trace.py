@@ -164,7 +164,12 @@ def test_a_missing_or_unreadable_file_is_a_user_error(tmp_path: Path) -> None:
         trace.load(tmp_path / "nope.csv", tmp_path / "nope.csv")
     binary = tmp_path / "binary.csv"
     binary.write_bytes(b"\xff\xfe\x00garbage")
-    with pytest.raises(UserError, match=r"binary\.csv: cannot read it as CSV"):
+    with pytest.raises(UserError, match=r"binary\.csv: not a UTF-8 text file"):
         trace.load_pods(binary)
+    with pytest.raises(UserError, match="is a folder; pass a file"):
+        trace.load_pods(tmp_path)
+    with pytest.raises(UserError, match="more than 64 MiB"):
+        trace.load_pods(Path("/dev/zero"))
+    (tmp_path / "wide.csv").write_text("name," + "x" * 200_000 + "\n")
     with pytest.raises(UserError, match="cannot read it as CSV"):
-        trace.load_pods(tmp_path)  # a folder
+        trace.load_pods(tmp_path / "wide.csv")

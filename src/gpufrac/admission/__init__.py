@@ -3,9 +3,11 @@
 Where to look:
 - `exchange`: the review read into a shape-checked `Request`; the `Decision`; the reply.
 - `mutation`: `/mutate`, which hands share pods to gpufrac and prepares their env delivery.
-- `pod_guards`, `configmap_guards`: `/validate`, the contract and the guards of the threat model.
+- `pod_guards`, `configmap_guards`: `/validate`, the contract and the guards of the threat model;
+  `gpu_env` (which variables grant GPUs, and which `envFrom` prefixes spell them) and `host_paths`
+  (canonical host paths, and which reach the MPS pipes) are their vocabulary.
 - `settings`: the `Policy` the `gpufrac webhook` flags build, and its defaults.
-- `shapes`: reading objects that may not be shaped as the API promises.
+- `shapes`: checking and reading objects that may not be shaped as the API promises.
 - `server`: the HTTPS server; `certs`: its TLS certificate.
 
 All but `server` and `certs` are pure: the server decides nothing; it passes the body's bytes to
@@ -28,9 +30,16 @@ def decide(
 
 
 def validate(request: exchange.Request, policy: settings.Policy) -> exchange.Decision:
-    """Allowed, or denied with the first rule broken, by the rules for the object's kind."""
+    """Allowed, or denied with the first rule broken, by the rules for the object's kind.
+
+    A guarded review without the object its operation must carry (the new one for CREATE and UPDATE, the
+    old one for UPDATE and DELETE) is denied: the webhook fails closed rather than judge nothing.
+    """
     if request.namespace in policy.exempt_namespaces:
         return exchange.ALLOW
+    guarded = request.resource == "pods" or (request.resource == "configmaps" and not request.sub_resource)
+    if guarded and (missing := exchange.missing_object(request)):
+        return exchange.malformed(exchange.MalformedReview(f'"request.{missing}" is missing', request.uid))
     if request.resource == "configmaps" and not request.sub_resource:
         return configmap_guards.validate(request, policy)
     if request.resource == "pods":

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufrac.admission import shapes
+from gpufrac.contract.errors import brief
 
 API_VERSION = "admission.k8s.io/v1"
 
@@ -79,6 +80,15 @@ def malformed(error: MalformedReview) -> Decision:
     return Decision(False, f"malformed AdmissionReview: {error}", "malformed", code=400)
 
 
+def missing_object(request: Request) -> str | None:
+    """The object field (`object`, `oldObject`) the request's operation needs but lacks, if any."""
+    if request.operation in ("CREATE", "UPDATE") and request.object is None:
+        return "object"
+    if request.operation in ("UPDATE", "DELETE") and request.old_object is None:
+        return "oldObject"
+    return None
+
+
 def read_review(body: bytes) -> Request:
     """The AdmissionRequest in `body`; MalformedReview if it is not JSON or not shaped like one."""
     try:
@@ -100,7 +110,7 @@ def read_review(body: bytes) -> Request:
             raise MalformedReview(f'"request.{name}" is not a string', uid)
         strings[name] = value
     if strings["operation"] not in ("CREATE", "UPDATE", "DELETE", "CONNECT"):
-        raise MalformedReview(f'"request.operation" is {strings["operation"]!r}', uid)
+        raise MalformedReview(f'"request.operation" is {brief(repr(strings["operation"]))}', uid)
     resource = request.get("resource")
     if not isinstance(resource, dict) or not isinstance(resource.get("resource"), str):
         raise MalformedReview('"request.resource.resource" is missing', uid)

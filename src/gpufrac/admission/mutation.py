@@ -1,6 +1,9 @@
 """The mutating webhook: the JSONPatch that hands a share pod to gpufrac and prepares its env delivery.
 
-Which pods: a pod CREATE that asks for a GPU share and is not placed by another scheduler.
+Which pods: a pod CREATE that asks for a GPU share and is not placed by another scheduler, and one that
+asks for whole GPUs (`nvidia.com/gpu`) only and names gpufrac's scheduler itself: it is prepared the same
+way, so that gpufrac never binds a GPU pod that has no delivery. (One that names no scheduler is the
+device plugin's, and left alone.)
 - `schedulerName` becomes gpufrac's, unless the pod names a scheduler other than `default-scheduler` (say
   KAI, the other writer of the contract) or already has a `nodeName`; such pods are left as they are.
 - "Per-container form": the KAI keys (`gpu-fraction`, `gpu-memory`, their limits, `num-devices`) stay the
@@ -15,6 +18,10 @@ Which pods: a pod CREATE that asks for a GPU share and is not placed by another 
   `envFrom` to its own ConfigMap, `keys.env_configmap_name(base, container)`, appended last so that it
   wins over any earlier source of the same variables; sm-sharing containers also get the MPS pipe
   directory from the host.
+- Every other container (`containers` and `initContainers`) gets `NVIDIA_VISIBLE_DEVICES=void` as its
+  last `env` entry, with either delivery: `env` overrides the image's environment (CUDA images set
+  `NVIDIA_VISIBLE_DEVICES=all`) and every `envFrom` source, so a container the contract gives no GPU
+  sees none, whatever a tenant's ConfigMap holds (`gpu_env`).
 
 The base name is random, and a pure function cannot draw it, so the server passes it in.
 """
@@ -25,7 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpufrac import contract
-from gpufrac.admission import exchange, settings, shapes
+from gpufrac.admission import exchange, gpu_env, settings, shapes
 from gpufrac.contract import keys
 
 MPS_VOLUME = "gpufrac-mps"
@@ -47,13 +54,15 @@ def mutate(request: exchange.Request, policy: settings.Policy, *, configmap_name
         return exchange.ALLOW
     pod = request.object
     try:
+        shapes.check_pod(pod)
         asked = contract.parse_pod(pod)
-    except contract.ContractError:
+    except (shapes.Malformed, contract.ContractError):
         return exchange.ALLOW
     spec = shapes.as_mapping(pod.get("spec"))
     scheduler = spec.get("schedulerName")
+    whole_for_gpufrac = bool(asked.whole) and scheduler == policy.scheduler_name
     if (
-        not asked.shares
+        not (asked.shares or whole_for_gpufrac)
         or spec.get("nodeName")
         or scheduler not in (None, "", "default-scheduler", policy.scheduler_name)
     ):
@@ -65,6 +74,7 @@ def mutate(request: exchange.Request, policy: settings.Policy, *, configmap_name
     patch += _annotation_patch(pod, asked, configmap_base)
     if configmap_base is not None:
         patch += _delivery_patch(pod, asked, configmap_base, policy)
+    patch += _no_gpu_patch(pod, asked)
     return exchange.Decision(allowed=True, patch=tuple(patch))
 
 
@@ -92,7 +102,8 @@ def _annotation_patch(
         added[keys.CONTAINER_NAME] = kai_container  # which container the share went to, said explicitly
     if configmap_name is not None:
         added[keys.ENV_CONFIGMAP_ANNOTATION] = configmap_name
-    # A share pod has annotations: parse_pod found its share there.
+    if not isinstance(shapes.metadata_of(pod).get("annotations"), Mapping):  # a whole-GPU pod may have none
+        return [{"op": "add", "path": "/metadata/annotations", "value": added}] if added else []
     return [
         {"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value}
         for key, value in added.items()
@@ -137,6 +148,21 @@ def _delivery_patch(
             patch.append({"op": "replace", "path": f"/spec/volumes/{existing[0]}", "value": volume})
         else:
             patch.append(_append("/spec/volumes", volumes, volume))
+    return patch
+
+
+def _no_gpu_patch(pod: Mapping[str, Any], asked: contract.PodGpuRequest) -> list[dict[str, Any]]:
+    """`NVIDIA_VISIBLE_DEVICES=void` last in the `env` of every container the contract gives no GPU."""
+    spec = shapes.as_mapping(pod.get("spec"))
+    gpu = set(gpu_containers(asked))
+    variable = {"name": keys.ENV_VISIBLE_DEVICES, "value": gpu_env.NO_GPU}
+    patch = []
+    for kind in ("containers", "initContainers"):
+        for i, entry in enumerate(shapes.as_list(spec.get(kind))):
+            entry = shapes.as_mapping(entry)
+            if kind == "containers" and entry.get("name") in gpu:
+                continue
+            patch.append(_append(f"/spec/{kind}/{i}/env", entry.get("env"), variable))
     return patch
 
 

@@ -1,42 +1,70 @@
 """The validating webhook's rules for pods: the contract, then for anyone but the scheduler's identity the
 guards of the threat model.
 
-The guards: scheduler-owned keys, contract keys changed after create, GPU variables set directly,
-privileged share containers, references to another pod's env ConfigMap, pods that skipped the mutation,
-host paths into the MPS pipe directory. Each denial carries a short `rule` name for the metrics.
+The guards, each on every kind of container (`containers`, `initContainers`, `ephemeralContainers`):
+- scheduler-owned keys, and contract keys changed after create (by `pods/status` too);
+- GPU variables by any route the webhook can see (`gpu_env`);
+- privilege in a pod that holds GPUs from gpufrac: `privileged`, the `SYS_ADMIN` capability, `hostPID`,
+  `hostIPC`;
+- references to another pod's or container's env ConfigMap (`envFrom`, `valueFrom`, volumes);
+- GPU pods for gpufrac that skipped the mutation;
+- host paths that reach the MPS pipe directory (`host_paths`), the MPS volume mounted by any container
+  but the sm-sharing share it was added for, and the runtime's device-request mount path.
+Each denial carries a short `rule` name for the metrics. An object with a field of the wrong type is
+denied before any rule reads it (`shapes.check_pod`).
 """
 
 from __future__ import annotations
 
 import json
-import posixpath
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gpufrac import contract
-from gpufrac.admission import exchange, mutation, settings, shapes
+from gpufrac.admission import exchange, gpu_env, host_paths, mutation, settings, shapes
 from gpufrac.contract import keys
+from gpufrac.contract.errors import brief
 
-# Variables that grant or bound GPUs: a container setting them itself could claim any GPU on its node.
-RESERVED_ENV = frozenset(keys.ENV_KEYS | {"CUDA_VISIBLE_DEVICES"})
-RESERVED_ENV_PREFIXES = ("NVIDIA_GPU_MEMORY_", "CUDA_MPS_")
+ALL_KINDS = ("containers", "initContainers", "ephemeralContainers")
+# The NVIDIA runtime reads a volume mounted below this path in a container as a request for the GPU the
+# mount is named after (`accept-nvidia-visible-devices-as-volume-mounts`); `host_paths.canonical` form.
+DEVICE_REQUEST_PATH = "/run/nvidia-container-devices"
+# Capabilities that amount to privilege for GPUs: SYS_ADMIN can remount the cgroup filesystem and lift
+# the device rules that keep the node's other GPUs out of a container.
+PRIVILEGED_CAPABILITIES = frozenset({"SYS_ADMIN", "ALL"})
+
+
+@dataclass(frozen=True)
+class _Gpus:
+    """What a pod's containers hold, for the rules on each container."""
+
+    holds: bool | None  # whether the pod holds GPUs from gpufrac; None where the review does not say
+    gpu: frozenset[str]  # regular containers given GPUs
+    sm_sharing: frozenset[str]  # regular containers given the MPS volume
+    base: str | None  # the env ConfigMap base name the pod's annotation records
 
 
 def validate(request: exchange.Request, policy: settings.Policy) -> exchange.Decision:
     """Allowed, or denied with the first rule broken; see the module doc for the rules."""
-    if request.object is None:
-        return exchange.ALLOW
+    obj = request.object
+    if obj is None:  # admission.validate denies this before it gets here; a rule never guesses
+        return exchange.malformed(exchange.MalformedReview('"request.object" is missing'))
+    try:
+        for checked in (obj, request.old_object):
+            if checked is not None:
+                shapes.check_pod(checked)
+    except shapes.Malformed as error:
+        return exchange.deny("malformed", f"{error}: gpufrac refuses a pod it cannot read whole")
     trusted = policy.is_scheduler(request.user)
     if request.sub_resource == "ephemeralcontainers":
-        if trusted:
-            return exchange.ALLOW
-        return _reserved_env(request.object) or _ephemeral_env_configmap(request.object) or exchange.ALLOW
+        return exchange.ALLOW if trusted else _validate_ephemeral(obj, policy)
+    if request.sub_resource == "status" or (not request.sub_resource and request.operation == "UPDATE"):
+        return _validate_pod_update(request, policy, trusted=trusted)
     if request.sub_resource:
         return exchange.ALLOW
     if request.operation == "CREATE":
-        return _validate_new_pod(request.object, request.user, policy, trusted=trusted)
-    if request.operation == "UPDATE":
-        return _validate_pod_update(request, policy, trusted=trusted)
+        return _validate_new_pod(obj, request.user, policy, trusted=trusted)
     return exchange.ALLOW
 
 
@@ -60,14 +88,52 @@ def _validate_new_pod(
         return asked
     if trusted:
         return exchange.ALLOW
+    gpus = _gpus(pod, asked, policy)
     return (
         _scheduler_owned(pod, user, policy)
-        or _reserved_env(pod)
-        or _privileged_share(pod, {share.container for share in asked.shares})
+        or _reserved_env(pod, ALL_KINDS)
+        or _privileged(pod, gpus, ALL_KINDS)
         or _env_configmap(pod, asked, policy)
-        or _mps_host_path(pod, asked, policy)
+        or _foreign_env_configmaps(pod, gpus, ALL_KINDS)
+        or _host_paths(pod, asked, policy)
+        or _mounts(pod, gpus, ALL_KINDS)
         or exchange.ALLOW
     )
+
+
+def _validate_ephemeral(obj: Mapping[str, Any], policy: settings.Policy) -> exchange.Decision:
+    """Ephemeral containers added through `pods/ephemeralcontainers` (`kubectl debug`), judged by the
+    rules on containers. kube-apiserver v1.20 sends an EphemeralContainers object, which does not say
+    whether the pod holds GPUs: the rules then assume that it does."""
+    gpus = _Gpus(None, frozenset(), frozenset(), _base(obj))
+    if "spec" in obj:  # later versions send the pod
+        asked = _contract(obj, placement=False)
+        if isinstance(asked, exchange.Decision):
+            return asked
+        gpus = _gpus(obj, asked, policy)
+    kinds = ("ephemeralContainers",)
+    return (
+        _reserved_env(obj, kinds)
+        or _privileged(obj, gpus, kinds)
+        or _foreign_env_configmaps(obj, gpus, kinds)
+        or _mounts(obj, gpus, kinds)
+        or exchange.ALLOW
+    )
+
+
+def _gpus(pod: Mapping[str, Any], asked: contract.PodGpuRequest, policy: settings.Policy) -> _Gpus:
+    for_gpufrac = shapes.spec_of(pod).get("schedulerName") == policy.scheduler_name
+    return _Gpus(
+        holds=bool(asked.shares) or (bool(asked.whole) and for_gpufrac),
+        gpu=frozenset(mutation.gpu_containers(asked)),
+        sm_sharing=frozenset(mutation.sm_sharing_containers(asked)),
+        base=_base(pod),
+    )
+
+
+def _base(obj: Mapping[str, Any]) -> str | None:
+    base = shapes.annotations_of(obj).get(keys.ENV_CONFIGMAP_ANNOTATION)
+    return base if isinstance(base, str) else None
 
 
 def _validate_pod_update(
@@ -84,8 +150,8 @@ def _validate_pod_update(
         after = "removed" if key not in new else json.dumps(_text(new[key]))
         return exchange.deny(
             "contract-change",
-            f"{key}: {before} -> {after}: GPU contract annotations cannot change once the pod exists; only "
-            f"the gpufrac scheduler ({policy.scheduler_identity}) may write them, not "
+            f"{brief(key)}: {before} -> {after}: GPU contract annotations cannot change once the pod "
+            f"exists; only the gpufrac scheduler ({policy.scheduler_identity}) may write them, not "
             f"{exchange.who(request.user)}; delete the pod and create it with the keys it needs",
         )
     assert request.object is not None
@@ -100,36 +166,78 @@ def _scheduler_owned(pod: Mapping[str, Any], user: str, policy: settings.Policy)
     key, value = next(iter(owned.items()))
     return exchange.deny(
         "scheduler-owned",
-        f"{key}={json.dumps(shapes.as_str(value))}: is written by the gpufrac scheduler at bind "
+        f"{brief(key)}={json.dumps(_text(value))}: is written by the gpufrac scheduler at bind "
         f"({policy.scheduler_identity}) and names the GPUs a container may use; "
         f"{exchange.who(user)} may not set it; remove it",
     )
 
 
-def _reserved_env(pod: Mapping[str, Any]) -> exchange.Decision | None:
-    for container in shapes.containers(pod):
+def _reserved_env(pod: Mapping[str, Any], kinds: Collection[str]) -> exchange.Decision | None:
+    """A GPU variable set by `env` or spelled by an `envFrom` prefix (`gpu_env`)."""
+    for kind, container in shapes.containers_by_list(pod):
+        if kind not in kinds:
+            continue
+        where = f'container "{brief(shapes.as_str(container.get("name")))}"'
         for variable in shapes.as_list(container.get("env")):
-            name = shapes.as_mapping(variable).get("name")
-            if isinstance(name, str) and (name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES)):
+            variable = shapes.as_mapping(variable)
+            name = shapes.as_str(variable.get("name"))
+            if gpu_env.is_reserved(name) and not gpu_env.is_narrowing(name, variable.get("value")):
+                return exchange.deny("env", f"{where} sets {brief(name)} in its env: {_GPU_ENV_FIX}")
+        for source in shapes.as_list(container.get("envFrom")):
+            prefix = shapes.as_str(shapes.as_mapping(source).get("prefix"))
+            if spelled := gpu_env.spelled_with_prefix(prefix):
                 return exchange.deny(
                     "env",
-                    f'container "{shapes.as_str(container.get("name"))}" sets {name} in its env: the GPUs a '
-                    "container sees and its memory limits come only from gpufrac; remove the variable and "
-                    f"ask for a share with {keys.GPU_FRACTION} or {keys.GPU_MEMORY}, or whole GPUs with "
-                    f"{keys.GPU_RESOURCE}",
+                    f'{where} imports env with prefix "{brief(prefix)}", which with a key of the source '
+                    f"would set {brief(spelled)}: {_GPU_ENV_FIX}; or choose a prefix that spells no "
+                    "GPU variable",
                 )
     return None
 
 
-def _privileged_share(pod: Mapping[str, Any], share_containers: set[str]) -> exchange.Decision | None:
-    for container in shapes.containers(pod):
-        name = shapes.as_str(container.get("name"))
-        privileged = shapes.as_mapping(container.get("securityContext")).get("privileged") is True
-        if name in share_containers and privileged:
+_GPU_ENV_FIX = (
+    "the GPUs a container sees and its memory limits come only from gpufrac; remove the variable and ask "
+    f"for a share with {keys.GPU_FRACTION} or {keys.GPU_MEMORY}, or whole GPUs with {keys.GPU_RESOURCE}"
+)
+
+
+def _privileged(pod: Mapping[str, Any], gpus: _Gpus, kinds: Collection[str]) -> exchange.Decision | None:
+    """Privilege in a pod that holds GPUs: whoever has it sees every GPU on the node, or the MPS pipes."""
+    if gpus.holds is False:
+        return None
+    pod_words = "in a pod that holds GPUs from gpufrac" if gpus.holds else "in a pod that may hold GPUs"
+    for kind, container in shapes.containers_by_list(pod):
+        if kind not in kinds:
+            continue
+        where = f'container "{brief(shapes.as_str(container.get("name")))}"'
+        security = shapes.as_mapping(container.get("securityContext"))
+        if security.get("privileged") is True:
             return exchange.deny(
                 "privileged",
-                f'container "{name}" asks for a GPU share and is privileged: a privileged container sees '
-                "every GPU on its node, so no share boundary holds for it; drop securityContext.privileged",
+                f"{where} is privileged {pod_words}: a privileged container sees every GPU on its node, so "
+                "no share boundary holds for it; drop securityContext.privileged",
+            )
+        added = shapes.as_list(shapes.as_mapping(security.get("capabilities")).get("add"))
+        for capability in added:
+            name = shapes.as_str(capability).upper().removeprefix("CAP_")
+            if name in PRIVILEGED_CAPABILITIES:
+                return exchange.deny(
+                    "privileged",
+                    f"{where} adds capability {brief(shapes.as_str(capability))} {pod_words}: it can remount "
+                    "the cgroup filesystem and lift the device rules that keep the node's other GPUs out; "
+                    "drop it from securityContext.capabilities.add",
+                )
+    if "containers" not in kinds or not gpus.holds:
+        return None
+    spec = shapes.spec_of(pod)
+    for field, why in (
+        ("hostPID", "every process on the node, and through /proc/<pid>/root the MPS pipes"),
+        ("hostIPC", "the node's IPC namespace, where MPS clients and daemons meet"),
+    ):
+        if spec.get(field) is True:
+            return exchange.deny(
+                "privileged",
+                f"spec.{field} in a pod that holds GPUs from gpufrac shares {why}; remove spec.{field}",
             )
     return None
 
@@ -137,22 +245,24 @@ def _privileged_share(pod: Mapping[str, Any], share_containers: set[str]) -> exc
 def _env_configmap(
     pod: Mapping[str, Any], asked: contract.PodGpuRequest, policy: settings.Policy
 ) -> exchange.Decision | None:
-    """References to env ConfigMaps go only from this pod's GPU containers, each to its own ConfigMap.
+    """The env ConfigMap annotation, and the delivery of a GPU pod for gpufrac.
 
-    The webhook names them itself at mutation (from a fresh random base, whatever the pod came with), so
-    a pod whose annotation names another pod's base did not pass the mutation. Such a pod is denied here
-    unless the gpufrac scheduler is to bind it, and that scheduler refuses to bind a pod to a ConfigMap
-    another pod owns.
+    The webhook names a pod's env ConfigMaps itself at mutation (from a fresh random base, whatever the
+    pod came with), so a pod whose annotation names another pod's base did not pass the mutation. Such a
+    pod is denied here unless the gpufrac scheduler is to bind it, and that scheduler refuses to bind a
+    pod to a ConfigMap another pod owns. A pod for gpufrac that asks for GPUs, shares or whole, must carry
+    the `envFrom` of each GPU container: bound without it, it would run without its limits.
     """
     own = shapes.annotations_of(pod).get(keys.ENV_CONFIGMAP_ANNOTATION)
     spec = shapes.as_mapping(pod.get("spec"))
     for_gpufrac = spec.get("schedulerName") == policy.scheduler_name
+    asks = bool(asked.shares or asked.whole)
     if own is not None:
         problem = None
         if not isinstance(own, str) or not own.startswith(keys.ENV_CONFIGMAP_PREFIX):
             problem = f'does not name a gpufrac env ConfigMap ("{keys.ENV_CONFIGMAP_PREFIX}...")'
-        elif not asked.shares:
-            problem = "is set on a pod that asks for no GPU share"
+        elif not asks:
+            problem = "is set on a pod that asks for no GPU"
         elif not for_gpufrac:
             problem = f'is set on a pod not scheduled by "{policy.scheduler_name}"'
         elif spec.get("nodeName"):
@@ -164,14 +274,10 @@ def _env_configmap(
                 "gpufrac's mutating webhook sets this annotation; remove it",
             )
     base = own if isinstance(own, str) else None
-    gpu = set(mutation.gpu_containers(asked))
-    for kind, container in shapes.containers_by_list(pod):
-        name = shapes.as_str(container.get("name"))
-        mine = keys.env_configmap_name(base, name) if base and kind == "containers" and name in gpu else None
-        if denial := _foreign_env_configmap(container, mine, base):
-            return denial
-    if policy.env_delivery == contract.EnvDelivery.CONFIGMAP and asked.shares and for_gpufrac:
-        for container in shapes.containers(pod):
+    if policy.env_delivery == contract.EnvDelivery.CONFIGMAP and asks and for_gpufrac:
+        gpu = set(mutation.gpu_containers(asked))
+        for container in shapes.as_list(spec.get("containers")):
+            container = shapes.as_mapping(container)
             name = shapes.as_str(container.get("name"))
             if name in gpu and (
                 not base or keys.env_configmap_name(base, name) not in shapes.configmap_refs(container)
@@ -186,56 +292,98 @@ def _env_configmap(
     return None
 
 
-def _ephemeral_env_configmap(obj: Mapping[str, Any]) -> exchange.Decision | None:
-    """An ephemeral container (`kubectl debug`) may take env from no gpufrac env ConfigMap at all."""
-    base = shapes.annotations_of(obj).get(keys.ENV_CONFIGMAP_ANNOTATION)
-    for kind, container in shapes.containers_by_list(obj):
-        if kind == "ephemeralContainers" and (denial := _foreign_env_configmap(container, None, base)):
-            return denial
+def _foreign_env_configmaps(
+    pod: Mapping[str, Any], gpus: _Gpus, kinds: Collection[str]
+) -> exchange.Decision | None:
+    """References to env ConfigMaps go only from a pod's GPU containers, each to its own ConfigMap, and
+    only through `envFrom`/`valueFrom`: gpufrac never mounts one as a volume."""
+    for kind, container in shapes.containers_by_list(pod):
+        if kind not in kinds:
+            continue
+        name = shapes.as_str(container.get("name"))
+        mine = (
+            keys.env_configmap_name(gpus.base, name)
+            if gpus.base and kind == "containers" and name in gpus.gpu
+            else None
+        )
+        for ref in shapes.configmap_refs(container):
+            if ref.startswith(keys.ENV_CONFIGMAP_PREFIX) and ref != mine:
+                return exchange.deny(
+                    "env-configmap-ref",
+                    f'container "{brief(name)}" takes its env from ConfigMap "{brief(ref)}", '
+                    f"{_whose(ref, gpus.base)} gpufrac env ConfigMap, {_ENV_CONFIGMAP_FIX}",
+                )
+    if "containers" not in kinds:
+        return None
+    for volume in shapes.volumes(pod):
+        for ref in shapes.volume_configmaps(volume):
+            if ref.startswith(keys.ENV_CONFIGMAP_PREFIX):
+                return exchange.deny(
+                    "env-configmap-ref",
+                    f'volume "{brief(shapes.as_str(volume.get("name")))}" mounts ConfigMap "{brief(ref)}", '
+                    f"{_whose(ref, gpus.base)} gpufrac env ConfigMap, {_ENV_CONFIGMAP_FIX}",
+                )
     return None
 
 
-def _foreign_env_configmap(
-    container: Mapping[str, Any], mine: str | None, base: object
+_ENV_CONFIGMAP_FIX = (
+    "which holds the GPU devices and limits of the share it was made for; remove the reference (gpufrac "
+    "adds the right one to each share container itself)"
+)
+
+
+def _whose(ref: str, base: str | None) -> str:
+    return "another container's" if base and ref.startswith(base + "-") else "another pod's"
+
+
+def _host_paths(
+    pod: Mapping[str, Any], asked: contract.PodGpuRequest, policy: settings.Policy
 ) -> exchange.Decision | None:
-    """A reference from `container` to a gpufrac env ConfigMap other than its own, `mine`."""
-    for ref in shapes.configmap_refs(container):
-        if ref.startswith(keys.ENV_CONFIGMAP_PREFIX) and ref != mine:
-            ours = isinstance(base, str) and ref.startswith(base + "-")
-            whose = "another container's" if ours else "another pod's"
+    """A host path that reaches the MPS pipe directory reaches the MPS daemons with no limit set: only the
+    volume the mutation adds to a pod with an sm-sharing share may mount it, and only at the directory."""
+    root = host_paths.canonical(policy.mps_host_directory)
+    sm_sharing = bool(mutation.sm_sharing_containers(asked))
+    for volume in shapes.volumes(pod):
+        path = shapes.as_str(shapes.as_mapping(volume.get("hostPath")).get("path"))
+        name = shapes.as_str(volume.get("name"))
+        if "hostPath" not in volume or (
+            name == mutation.MPS_VOLUME and sm_sharing and host_paths.canonical(path) == root
+        ):
+            continue
+        if why := host_paths.reaches(path, root):
             return exchange.deny(
-                "env-configmap-ref",
-                f'container "{shapes.as_str(container.get("name"))}" takes its env from ConfigMap "{ref}", '
-                f"{whose} gpufrac env ConfigMap, which holds the GPU devices and limits of the share it was "
-                "made for; remove the reference (gpufrac adds the right one to each share container itself)",
+                "mps-host-path",
+                f'volume "{brief(name)}" {why}: only an sm-sharing share gets it, from gpufrac; remove the '
+                "volume",
             )
     return None
 
 
-def _mps_host_path(
-    pod: Mapping[str, Any], asked: contract.PodGpuRequest, policy: settings.Policy
-) -> exchange.Decision | None:
-    """A host path into the MPS pipe directory reaches the MPS daemons with no limit set: only the
-    volume the mutation adds to a pod with an sm-sharing share may mount it."""
-    root = posixpath.normpath(policy.mps_host_directory)
-    sm_sharing = bool(mutation.sm_sharing_containers(asked))
-    for volume in shapes.as_list(shapes.as_mapping(pod.get("spec")).get("volumes")):
-        volume = shapes.as_mapping(volume)
-        path = shapes.as_mapping(volume.get("hostPath")).get("path")
-        if not isinstance(path, str) or not path:
+def _mounts(pod: Mapping[str, Any], gpus: _Gpus, kinds: Collection[str]) -> exchange.Decision | None:
+    """The MPS volume is mounted only by the sm-sharing share containers it was added for; nothing is
+    mounted where the NVIDIA runtime reads device requests."""
+    for kind, container in shapes.containers_by_list(pod):
+        if kind not in kinds:
             continue
-        path = posixpath.normpath(path)
-        if path.startswith("/var/run/"):  # a link to /run on every distribution Kubernetes runs on
-            path = path.removeprefix("/var")
-        if path != root and not path.startswith(root.rstrip("/") + "/"):
-            continue
-        if volume.get("name") == mutation.MPS_VOLUME and sm_sharing and path == root:
-            continue
-        return exchange.deny(
-            "mps-host-path",
-            f'volume "{shapes.as_str(volume.get("name"))}" mounts {path} from the host, where gpufrac\'s '
-            "MPS daemons listen: only an sm-sharing share gets it, from gpufrac; remove the volume",
-        )
+        name = shapes.as_str(container.get("name"))
+        for mount in shapes.as_list(container.get("volumeMounts")):
+            mount = shapes.as_mapping(mount)
+            if mount.get("name") == mutation.MPS_VOLUME and not (
+                kind == "containers" and name in gpus.sm_sharing
+            ):
+                return exchange.deny(
+                    "mps-mount",
+                    f'container "{brief(name)}" mounts volume "{mutation.MPS_VOLUME}", gpufrac\'s MPS pipe '
+                    "directory, which only the sm-sharing share containers it was added for may mount; "
+                    "remove the volumeMount",
+                )
+            path = host_paths.canonical(shapes.as_str(mount.get("mountPath")))
+            if host_paths.is_within(path, DEVICE_REQUEST_PATH):
+                return exchange.deny(
+                    "device-mount",
+                    f'container "{brief(name)}" mounts a volume at {brief(path)}, where the NVIDIA runtime '
+                    "reads requests for GPUs; mount it elsewhere",
+                )
     return None
 
 
@@ -260,5 +408,4 @@ def _scheduler_owned_annotations(pod: Mapping[str, Any]) -> dict[str, object]:
 
 def _text(value: object) -> str:
     """A short rendering of a value of any type for a message."""
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return brief(value if isinstance(value, str) else json.dumps(value, default=str))

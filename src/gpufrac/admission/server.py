@@ -16,7 +16,8 @@ import logging
 import secrets
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +33,15 @@ from gpufrac.stopping import stop_on_signals
 
 log = logging.getLogger("gpufrac.webhook")
 
-# An AdmissionReview holds the object and the old one; etcd keeps objects up to 1.5 MiB.
+# An AdmissionReview holds the object and the old one, each at most the apiserver's 3 MiB request limit;
+# a bigger body is answered as unreadable, and denied.
 MAX_BODY_BYTES = 8 * 1024 * 1024
+# A review bigger than this is read and decided in a worker thread, so that the event loop keeps answering
+# the others while it runs (every rule is linear in the pod, but a 6 MiB pod still takes a while); smaller
+# ones, nearly all, are decided inline, which is quicker than a hand-off.
+INLINE_BYTES = 64 * 1024
+# Worker threads for big reviews: more would only queue for the same interpreter lock.
+WORKERS = 2
 CERT_RELOAD_SECONDS = 30.0
 ENDPOINTS = ("mutate", "validate")
 
@@ -74,6 +82,7 @@ class _Handlers:
     policy: settings.Policy
     metrics: Metrics
     configmap_name: Callable[[], str]
+    workers: ThreadPoolExecutor
 
     async def mutate(self, request: web.Request) -> web.Response:
         return await self._review(request, "mutate")
@@ -87,34 +96,48 @@ class _Handlers:
         except web.HTTPRequestEntityTooLarge:
             body = b""
         started = time.perf_counter()
-        request = None
-        try:
-            request = exchange.read_review(body)
-        except exchange.MalformedReview as error:
-            decision = exchange.malformed(error)
-            uid = error.uid
+        name = self.configmap_name()
+        if len(body) > INLINE_BYTES:
+            loop = asyncio.get_running_loop()
+            request, decision, reply = await loop.run_in_executor(
+                self.workers, _answer, body, endpoint, self.policy, name
+            )
         else:
-            uid = request.uid
-            try:
-                decision = admission.decide(
-                    request, endpoint=endpoint, policy=self.policy, configmap_name=self.configmap_name()
-                )
-            except Exception:  # a bug in a rule must still get an answer, and a closed door
-                log.exception("%s: error deciding %s", endpoint, request.uid)
-                decision = exchange.Decision(
-                    False,
-                    "internal error in the gpufrac webhook; its log has the details",
-                    "internal",
-                    code=500,
-                )
-        reply = exchange.review_response(uid, decision)
+            request, decision, reply = _answer(body, endpoint, self.policy, name)
         self.metrics.seconds.labels(endpoint).observe(time.perf_counter() - started)
         outcome = "denied" if not decision.allowed else "patched" if decision.patch else "allowed"
         self.metrics.reviews.labels(endpoint, outcome).inc()
         if not decision.allowed:
             self.metrics.denials.labels(endpoint, decision.rule).inc()
             _log_denial(endpoint, request, decision)
-        return web.json_response(reply, dumps=json.dumps)
+        return web.Response(body=reply, content_type="application/json")
+
+
+def _answer(
+    body: bytes, endpoint: str, policy: settings.Policy, configmap_name: str
+) -> tuple[exchange.Request | None, exchange.Decision, bytes]:
+    """The review read, decided and answered: pure but for the log of a bug, so it may run in a thread."""
+    request = None
+    try:
+        request = exchange.read_review(body)
+    except exchange.MalformedReview as error:
+        decision = exchange.malformed(error)
+        uid = error.uid
+    else:
+        uid = request.uid
+        try:
+            decision = admission.decide(
+                request, endpoint=endpoint, policy=policy, configmap_name=configmap_name
+            )
+        except Exception:  # a bug in a rule must still get an answer, and a closed door
+            log.exception("%s: error deciding %s", endpoint, request.uid)
+            decision = exchange.Decision(
+                False,
+                "internal error in the gpufrac webhook; its log has the details",
+                "internal",
+                code=500,
+            )
+    return request, decision, json.dumps(exchange.review_response(uid, decision)).encode()
 
 
 def _log_denial(endpoint: str, request: exchange.Request | None, decision: exchange.Decision) -> None:
@@ -140,8 +163,15 @@ def build_app(
     configmap_name: Callable[[], str] = new_configmap_name,
 ) -> web.Application:
     """The aiohttp application: `POST /mutate`, `POST /validate`, `GET /healthz`, `GET /metrics`."""
-    handlers = _Handlers(policy, Metrics(registry or CollectorRegistry()), configmap_name)
+    workers = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="gpufrac-review")
+    handlers = _Handlers(policy, Metrics(registry or CollectorRegistry()), configmap_name, workers)
     app = web.Application(client_max_size=MAX_BODY_BYTES)
+
+    async def stop_workers(_: web.Application) -> AsyncIterator[None]:
+        yield
+        workers.shutdown(wait=False, cancel_futures=True)
+
+    app.cleanup_ctx.append(stop_workers)
     app.add_routes(
         [
             web.post("/mutate", handlers.mutate),

@@ -25,6 +25,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
+from gpufrac.contract.errors import brief
+
 GPUS_ANNOTATION = "gpufrac.io/gpus"
 DRIVER_VERSION_ANNOTATION = "gpufrac.io/driver-version"
 DRIVER_MAJOR_LABEL = "gpufrac.io/driver-major"
@@ -105,10 +107,10 @@ def _gpu(item: object, position: int) -> GpuInfo:
         value = item.get(name)
         # bool is an int in Python; an index or a size given as true/false is still wrong.
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ValueError(f"{where}.{name} must be {kind.__name__}, got {_short(value)}")
+            raise ValueError(f"{where}.{name} must be {kind.__name__}, got {brief(repr(value))}")
     if not 1 <= item["memory_mib"] <= MAX_GPU_MEMORY_MIB:
         raise ValueError(
-            f"{where}.memory_mib must be 1..{MAX_GPU_MEMORY_MIB}, got {_short(item['memory_mib'])}"
+            f"{where}.memory_mib must be 1..{MAX_GPU_MEMORY_MIB}, got {brief(repr(item['memory_mib']))}"
         )
     for name in ("uuid", "model"):
         if len(item[name]) > MAX_NAME_LENGTH:
@@ -116,16 +118,10 @@ def _gpu(item: object, position: int) -> GpuInfo:
     return GpuInfo(item["index"], item["uuid"], item["model"], item["memory_mib"], item["healthy"])
 
 
-def _short(value: object) -> str:
-    """`value` for a message, cut short: an annotation can hold 256 KiB."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def driver_major(version: str) -> int | None:
     """535 for "535.104.05"; None for a version NVML did not give or that does not start with a number."""
     head = version.split(".", 1)[0]
-    return int(head) if head.isdigit() else None
+    return int(head) if head.isascii() and head.isdigit() else None
 
 
 _LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -7,13 +7,12 @@ naming the key, never another exception.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from gpufrac.contract import keys, quantity
-from gpufrac.contract.errors import ContractError
+from gpufrac.contract.errors import ContractError, brief
 from gpufrac.contract.model import (
     ComputeMode,
     Mebibytes,
@@ -28,7 +27,6 @@ from gpufrac.contract.model import (
 )
 
 _T = TypeVar("_T")
-_POSITIVE_WHOLE = re.compile(r"\d+")
 
 
 @dataclass(frozen=True)
@@ -224,7 +222,7 @@ def _fractions(annotations: Mapping[str, str]) -> tuple[Portion, Portion]:
     if limit > 1:
         raise ContractError(keys.GPU_FRACTION_LIMIT, limit_text, "must be at most 1, a whole GPU")
     if request > limit:
-        raise ContractError(keys.GPU_FRACTION, request_text, f'request exceeds limit "{limit_text}"')
+        raise ContractError(keys.GPU_FRACTION, request_text, f'request exceeds limit "{brief(limit_text)}"')
     return Portion(request), Portion(limit)
 
 
@@ -236,7 +234,7 @@ def _kai_memory(annotations: Mapping[str, str]) -> tuple[Mebibytes, Mebibytes]:
         return Mebibytes(request), Mebibytes(request)
     limit = _checked(keys.GPU_MEMORY_LIMIT, limit_text, quantity.kai_memory_mib)
     if request > limit:
-        raise ContractError(keys.GPU_MEMORY, request_text, f'request exceeds limit "{limit_text}"')
+        raise ContractError(keys.GPU_MEMORY, request_text, f'request exceeds limit "{brief(limit_text)}"')
     return Mebibytes(request), Mebibytes(limit)
 
 
@@ -244,10 +242,7 @@ def _num_devices(annotations: Mapping[str, str]) -> int:
     text = annotations.get(keys.NUM_DEVICES)
     if text is None:
         return 1
-    # Bounded before int(): Python refuses to convert more than 4300 digits, with a ValueError of its own.
-    if not _POSITIVE_WHOLE.fullmatch(text) or len(text) > 9 or int(text) < 1:
-        raise ContractError(keys.NUM_DEVICES, text, "must be a positive whole number")
-    return int(text)
+    return _checked(keys.NUM_DEVICES, text, quantity.positive_count)
 
 
 def _memory(container: str, own: Mapping[str, str]) -> tuple[int, int] | None:
@@ -263,7 +258,9 @@ def _memory(container: str, own: Mapping[str, str]) -> tuple[int, int] | None:
     if limit is None:
         return request, request
     if request > limit:
-        raise ContractError(request_key, own[keys.MEMORY_REQUEST], f'request exceeds limit "{limit_text}"')
+        raise ContractError(
+            request_key, own[keys.MEMORY_REQUEST], f'request exceeds limit "{brief(own[keys.MEMORY_LIMIT])}"'
+        )
     return request, limit
 
 
@@ -311,10 +308,16 @@ def _checked(key: str, text: str, parse: Callable[[str], _T]) -> _T:
         raise ContractError(key, text, str(error)) from None
 
 
+# The most container names a message lists.
+_LISTED = 8
+
+
 def _listing(containers: Sequence[str]) -> str:
-    return (
-        "no containers" if not containers else "containers " + ", ".join(f'"{name}"' for name in containers)
-    )
+    if not containers:
+        return "no containers"
+    listed = ", ".join(f'"{brief(name)}"' for name in containers[:_LISTED])
+    more = len(containers) - _LISTED
+    return f"containers {listed}" + (f" and {more} more" if more > 0 else "")
 
 
 # Reading the pod's shape. The API always returns well-formed objects; a YAML file may not.
@@ -335,6 +338,7 @@ def _read(pod: Mapping[str, object]) -> _Pod:
         count = _whole_gpus(name, _mapping(fields.get("resources"), f"spec.containers[{name}].resources"))
         if count:
             whole[name] = count
+    named = set(containers)  # looked up once per annotation: a list would make this quadratic
     per_container: dict[str, dict[str, str]] = {}
     for key, value in annotations.items():
         split = keys.split_container_key(key)
@@ -346,8 +350,10 @@ def _read(pod: Mapping[str, object]) -> _Pod:
             raise ContractError(
                 key, value, f"unknown key; the keys under {keys.CONTAINER_PREFIX}<container>. are {valid}"
             )
-        if container not in containers:
-            raise ContractError(key, value, f'no container "{container}"; the pod has {_listing(containers)}')
+        if container not in named:
+            raise ContractError(
+                key, value, f'no container "{brief(container)}"; the pod has {_listing(containers)}'
+            )
         per_container.setdefault(container, {})[suffix] = value
     return _Pod(annotations, tuple(containers), whole, per_container)
 
@@ -384,7 +390,8 @@ def _whole_gpus(container: str, resources: Mapping[object, object]) -> int:
         raise ContractError(
             keys.GPU_RESOURCE,
             present[0],
-            f'container "{container}" has limits "{present[0]}", requests "{present[-1]}"; make them equal',
+            f'container "{container}" has limits "{brief(present[0])}", requests "{brief(present[-1])}"; '
+            "make them equal",
         )
     if counts[0].denominator != 1 or counts[0] < 0:
         raise ContractError(
@@ -419,6 +426,6 @@ def _sequence(value: object, where: str) -> Sequence[object]:
 
 
 def _text(value: object) -> str:
-    """A short rendering of a malformed value for an error message."""
-    text = str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    """A short rendering of a malformed value for an error message (shorter than a key's value: it is
+    often a whole map or list)."""
+    return brief(str(value), 60)

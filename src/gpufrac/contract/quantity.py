@@ -1,4 +1,4 @@
-"""Kubernetes quantities and plain decimals, parsed exactly.
+r"""Kubernetes quantities and plain decimals, parsed exactly.
 
 Memory limits are enforced to the MiB, so a float's rounding could hand a tenant one MiB more or less than
 the scheduler counted; every value is therefore a `Fraction`. The functions raise `ValueError` whose message
@@ -11,6 +11,12 @@ The grammar is Kubernetes' own:
     suffix    ::= "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei"        (binary SI)
                 | "m" | "k" | "M" | "G" | "T" | "P" | "E"      (decimal SI; "m" is milli)
                 | ("e" | "E") sign? digits                      (decimal exponent)
+    digit     ::= "0" | "1" | ... | "9"                           (ASCII only)
+
+Digits are ASCII only, as Kubernetes and KAI read them: Python's `int` and `re`'s `\d` also take other
+scripts' digits (fullwidth `"\uff10.\uff15"` would read as 0.5), so no pattern here uses `\d`, and every
+reader of the contract gets the same refusal. A number has at most `MAX_DIGITS` digits, so that no text
+makes `int` or `Fraction` work on a huge integer (nor hits Python's limit on converting one).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ MIB = 2**20
 
 # An exponent beyond this is a typo, not a memory size, and would make Fraction build a huge integer.
 MAX_EXPONENT = 64
+# Digits in a number, before and after the point together: far more than any GPU size or count needs.
+MAX_DIGITS = 64
 
 _SUFFIX_FACTORS: dict[str, Fraction] = {
     "m": Fraction(1, 1000),
@@ -41,10 +49,11 @@ _SUFFIX_FACTORS: dict[str, Fraction] = {
 }
 
 _QUANTITY = re.compile(
-    r"(?P<sign>[+-]?)(?P<whole>\d*)(?:\.(?P<frac>\d*))?"
-    r"(?:[eE](?P<exponent>[+-]?\d+)|(?P<suffix>[KMGTPE]i|[mkMGTPE]))?"
+    r"(?P<sign>[+-]?)(?P<whole>[0-9]*)(?:\.(?P<frac>[0-9]*))?"
+    r"(?:[eE](?P<exponent>[+-]?[0-9]+)|(?P<suffix>[KMGTPE]i|[mkMGTPE]))?"
 )
-_WHOLE_NUMBER = re.compile(r"[+-]?\d+")
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+_WHOLE = re.compile(r"[0-9]+")
 
 _NOT_A_QUANTITY = "not a Kubernetes quantity (for example 8Gi, 512Mi, 1G or 1e9)"
 _NOT_A_DECIMAL = "not a decimal number (for example 0.25)"
@@ -55,6 +64,9 @@ def _parse(text: str, *, expected: str = _NOT_A_QUANTITY) -> tuple[Fraction, str
     match = _QUANTITY.fullmatch(text)
     if match is None or not (match["whole"] or match["frac"]):
         raise ValueError(expected)
+    _check_digits(match["whole"] + (match["frac"] or ""))
+    if match["exponent"] is not None:
+        _check_digits(match["exponent"].lstrip("+-"))
     digits = match["frac"] or ""
     value = Fraction(int(match["whole"] + digits or "0"), 10 ** len(digits))
     if match["exponent"] is not None:
@@ -63,6 +75,21 @@ def _parse(text: str, *, expected: str = _NOT_A_QUANTITY) -> tuple[Fraction, str
             raise ValueError(f"exponent out of range (at most {MAX_EXPONENT} either way)")
         value *= Fraction(10) ** exponent
     return (-value if match["sign"] == "-" else value), match["suffix"]
+
+
+def _check_digits(digits: str) -> None:
+    if len(digits) > MAX_DIGITS:
+        raise ValueError(f"has {len(digits)} digits, more than {MAX_DIGITS}")
+
+
+def positive_count(text: str) -> int:
+    """A count of at least 1, written in ASCII digits only (at most `MAX_DIGITS` of them)."""
+    if not _WHOLE.fullmatch(text):
+        raise ValueError("must be a positive whole number")
+    _check_digits(text)
+    if int(text) < 1:
+        raise ValueError("must be a positive whole number")
+    return int(text)
 
 
 def parse_quantity(text: str) -> Fraction:
@@ -99,6 +126,7 @@ def kai_memory_mib(text: str) -> int:
     reads it as MiB and Kubernetes as bytes: the two readings differ a millionfold.
     """
     if _WHOLE_NUMBER.fullmatch(text):
+        _check_digits(text.lstrip("+-"))
         mib = int(text)
         if mib < 1:
             raise ValueError("must be at least 1 MiB")

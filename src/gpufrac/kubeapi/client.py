@@ -12,36 +12,58 @@ from typing import Any, TypeVar, cast
 
 import httpx2
 import lightkube
-import yaml
 from lightkube.core.exceptions import ConfigError
 
+from gpufrac import reading
 from gpufrac.errors import UserError
 
 R = TypeVar("R")
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+MAX_KUBECONFIG_BYTES = 4 * reading.MIB  # a kubeconfig with certificates inline for a hundred clusters
 
 
 def load_config(kubeconfig: Path | None) -> lightkube.KubeConfig:
-    """The kubeconfig file if one is given, otherwise the pod's in-cluster service account."""
+    """The kubeconfig file if one is given, otherwise the pod's in-cluster service account; either way one
+    whose current context names a cluster, so that a broken file is one line here, not a traceback in the
+    first request."""
+    source = f"--kubeconfig {kubeconfig}" if kubeconfig is not None else str(SERVICE_ACCOUNT_DIR)
     try:
         if kubeconfig is not None:
-            if not kubeconfig.is_file():
-                raise UserError(f"--kubeconfig {kubeconfig}: no such file; pass a readable kubeconfig")
-            return lightkube.KubeConfig.from_file(kubeconfig)
-        if not SERVICE_ACCOUNT_DIR.is_dir():
+            if not kubeconfig.exists():
+                raise UserError(f"{source}: no such file; pass a readable kubeconfig")
+            text = reading.read_text(kubeconfig, limit=MAX_KUBECONFIG_BYTES, what="--kubeconfig")
+            try:
+                data = reading.load_yaml(text, name=source)
+            except UserError as error:
+                raise UserError(f"{error}; not a usable kubeconfig: fix or replace it") from None
+            if not isinstance(data, dict):
+                raise UserError(f"{source}: not a kubeconfig (expected a mapping with clusters and contexts)")
+            config = lightkube.KubeConfig.from_dict(data, fname=kubeconfig)
+        elif not SERVICE_ACCOUNT_DIR.is_dir():
             raise UserError(
                 "no --kubeconfig given and not running in a pod (no service account token under "
                 f"{SERVICE_ACCOUNT_DIR}); pass --kubeconfig PATH"
             )
-        return lightkube.KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR)
-    except (ConfigError, OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError) as error:
-        source = kubeconfig or SERVICE_ACCOUNT_DIR
+        else:
+            config = lightkube.KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR)
+        if config.current_context is None:
+            raise UserError(f"{source}: no current-context; pick one with `kubectl config use-context NAME`")
+        config.get()
+    except KeyError as error:
+        raise UserError(f"{source}: its context names {error}, which it does not define; fix it") from None
+    except (ConfigError, OSError, ValueError, TypeError, AttributeError) as error:
         raise UserError(f"{source}: not a usable kubeconfig ({error}); fix or replace it") from None
+    return config
 
 
 def async_client(config: lightkube.KubeConfig, *, field_manager: str = "gpufrac") -> lightkube.AsyncClient:
-    return lightkube.AsyncClient(config=config, field_manager=field_manager)
+    """A client for `config`; the certificates it names are read here, so a bad one is a `UserError`."""
+    try:
+        return lightkube.AsyncClient(config=config, field_manager=field_manager)
+    except (ConfigError, OSError, ValueError) as error:  # ssl.SSLError is an OSError
+        source = config.fname or SERVICE_ACCOUNT_DIR
+        raise UserError(f"{source}: cannot use its credentials ({error}); fix the paths it names") from None
 
 
 def unreachable(error: Exception, config: lightkube.KubeConfig) -> UserError:

@@ -3,12 +3,21 @@
 Each tick samples NVML, lets the MPS supervisor check its daemons, brings the Node's inventory labels up to
 date, maps every GPU process to its pod, and handles what the watchdog finds according to the mode.
 
-Nothing is acted on twice, across agent restarts too, and the agent keeps no state on disk: every action
-leaves an Event whose name is derived from what was acted on (the pod or node, the container, the GPU and
-the processes by pid and start time). Before acting, the agent looks that Event up; if it exists, an
-earlier run did it. An eviction is also never repeated for a pod that is already being deleted. The Event is
-written after the action, so a crash in between can repeat an action (a second SIGKILL to a process that
-is already dying), never skip one.
+Nothing is acted on twice within a run: what was done is remembered in the agent's own memory, keyed by
+what was acted on (the pod's UID, the container, the GPU and the processes by pid and start time), and
+forgotten once the finding is gone. Nothing a tenant can write decides whether the agent acts: its Events
+get names the API server generates, and no Event is looked up (a tenant who may create Events in its
+namespace could otherwise create the one a kill would be recorded under, and so never be killed). After a
+restart the agent acts again on what is still found: a process still running over its limit is killed
+again (which it should be), an eviction is not repeated for a pod already being deleted, and a report is
+recorded once more.
+
+A kill hits only the process the watchdog judged (see `SignalKiller`): the pid is pinned with a pidfd and
+the process's start time and container checked, before and after NVML is asked again whether it still
+holds the GPU.
+
+A tick says what it could not do (`TickReport.problems`): NVML unreadable, the Node or the pods not read.
+`gpufrac agent --once` exits non-zero on any.
 
 A process without a contract is handled only once it is seen in two consecutive intervals: a container
 that just started may run before the kubelet reports its ID in the pod's status.
@@ -18,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
 import signal
@@ -29,13 +37,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import lightkube
-from lightkube.resources.core_v1 import Event, Node, Pod
+from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from gpufrac.contract import node_inventory
 from gpufrac.contract.node_inventory import Enforcement
 from gpufrac.kubeapi import events
-from gpufrac.kubeapi.client import API_ERRORS, TRANSPORT_ERRORS
+from gpufrac.kubeapi.client import API_ERRORS
 from gpufrac.node import eviction, inventory, procfs, watchdog
 from gpufrac.node.exporter import Exporter, GpuView, Observation
 from gpufrac.node.mps import Supervisor
@@ -49,28 +57,39 @@ SM_SHARING_DAEMON = "sm-sharing"
 
 
 class Killer(Protocol):
-    def kill(self, pid: int, start_time: int) -> str:
-        """Send SIGKILL to the process `pid` if it is still the one that started at `start_time`; say what
-        happened in a few words."""
+    def kill(self, process: watchdog.Process) -> str:
+        """Send SIGKILL to `process` if its pid still names it; say what happened in a few words."""
         ...
 
 
 class SignalKiller:
-    """The real killer: SIGKILL through a pidfd, after checking the pid still names the same process, so
-    a pid reused since the sample is never hit. Needs the host's pid namespace (`hostPID`)."""
+    """The real killer: SIGKILL through a pidfd to the very process the watchdog judged, never to a later
+    one that reused its pid. Needs the host's pid namespace (`hostPID`).
 
-    def __init__(self, proc: procfs.ProcFS) -> None:
+    The pidfd pins one process; /proc then says whether it is the judged one (same start time, same
+    container), and NVML, asked again, whether it still holds the GPU. A pid cannot be reused while its
+    process lives, so a process seen with the same start time before and after that NVML sample is the
+    one NVML listed. Between the tick's NVML sample and its /proc read the pid may already have been
+    reused; that new process is then not on the GPU, and the second NVML sample says so."""
+
+    def __init__(self, proc: procfs.ProcFS, nvml: Backend) -> None:
         self._proc = proc
+        self._nvml = nvml
 
-    def kill(self, pid: int, start_time: int) -> str:
+    def kill(self, process: watchdog.Process) -> str:
+        if not process.start_time:
+            return "not signalled: its start time is unknown, so its pid may name another process"
         try:
-            fd = os.pidfd_open(pid)
+            fd = os.pidfd_open(process.pid)
         except ProcessLookupError:
             return "already gone"
         try:
-            info = self._proc.process(pid)
-            if info is None or (start_time and info.start_time != start_time):
-                return "already gone"
+            why_not = self._changed(process)
+            if not why_not and not self._on_gpu(process):
+                why_not = "not signalled: no longer on the GPU"
+            why_not = why_not or self._changed(process)
+            if why_not:
+                return why_not
             signal.pidfd_send_signal(fd, signal.SIGKILL)
             return "killed"
         except ProcessLookupError:
@@ -78,11 +97,27 @@ class SignalKiller:
         finally:
             os.close(fd)
 
+    def _changed(self, process: watchdog.Process) -> str:
+        """Why the pid no longer names the judged process; empty when it still does."""
+        info = self._proc.process(process.pid)
+        if info is None:
+            return "already gone"
+        if info.start_time != process.start_time or info.container_id != process.container_id:
+            return "not signalled: its pid now names another process"
+        return ""
+
+    def _on_gpu(self, process: watchdog.Process) -> bool:
+        snapshot = self._nvml.sample()
+        return any(
+            gpu.uuid == process.gpu.uuid and any(p.pid == process.pid for p in gpu.processes)
+            for gpu in snapshot.gpus
+        )
+
 
 class DryRunKiller:
     """For a fake NVML, whose pids are made up: never signals anything, only says it would have."""
 
-    def kill(self, pid: int, start_time: int) -> str:
+    def kill(self, process: watchdog.Process) -> str:
         return "not signalled (fake NVML)"
 
 
@@ -111,6 +146,7 @@ class TickReport:
     findings: tuple[Finding, ...] = ()
     handled: list[Handled] = field(default_factory=list)
     usages: tuple[watchdog.Usage, ...] = ()
+    problems: list[str] = field(default_factory=list)  # what this tick could not do, one line each
 
 
 class Agent:
@@ -168,13 +204,15 @@ class Agent:
         mps_up = self.supervisor is not None and self.supervisor.healthy(SM_SHARING_DAEMON)
         level = inventory.enforcement(
             driver_version=snapshot.driver_version,
-            nvml_ok=not snapshot.error,
+            nvml_ok=not snapshot.error and bool(snapshot.gpus),
             mps_healthy=mps_up,
             acting=self.settings.mode is not Mode.REPORT,
         )
         report = TickReport(snapshot, level=level)
-        report.gpus = await self._publish(snapshot, level)
-        pods = await self._pods()
+        if snapshot.error:
+            report.problems.append(snapshot.error)
+        report.gpus = await self._publish(snapshot, level, report.problems)
+        pods = await self._pods(report.problems)
         if pods is None:
             # No pods, no judgement: acting blind could kill a process that has a contract.
             self._observe(snapshot, (), (), level)
@@ -201,12 +239,15 @@ class Agent:
 
     # --- inventory -----------------------------------------------------------------------------------
 
-    async def _publish(self, snapshot: Snapshot, level: Enforcement) -> tuple[node_inventory.GpuInfo, ...]:
+    async def _publish(
+        self, snapshot: Snapshot, level: Enforcement, problems: list[str]
+    ) -> tuple[node_inventory.GpuInfo, ...]:
         name = self.settings.node_name
         try:
             node = await self.client.get(Node, name)
         except API_ERRORS as error:
-            log.error("cannot read Node %s (%s); inventory not published this interval", name, error)
+            problems.append(f"cannot read Node {name} ({error}); inventory not published")
+            log.error("%s this interval", problems[-1])
             return ()
         metadata = node.metadata.to_dict() if node.metadata is not None else {}
         gpus = inventory.gpus(snapshot, inventory.published_gpus(metadata.get("annotations") or {}))
@@ -216,7 +257,8 @@ class Agent:
                 await self.client.patch(Node, name, patch, patch_type=PatchType.MERGE)
                 log.info("Node %s: published %s", name, patch["metadata"])
             except API_ERRORS as error:
-                log.error("cannot patch Node %s (%s); will try again next interval", name, error)
+                problems.append(f"cannot patch Node {name} ({error})")
+                log.error("%s; will try again next interval", problems[-1])
         return gpus
 
     def _log_health(self, snapshot: Snapshot) -> None:
@@ -236,12 +278,13 @@ class Agent:
 
     # --- the watchdog --------------------------------------------------------------------------------
 
-    async def _pods(self) -> list[dict[str, Any]] | None:
+    async def _pods(self, problems: list[str]) -> list[dict[str, Any]] | None:
         try:
             fields: dict[str, Any] = {"spec.nodeName": self.settings.node_name}
             return [pod.to_dict() async for pod in self.client.list(Pod, namespace="*", fields=fields)]
         except API_ERRORS as error:
-            log.error("cannot list the pods on this node (%s); the watchdog skips this interval", error)
+            problems.append(f"cannot list the pods on this node ({error}); the watchdog did not judge")
+            log.error("%s this interval", problems[-1])
             return None
 
     def _processes(self, snapshot: Snapshot) -> list[watchdog.Process]:
@@ -299,21 +342,6 @@ class Agent:
         if action == Mode.EVICT and pod is not None and pod.deleting:
             self._done.add(key)
             return None
-        involved = self._involved(finding)
-        namespace = involved.get("namespace") or "default"
-        name = event_name(involved["name"] or "", key)
-        try:
-            await self.client.get(Event, name, namespace=namespace)
-            self._done.add(key)
-            log.info("already handled before this agent started: %s", finding.detail)
-            return None
-        except lightkube.ApiError as error:
-            if error.status.code != 404:
-                log.error("cannot look up Event %s (%s); not acting this interval", name, error)
-                return None
-        except TRANSPORT_ERRORS as error:
-            log.error("cannot reach the API (%s); not acting this interval", error)
-            return None
         ok, outcome = await self._act(action, finding)
         if not ok:
             log.error("%s: %s failed: %s; trying again next interval", finding.detail, action, outcome)
@@ -322,12 +350,11 @@ class Agent:
         message = f"{outcome}: {finding.detail} (mode {self.settings.mode.value})"
         log.warning("%s: %s", finding.kind.value, message)
         event = events.warning(
-            involved=involved,
+            involved=self._involved(finding),
             reason=finding.kind.value,
             message=message,
             component=COMPONENT,
             host=self.settings.node_name,
-            name=name,
         )
         await events.record(self.client, event)
         self.exporter.breaches.labels(finding.kind.value).inc()
@@ -336,7 +363,7 @@ class Agent:
 
     async def _act(self, action: str, finding: Finding) -> tuple[bool, str]:
         if action == Mode.KILL:
-            said = [f"{p.pid} {self.killer.kill(p.pid, p.start_time)}" for p in finding.processes]
+            said = [f"{p.pid} {self.killer.kill(p)}" for p in finding.processes]
             return True, "Killed processes (pid, outcome): " + "; ".join(said)
         if action == Mode.EVICT:
             assert finding.container is not None
@@ -386,9 +413,3 @@ class Agent:
             else {name: self.supervisor.healthy(name) for name in self.supervisor.daemons}
         )
         self.exporter.observe(Observation(tuple(usages), gpus, level, mps))
-
-
-def event_name(involved: str, key: str) -> str:
-    """A valid Event name that is the same for the same action, whichever agent run computes it."""
-    digest = hashlib.sha256(key.encode()).hexdigest()[:20]
-    return f"{involved[:200]}.gpufrac-{digest}"

@@ -1,10 +1,15 @@
-"""`gpufrac agent`: build the agent from its flags and run it until SIGTERM (or for one tick, `--once`)."""
+"""`gpufrac agent`: build the agent from its flags and run it until SIGTERM (or for one tick, `--once`).
+
+`--once` prints the tick's JSON summary and exits 0 only when the tick did its whole job; NVML (or the fake
+scenario) unreadable, or the Node or the pods not read, is one line on stderr and exit status 1.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import math
 import os
 import shutil
 from pathlib import Path
@@ -21,6 +26,8 @@ from gpufrac.node.watchdog import Mode
 from gpufrac.stopping import stop_on_signals
 
 log = logging.getLogger("gpufrac.node")
+
+MAX_INTERVAL = 3600.0  # a watchdog that looks less often than hourly guards nothing
 
 
 def run(
@@ -43,8 +50,8 @@ def run(
         raise UserError(
             "--node-name is empty; pass the node's name (in a pod: the downward API's spec.nodeName)"
         )
-    if interval <= 0:
-        raise UserError(f"--interval {interval}: must be more than 0 seconds")
+    if not (math.isfinite(interval) and 0 < interval <= MAX_INTERVAL):
+        raise UserError(f"--interval {interval}: must be more than 0 and at most {MAX_INTERVAL:g} seconds")
     try:
         backend = nvml.open_backend(nvml_spec)
     except ValueError as error:
@@ -52,7 +59,7 @@ def run(
     config = kube_client.load_config(kubeconfig)
     fake = isinstance(backend, nvml.FakeBackend)
     killer: node_agent.Killer = (
-        node_agent.DryRunKiller() if fake else node_agent.SignalKiller(procfs.ProcFS(proc_root))
+        node_agent.DryRunKiller() if fake else node_agent.SignalKiller(procfs.ProcFS(proc_root), backend)
     )
     # The directory the webhook mounts into sm-sharing containers and the scheduler names in their env.
     pipe_directory = mps_pipe_directory or Path(contract.DEFAULT_MPS_PIPE_DIRECTORY)
@@ -101,6 +108,10 @@ async def _main(
             if once:
                 report = await agent.tick()
                 print(json.dumps(_summary(report), sort_keys=True))
+                if report.problems:
+                    raise UserError(
+                        f"the check did not do its job: {'; '.join(report.problems)}", exit_code=1
+                    )
                 return 0
             stop = stop_on_signals()
             log.info(
@@ -153,4 +164,5 @@ def _summary(report: node_agent.TickReport) -> dict[str, object]:
         "gpus": [{"index": g.index, "uuid": g.uuid, "healthy": g.healthy} for g in report.gpus],
         "findings": [f.detail for f in report.findings],
         "handled": [f"{h.action}: {h.outcome}" for h in report.handled],
+        "problems": report.problems,
     }

@@ -30,11 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
+from gpufrac import reading
+from gpufrac.errors import UserError
 
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
+MAX_SCENARIO_BYTES = 4 * MIB
 
 
 @dataclass(frozen=True)
@@ -171,8 +173,11 @@ class FakeBackend:
         if stamp != self._stamp:
             self._stamp = stamp
             try:
-                self._snapshot = _scenario(yaml.safe_load(self.path.read_text()))
-            except (OSError, yaml.YAMLError, ValueError, TypeError, KeyError) as error:
+                text = reading.read_text(self.path, limit=MAX_SCENARIO_BYTES)
+                self._snapshot = _scenario(reading.load_yaml(text, name=str(self.path)))
+            except UserError as error:
+                self._snapshot = Snapshot(error=f"fake NVML file {error}")
+            except (ValueError, TypeError, KeyError, AttributeError) as error:
                 self._snapshot = Snapshot(error=f"fake NVML file {self.path}: {error}")
         return self._snapshot
 

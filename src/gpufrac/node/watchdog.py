@@ -1,14 +1,22 @@
 """The watchdog's decisions, as data in and data out: GPU processes and the contracts of the pods on the
 node in, per-share usage and findings out. The agent does the I/O (NVML, /proc, the API) and the acting.
 
-A process belongs to a container through its cgroup (see `procfs`), and a container to a pod through
-`status.containerStatuses[].containerID`. Its memory counts against the share of that container on that GPU;
-several processes of one container on one GPU share one limit. Two kinds of finding:
+A process belongs to a container through its cgroup (see `procfs`), and a container to a pod through the
+`containerID` in any of the pod's status lists: `containerStatuses`, `initContainerStatuses` (init
+containers and sidecars) and `ephemeralContainerStatuses` (`kubectl debug`). Its memory counts against the
+share of that container on that GPU; several processes of one container on one GPU share one limit. Two
+kinds of finding:
 
 - a breach: a share uses more than its limit on a GPU;
 - a process without a contract: in no container, in a container of no pod on this node, in a container
-  whose pod has no GPU contract (or a broken one), or on a GPU its contract does not grant. This is how the
-  watchdog sees GPUs claimed through routes the webhook cannot see (docs/architecture.md, threat model).
+  whose pod has no GPU contract (or a broken or unreadable one), in a container of a share pod that is not
+  one of its share containers (an init container, a sidecar, a debug container or another app container:
+  the contract grants GPUs to named containers only, so the GPU is being used outside the share), or on a
+  GPU its contract does not grant. This is how the watchdog sees GPUs claimed through routes the webhook
+  cannot see (docs/architecture.md, threat model).
+
+A pod is read defensively: one that cannot be read (a poison object) gives containers with a `problem`,
+whose GPU processes are findings like any without a contract; it never stops the others being read.
 """
 
 from __future__ import annotations
@@ -61,6 +69,8 @@ class Container:
     limit_mib: int | None = None
     sm_sharing: bool = False
     problem: str = ""  # why the pod has no usable contract, when it has a broken one
+    kind: str = "container"  # or "init container", "sidecar container", "ephemeral container"
+    pod_has_shares: bool = False  # the pod's contract grants GPUs, to other containers if not this one
 
 
 @dataclass(frozen=True)
@@ -119,26 +129,49 @@ class Assessment:
     findings: tuple[Finding, ...]
 
 
+# Where a pod lists the IDs of its running containers, and what each list's containers are called.
+_STATUS_LISTS = (
+    ("containerStatuses", "container"),
+    ("initContainerStatuses", "init container"),
+    ("ephemeralContainerStatuses", "ephemeral container"),
+)
+MAX_PROBLEM = 300  # characters of a broken contract quoted in a finding: values are the tenant's
+
+
 def containers_on_node(pods: Iterable[Mapping[str, Any]]) -> dict[str, Container]:
-    """Container ID -> container, for the pods on the node (plain dicts as the API returns them)."""
+    """Container ID -> container, for every container of the pods on the node (plain dicts as the API
+    returns them), init, sidecar and ephemeral containers included."""
     found: dict[str, Container] = {}
     for pod in pods:
-        metadata = pod.get("metadata") or {}
+        metadata = _map(pod.get("metadata"))
         ref = PodRef(
-            namespace=metadata.get("namespace", ""),
-            name=metadata.get("name", ""),
-            uid=metadata.get("uid", ""),
+            namespace=str(metadata.get("namespace") or ""),
+            name=str(metadata.get("name") or ""),
+            uid=str(metadata.get("uid") or ""),
             deleting=metadata.get("deletionTimestamp") is not None,
         )
         grants, problem = _grants(pod)
-        statuses = (pod.get("status") or {}).get("containerStatuses") or []
-        for status in statuses:
-            if not status.get("containerID"):
-                continue  # not started yet
-            name = status.get("name", "")
-            devices, request, limit, sm_sharing = grants.get(name, ((), None, None, False))
-            container_id = procfs.runtime_container_id(status["containerID"])
-            found[container_id] = Container(ref, name, devices, request, limit, sm_sharing, problem)
+        sidecars = _sidecars(pod)
+        status = _map(pod.get("status"))
+        for field, kind in _STATUS_LISTS:
+            for entry in _list(status.get(field)):
+                entry = _map(entry)
+                if not isinstance(entry.get("containerID"), str) or not entry["containerID"]:
+                    continue  # not started yet
+                name = str(entry.get("name") or "")
+                devices, request, limit, sm_sharing = grants.get(name, ((), None, None, False))
+                container_id = procfs.runtime_container_id(entry["containerID"])
+                found[container_id] = Container(
+                    ref,
+                    name,
+                    devices,
+                    request,
+                    limit,
+                    sm_sharing,
+                    problem,
+                    kind="sidecar container" if kind == "init container" and name in sidecars else kind,
+                    pod_has_shares=bool(grants),
+                )
     return found
 
 
@@ -146,12 +179,16 @@ _Grant = tuple[tuple[str, ...], int | None, int | None, bool]
 
 
 def _grants(pod: Mapping[str, Any]) -> tuple[dict[str, _Grant], str]:
-    """Per container: (devices, request MiB, limit MiB, sm-sharing); a ContractError becomes a problem, not
-    a crash."""
+    """Per container: (devices, request MiB, limit MiB, sm-sharing). A contract that cannot be read is a
+    problem, not a crash: a ContractError says why; anything else is a pod the contract parser could not
+    take at all (a poison object), and a tick must go on with the other pods."""
     try:
         placement = contract.parse_placement(pod)
     except contract.ContractError as error:
-        return {}, f"its GPU contract is broken ({error})"
+        return {}, f"its GPU contract is broken ({_short(str(error))})"
+    except Exception as error:  # a poison pod: reported as a finding, never the end of the tick
+        log.exception("cannot read the GPU contract of a pod; treating it as having none")
+        return {}, f"its GPU contract cannot be read ({type(error).__name__})"
     if placement is None:
         return {}, ""
     grants: dict[str, _Grant] = {
@@ -166,6 +203,28 @@ def _grants(pod: Mapping[str, Any]) -> tuple[dict[str, _Grant], str]:
     for whole in placement.whole:
         grants[whole.container] = (whole.devices, None, None, False)
     return grants, ""
+
+
+def _sidecars(pod: Mapping[str, Any]) -> set[str]:
+    """Init containers that keep running beside the app (`restartPolicy: Always`)."""
+    spec = _map(pod.get("spec"))
+    return {
+        str(_map(init).get("name"))
+        for init in _list(spec.get("initContainers"))
+        if _map(init).get("restartPolicy") == "Always"
+    }
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_PROBLEM else text[: MAX_PROBLEM - 3] + "..."
 
 
 def assess(
@@ -218,7 +277,9 @@ def _no_contract(process: Process, container: Container | None) -> str:
         return f"{where} runs in no container"
     if container is None:
         return f"{where} runs in container {process.container_id[:12]}, which is in no pod on this node"
-    owner = f"container {container.name} of pod {container.pod.namespace}/{container.pod.name}"
+    owner = f"{container.kind} {container.name} of pod {container.pod.namespace}/{container.pod.name}"
+    if not container.devices and container.pod_has_shares:
+        return f"{where} runs in {owner}, which is not one of the pod's GPU containers"
     if not container.devices:
         return f"{where} runs in {owner}, " + (container.problem or "which has no GPU contract")
     if not _holds(container, process.gpu):

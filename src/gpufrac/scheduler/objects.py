@@ -34,8 +34,6 @@ _DONE_PHASES = ("Succeeded", "Failed")
 # The largest CPU (in milli) or memory (in MiB) one node offers or one pod asks for. The state adds these
 # up in int64; 2**50 leaves room to add thousands of them, and is far beyond any real machine.
 MAX_AMOUNT = 2**50
-# No real quantity is longer; a longer one (a 5,000-digit number) is refused before it is parsed.
-_MAX_QUANTITY_LENGTH = 64
 _MAX_PRIORITY = 2**31  # Kubernetes priorities are int32
 
 
@@ -69,19 +67,11 @@ def pod_uid(pod: Obj) -> str:
     return text_field(pod, "metadata", "uid") or pod_key(pod)
 
 
-def _short(value: object) -> str:
-    """A malformed value, cut short for a message: an annotation can hold 256 KiB."""
-    text = str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _amount(value: object, where: str, unit: Fraction) -> int:
     """A resource quantity in whole `unit`s, rounded up; 0 when absent."""
     if value is None or value == "":
         return 0
     text = str(value)
-    if len(text) > _MAX_QUANTITY_LENGTH:
-        raise contract.ContractError(where, _short(text), f"is longer than {_MAX_QUANTITY_LENGTH} characters")
     try:
         amount = math.ceil(contract.parse_quantity(text) / unit)
     except ValueError as error:
@@ -145,25 +135,25 @@ def _check(value: object, shape: Any, where: str, *, optional: bool) -> None:
         return
     if isinstance(shape, dict):
         if not isinstance(value, Mapping):
-            raise contract.ContractError(where or "object", _short(value), "must be a map")
+            raise contract.ContractError(where or "object", str(value), "must be a map")
         if str in shape:
             for key, item in value.items():
                 if not isinstance(key, str):
-                    raise contract.ContractError(where, _short(key), "keys must be strings")
-                _check(item, shape[str], f"{where}[{_short(key)}]", optional=False)
+                    raise contract.ContractError(where, str(key), "keys must be strings")
+                _check(item, shape[str], f"{where}[{key}]", optional=False)
             return
         for key, inner in shape.items():
             _check(value.get(key), inner, f"{where}.{key}" if where else key, optional=True)
     elif isinstance(shape, list):
         if not isinstance(value, list):
-            raise contract.ContractError(where, _short(value), "must be a list")
+            raise contract.ContractError(where, str(value), "must be a list")
         for position, item in enumerate(value):
             _check(item, shape[0], f"{where}[{position}]", optional=False)
     else:
         kinds = shape if isinstance(shape, tuple) else (shape,)
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             wanted = " or ".join(kind.__name__ for kind in kinds)
-            raise contract.ContractError(where, _short(value), f"must be {wanted}")
+            raise contract.ContractError(where, str(value), f"must be {wanted}")
 
 
 # ---- nodes ------------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -24,19 +25,28 @@ PUBLISHED_AT_100 = {
 PAPER_POLICIES = tuple(PUBLISHED_AT_100)  # the policies the paper compares, in its order
 
 
+MAX_SEEDS = 1000  # each seed is one replay per policy: a thousand is days of CPU already
+
+
 def parse_seeds(text: str) -> list[int]:
-    """`42-51`, `1,2,7` or a mix: the seeds in the order given, without repeats."""
-    seeds: list[int] = []
+    """`42-51`, `1,2,7` or a mix: the seeds in the order given, without repeats, at most `MAX_SEEDS`.
+
+    Ranges are counted before they are expanded, so `1-99999999999` is refused, not built."""
+    seeds: dict[int, None] = {}
     for part in text.split(","):
         low, dash, high = part.strip().partition("-")
         try:
             first, last = int(low), int(high if dash else low)
         except ValueError:
-            raise UserError(f'--seeds "{text}": expected numbers and ranges such as 42-51 or 1,2,7') from None
+            raise UserError(
+                f"--seeds {_quoted(text)}: expected numbers and ranges such as 42-51 or 1,2,7"
+            ) from None
         if last < first:
-            raise UserError(f'--seeds "{text}": the range {part.strip()} runs backwards')
-        seeds += [seed for seed in range(first, last + 1) if seed not in seeds]
-    return seeds
+            raise UserError(f"--seeds {_quoted(text)}: the range {part.strip()} runs backwards")
+        if len(seeds) + last - first >= MAX_SEEDS:
+            raise UserError(f"--seeds {_quoted(text)}: more than {MAX_SEEDS} seeds; ask for fewer")
+        seeds.update(dict.fromkeys(range(first, last + 1)))
+    return list(seeds)
 
 
 def parse_policies(text: str) -> list[str]:
@@ -50,9 +60,15 @@ def parse_names(text: str, known: Iterable[str], *, option: str) -> list[str]:
     unknown = [name for name in names if name not in known]
     if unknown or not names:
         raise UserError(
-            f'{option} "{text}": unknown {", ".join(unknown) or "(none given)"}; known: {", ".join(known)}'
+            f"{option} {_quoted(text)}: unknown {', '.join(unknown) or '(none given)'}; "
+            f"known: {', '.join(known)}"
         )
     return names
+
+
+def _quoted(text: str) -> str:
+    """What the person typed, on one line and not too long, for a message."""
+    return json.dumps(text if len(text) <= 80 else text[:77] + "...", ensure_ascii=False)
 
 
 def _replay_job(trace: Trace, job: tuple[str, int, float]) -> RunResult:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TypeVar
 
+from gpufrac import reading
 from gpufrac.cluster.model import GpuSpec, NodeSpec, PodDemand
 from gpufrac.contract.model import Portion, ShareRequest, WholeGpuRequest
 from gpufrac.errors import UserError
@@ -30,6 +32,8 @@ MIB_PER_GB = 1000
 MODEL_MEMORY_GB = {"P100": 16, "T4": 16, "V100M16": 16, "V100M32": 32, "A10": 24, "G2": 32, "G3": 32}
 DEFAULT_MEMORY_GB = 16
 
+# A hundred times the bundled pod list: more is not a trace a replay could finish with.
+MAX_TRACE_BYTES = 64 * reading.MIB
 BUNDLED_NODES = "openb_node_list_gpu_node.csv"
 BUNDLED_PODS = "openb_pod_list_default.csv"
 
@@ -128,26 +132,20 @@ def load_pods(path: Path) -> list[TracePod]:
 
 
 def _rows(path: Path, required: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
+    text = reading.read_text(path, limit=MAX_TRACE_BYTES)
     try:
-        with path.open(newline="") as handle:
-            reader = csv.DictReader(handle)
-            missing = [column for column in required if column not in (reader.fieldnames or ())]
-            if missing:
-                expected = ",".join(required)
-                raise UserError(
-                    f"{path}:1: missing column(s) {', '.join(missing)}; the header needs {expected}"
-                )
-            rows = []
-            for row in reader:
-                if None in row or any(value is None for value in row.values()):
-                    raise UserError(
-                        f"{path}:{reader.line_num}: expected {len(reader.fieldnames or ())} fields"
-                    )
-                rows.append((reader.line_num, row))
-            return rows
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file; pass an openb-format CSV") from None
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        missing = [column for column in required if column not in (reader.fieldnames or ())]
+        if missing:
+            expected = ",".join(required)
+            raise UserError(f"{path}:1: missing column(s) {', '.join(missing)}; the header needs {expected}")
+        rows = []
+        for row in reader:
+            if None in row or any(value is None for value in row.values()):
+                raise UserError(f"{path}:{reader.line_num}: expected {len(reader.fieldnames or ())} fields")
+            rows.append((reader.line_num, row))
+        return rows
+    except csv.Error as error:
         raise UserError(f"{path}: cannot read it as CSV ({error})") from None
 
 

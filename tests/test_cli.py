@@ -1,0 +1,157 @@
+"""Every command, given bad input of each class, answers with one line and a non-zero exit, never a
+traceback or a hang: flags out of range, files that are missing, folders, endless or too large, and
+kubeconfigs that are missing, have no current context or name an unreachable server.
+
+The program is run as `gpufrac` runs it (`cli.main`), in this process: stderr is what a person sees.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpufrac import cli
+
+KUBECONFIG = """
+apiVersion: v1
+kind: Config
+{current}
+clusters: [{{name: c, cluster: {{server: "https://127.0.0.1:1"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: c, context: {{cluster: {cluster}, user: u}}}}]
+"""
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(list(args))
+    code = exited.value.code
+    return (code if isinstance(code, int) else 1), capsys.readouterr().err
+
+
+def assert_one_line(code: int, err: str, *fragments: str) -> None:
+    assert code != 0
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip() and " ERROR " not in line]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("gpufrac: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    """One file of each kind a command can be handed by mistake."""
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"# " + b"x" * (70 * 1024 * 1024) + b"\n")
+    return {"missing": tmp_path / "absent", "folder": tmp_path, "endless": Path("/dev/zero"), "big": big}
+
+
+FILE_ANSWERS = {
+    "missing": "no such file",
+    "folder": "folder",
+    "endless": "more than",
+    "big": "more than",
+}
+
+
+@pytest.mark.parametrize("kind", list(FILE_ANSWERS))
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("validate", "{path}"),
+        ("simulate", "--nodes", "{path}", "--seeds", "1"),
+        ("simulate", "--pods", "{path}", "--seeds", "1"),
+        ("plan", "--pods", "{path}"),
+        ("top", "--kubeconfig", "{path}"),
+        ("scheduler", "--kubeconfig", "{path}"),
+        ("agent", "--node-name", "n", "--once", "--kubeconfig", "{path}"),
+        ("webhook", "--generate-certs", "--hosts", "h", "--secret", "ns/s", "--kubeconfig", "{path}"),
+    ],
+    ids=lambda command: " ".join(part for part in command if not part.startswith("{")),
+)
+def test_a_bad_file_is_one_line(
+    capsys: pytest.CaptureFixture[str], files: dict[str, Path], command: tuple[str, ...], kind: str
+) -> None:
+    if command[0] == "validate" and kind == "folder":
+        pytest.skip("validate reads folders: see test_validate")
+    args = [part.format(path=files[kind]) for part in command]
+    assert_one_line(*run(capsys, *args), str(files[kind]), FILE_ANSWERS[kind])
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("webhook", "--port", "99999"), "'--port'"),
+        (("webhook", "--port", "-1"), "'--port'"),
+        (("scheduler", "--metrics-port", "70000"), "'--metrics-port'"),
+        (("agent", "--node-name", "n", "--metrics-port", "65536"), "'--metrics-port'"),
+        (("agent", "--node-name", "n", "--mps-thread-percentage", "101"), "'--mps-thread-percentage'"),
+        (("agent", "--node-name", "n", "--mps-pinned-limit-mib", "0"), "'--mps-pinned-limit-mib'"),
+        (("agent", "--node-name", "n", "--interval", "nan"), "--interval nan"),
+        (("agent", "--node-name", "n", "--interval", "1e300"), "at most 3600"),
+        (("simulate", "--seeds", "1-99999999999"), "more than 1000 seeds"),
+        (("simulate", "--seeds", "9" * 5000), "expected numbers"),
+        (("plan", "--seeds", "0-5000"), "more than 1000 seeds"),
+        (("simulate", "--inflation", "nan"), "--inflation nan"),
+        (("simulate", "--inflation", "abc"), "'--inflation'"),
+        (("plan", "--price-per-gpu-hour", "inf"), "--price-per-gpu-hour"),
+        (("plan", "--trusted-share", "nan"), "--trusted-share"),
+        (("simulate", "--workers", "-3"), "--workers"),
+        (("validate", "--format", "xml", "."), "'--format'"),
+        (("validate",), "Missing argument"),
+        (("agent",), "--node-name"),
+        (("no-such-command",), "No such command"),
+        (("validate", "--no-such-flag", "."), "No such option"),
+    ],
+)
+def test_a_bad_flag_is_one_line(capsys: pytest.CaptureFixture[str], args: tuple[str, ...], says: str) -> None:
+    code, err = run(capsys, *args)
+    assert code == 2
+    assert_one_line(code, err, says)
+
+
+@pytest.mark.parametrize(
+    ("current", "cluster", "says"),
+    [
+        ("", "c", "no current-context; pick one with `kubectl config use-context NAME`"),
+        ("current-context: other", "c", "not a usable kubeconfig (Context 'other' not found)"),
+        ("current-context: c", "gone", "its context names 'gone', which it does not define"),
+        ("current-context: c", "c", "cannot reach the Kubernetes API server at https://127.0.0.1:1"),
+    ],
+    ids=["no current context", "unknown context", "unknown cluster", "unreachable"],
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("top",),
+        ("scheduler", "--metrics-port", "0"),
+        ("webhook", "--generate-certs", "--hosts", "h", "--secret", "ns/s"),
+        ("agent", "--node-name", "n", "--once", "--mps-control", ""),
+    ],
+    ids=lambda command: command[0],
+)
+def test_a_bad_kubeconfig_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    command: tuple[str, ...],
+    current: str,
+    cluster: str,
+    says: str,
+) -> None:
+    if command[0] == "agent" and "reach" in says:
+        pytest.skip("an agent that cannot reach the API still checks NVML: see tests/node/test_command.py")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG.format(current=current, cluster=cluster))
+    code, err = run(capsys, *command, "--kubeconfig", str(kubeconfig))
+    assert_one_line(code, err, says if "reach" in says else f"{kubeconfig}: {says}")
+
+
+@pytest.mark.parametrize("kind", list(FILE_ANSWERS))
+def test_a_bad_certificate_file_is_one_line(
+    capsys: pytest.CaptureFixture[str], files: dict[str, Path], kind: str
+) -> None:
+    path = str(files[kind])
+    code, err = run(capsys, "webhook", "--tls-cert", path, "--tls-key", path, "--port", "0")
+    assert_one_line(code, err, f"--tls-cert {path}", "cannot load them")
