@@ -215,7 +215,8 @@ class SchedulerCache:
     def _account_bound(self, uid: str, pod: Obj, node: str) -> None:
         """Count a bound pod on its node. One that cannot be counted as its annotations say (unreadable, GPUs
         the node lacks, more than the node has left) is a misfit: reported, and its node held."""
-        self.names[uid] = objects.pod_key(pod)
+        if objects.name_of(pod):  # not the stand-in for a bind lost to a node change (`_reapply_assumed`)
+            self.names[uid] = objects.pod_key(pod)
         if node not in self.nodes:
             self.unplaced.setdefault(node, {})[uid] = pod
             return

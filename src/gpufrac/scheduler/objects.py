@@ -173,7 +173,7 @@ def node_spec(node: Obj) -> NodeSpec:
         raise contract.ContractError("metadata.name", "", "a Node needs a name")
     allocatable = _mapping(_mapping(node.get("status")).get("allocatable"))
     node_meta_labels = node_labels_of(node)
-    inventory = _agent_inventory(node)
+    inventory, _ = _agent_inventory(node)
     if inventory is not None:
         gpus = tuple(
             GpuSpec(gpu.index, gpu.uuid, gpu.model, gpu.memory_mib, healthy=gpu.healthy) for gpu in inventory
@@ -195,25 +195,22 @@ def node_spec(node: Obj) -> NodeSpec:
 
 def inventory_problem(node: Obj) -> str | None:
     """Why the agent's GPU list on `node` is ignored, or None when it is absent or readable."""
+    return _agent_inventory(node)[1]
+
+
+def _agent_inventory(node: Obj) -> tuple[tuple[node_inventory.GpuInfo, ...] | None, str | None]:
+    """The agent's GPU list, or None when there is none or it cannot be read (then labels are used); and
+    why it was not read."""
     text = node_annotations(node).get(node_inventory.GPUS_ANNOTATION)
     if not isinstance(text, str):
-        return None
+        return None, None
     try:
-        node_inventory.load_gpus(text)
+        return node_inventory.load_gpus(text), None
     except ValueError as error:
-        return f"ignoring its {node_inventory.GPUS_ANNOTATION} annotation, using the GPU labels: {error}"
-    return None
-
-
-def _agent_inventory(node: Obj) -> tuple[node_inventory.GpuInfo, ...] | None:
-    """The agent's GPU list, or None when there is none or it cannot be read (then labels are used)."""
-    text = node_annotations(node).get(node_inventory.GPUS_ANNOTATION)
-    if not isinstance(text, str):
-        return None
-    try:
-        return node_inventory.load_gpus(text)
-    except ValueError:
-        return None
+        return (
+            None,
+            f"ignoring its {node_inventory.GPUS_ANNOTATION} annotation, using the GPU labels: {error}",
+        )
 
 
 def _int_label(labels: Mapping[str, str], key: str, most: int) -> int:
