@@ -114,12 +114,13 @@ async def replica(
 
     scheduler.lead = lead  # type: ignore[method-assign]
     scheduler.step_down = step_down  # type: ignore[method-assign]
-    made.task = asyncio.create_task(run_replica(scheduler, elector, stop=asyncio.Event()))
+    stop = asyncio.Event()
+    made.task = asyncio.create_task(run_replica(scheduler, elector, stop=stop))
     try:
         yield made
     finally:
-        made.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+        stop.set()  # as SIGTERM does
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(made.task, 10)
 
 
@@ -182,6 +183,7 @@ async def test_a_leader_whose_clock_is_an_hour_slow_keeps_leading_and_one_that_l
                 assert not a.scheduler.leading
                 assert (a.bound, b.bound) == (3, 1)
                 assert await holder(admin_client, name) == "b"
+            assert await holder(admin_client, name) == ""  # b stopped cleanly: it gave the Lease up
     finally:
         await proxy.stop()
         with contextlib.suppress(Exception):

@@ -321,3 +321,28 @@ async def test_a_standby_leads_once_the_leader_stops_renewing(api: LeaseApi, clo
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_a_leader_that_stops_cleanly_releases_the_lease_and_a_standby_takes_over_at_once(
+    api: LeaseApi, clock: Clock
+) -> None:
+    a, b = replica(api, clock, "a"), replica(api, clock, "b")
+    await a.try_acquire_or_renew()
+    assert not await b.try_acquire_or_renew()
+    await b.release()  # not the holder: changes nothing
+    assert api.spec["holderIdentity"] == "a"
+    await a.release()
+    assert not a.holds() and api.spec["holderIdentity"] == "" and api.spec["leaseDurationSeconds"] == 1
+    assert await b.try_acquire_or_renew()  # no lease duration to wait out
+    assert api.spec["leaseTransitions"] == 1
+
+
+async def test_a_release_the_api_server_refuses_leaves_the_lease_to_expire(
+    api: LeaseApi, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = replica(api, clock, "a")
+    await a.try_acquire_or_renew()
+    api.fail = transport_error()
+    await a.release()
+    assert not a.holds() and api.spec["holderIdentity"] == "a"
+    assert "not released" in caplog.text

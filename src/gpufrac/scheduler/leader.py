@@ -152,13 +152,8 @@ class LeaderElector:
             "renewTime": _stamp(now),
             "leaseTransitions": transitions,
         }
-        metadata: dict[str, str | None] = {"name": self._name, "namespace": self._namespace}
         try:
-            if lease is None:
-                written = await self._client.create(build(Lease, {"metadata": metadata, "spec": spec}))
-            else:
-                metadata["resourceVersion"] = lease.metadata.resourceVersion if lease.metadata else None
-                written = await self._client.replace(build(Lease, {"metadata": metadata, "spec": spec}))
+            written = await self._put(lease, spec)
         except ApiError as error:
             if error.status.code in (409, 422):  # another replica wrote first
                 return False
@@ -167,6 +162,37 @@ class LeaderElector:
         if isinstance(written, Lease):
             self._observed, self._observed_at = _record(written), self._monotonic()
         return True
+
+    async def _put(self, lease: Lease | None, spec: dict[str, Any]) -> object:
+        """Create the Lease, or replace `lease` on condition that it has not changed since it was read."""
+        metadata: dict[str, str | None] = {"name": self._name, "namespace": self._namespace}
+        if lease is None:
+            return await self._client.create(build(Lease, {"metadata": metadata, "spec": spec}))
+        metadata["resourceVersion"] = lease.metadata.resourceVersion if lease.metadata else None
+        return await self._client.replace(build(Lease, {"metadata": metadata, "spec": spec}))
+
+    async def release(self) -> None:
+        """Give the Lease up, once this replica has nothing left in flight (a clean shutdown), so that a
+        standby takes over at its next try instead of a lease duration later. Best effort: a Lease that
+        cannot be written simply expires."""
+        if not self.holds():
+            return
+        self._leading_until = None
+        try:
+            async with asyncio.timeout(self.timing.renew_deadline):
+                lease = await self._client.get(Lease, self._name, namespace=self._namespace)
+                if lease.spec is None or lease.spec.holderIdentity != self.identity:
+                    return
+                now = _stamp(self._wall())
+                transitions = lease.spec.leaseTransitions or 0
+                spec = {"holderIdentity": "", "leaseDurationSeconds": 1, "acquireTime": now, "renewTime": now}
+                await self._put(lease, spec | {"leaseTransitions": transitions})
+        except (TimeoutError, *API_ERRORS) as error:
+            log.warning(
+                "lease %s/%s: not released (%s); it expires instead", self._namespace, self._name, error
+            )
+            return
+        log.info("lease %s/%s: released", self._namespace, self._name)
 
     async def run(self, *, on_lost: Callable[[], None]) -> None:
         """Hold or wait for the Lease until cancelled; call `on_lost` (and return) once this replica led and

@@ -96,6 +96,8 @@ async def run_replica(scheduler: Scheduler, elector: LeaderElector | None, *, st
     if lost.is_set() and elector is not None:  # another replica may bind once the lease runs out
         await scheduler.step_down(grace=elector.timing.lease_seconds - elector.timing.renew_deadline)
     await scheduler.wait_for_binds()  # binds in flight finish (or roll back) before the process ends
+    if elector is not None and not lost.is_set():
+        await elector.release()  # nothing of ours is in flight: a standby may take over at once
     for task in done:
         if task in tasks and not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
