@@ -142,12 +142,16 @@ async def test_backoff_is_capped_and_reset_by_an_event(sleeps: list[float]) -> N
     assert client.watch_versions[-1] == "9"
 
 
-async def test_an_event_the_handler_fails_on_is_skipped_and_the_watch_goes_on(
+async def test_an_event_the_handler_fails_on_is_not_dropped_the_reflector_lists_again(
     sleeps: list[float], caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A DELETED event lost to a failing handler would leave the pod's memory held for good: the relist
+    that follows states the pod is gone, and the list handler rebuilds from it."""
     client = ScriptedWatchClient(
-        [[]], [[("ADDED", versioned(pod("bad"), "5")), ("ADDED", versioned(pod("good"), "6"))]]
+        [[pod("bad"), pod("kept")], [pod("kept")]],
+        [[("DELETED", versioned(pod("bad"), "5")), ("ADDED", versioned(pod("never"), "6"))], []],
     )
+    lists: list[list[str]] = []
     handled: list[str] = []
 
     def on_event(event: str, body: dict[str, Any]) -> None:
@@ -156,14 +160,23 @@ async def test_an_event_the_handler_fails_on_is_skipped_and_the_watch_goes_on(
         handled.append(body["metadata"]["name"])
 
     task = asyncio.create_task(
-        reflector.reflect(client, Pod, on_list=lambda objects: None, on_event=on_event, namespaced=True)
+        reflector.reflect(
+            client,
+            Pod,
+            on_list=lambda objects: lists.append([o["metadata"]["name"] for o in objects]),
+            on_event=on_event,
+            namespaced=True,
+        )
     )
     await asyncio.wait_for(client.done.wait(), timeout=5)
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    assert handled == ["good"]
-    assert "Pod ADDED bad: handling the event failed; skipping it" in caplog.text
+    assert lists == [["bad", "kept"], ["kept"]]
+    assert handled == []  # the rest of the broken stream is not read: the list replaces it
+    assert client.watch_versions[:2] == ["list-1", "list-2"]
+    assert sleeps[0] == 0.4  # a backoff, so a handler that always fails cannot spin the API server
+    assert "Pod DELETED bad: handling the event failed; relisting" in caplog.text
 
 
 async def test_a_list_the_handler_fails_on_is_listed_again(

@@ -25,6 +25,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
+from gpufrac.contract.errors import brief
+
 GPUS_ANNOTATION = "gpufrac.io/gpus"
 DRIVER_VERSION_ANNOTATION = "gpufrac.io/driver-version"
 DRIVER_MAJOR_LABEL = "gpufrac.io/driver-major"
@@ -37,6 +39,13 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 # The first driver branch whose driver enforces per-container memory limits itself (CUDA 13.4).
 NATIVE_DRIVER_MAJOR = 615
+
+# Bounds on what a Node may claim. Real nodes have at most 16 GPUs of at most a few hundred GiB; the scheduler
+# sizes its arrays by the widest node and adds memory in int64, so an annotation or label listing a million
+# GPUs, or a GPU of 10**30 MiB, must be refused as unreadable rather than allocated or overflowed.
+MAX_GPUS_PER_NODE = 64
+MAX_GPU_MEMORY_MIB = 2**30  # 1 PiB
+MAX_NAME_LENGTH = 256  # a UUID or model; UUIDs label metrics, so they stay short
 
 
 class Enforcement(StrEnum):
@@ -77,10 +86,12 @@ def load_gpus(text: str) -> tuple[GpuInfo, ...]:
     """Read the annotation back; a `ValueError` that says what is wrong if it is not the format above."""
     try:
         items = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{GPUS_ANNOTATION} is not JSON: {error}") from None
+    except (ValueError, RecursionError) as error:  # also a number past Python's 4300 digits, deep nesting
+        raise ValueError(f"{GPUS_ANNOTATION} is not JSON: {str(error)[:200]}") from None
     if not isinstance(items, list):
         raise ValueError(f"{GPUS_ANNOTATION} must be a JSON list, not {type(items).__name__}")
+    if len(items) > MAX_GPUS_PER_NODE:
+        raise ValueError(f"{GPUS_ANNOTATION} lists {len(items)} GPUs; a node has at most {MAX_GPUS_PER_NODE}")
     gpus = tuple(_gpu(item, position) for position, item in enumerate(items))
     if sorted(gpu.index for gpu in gpus) != list(range(len(gpus))):
         raise ValueError(f"{GPUS_ANNOTATION}: GPU indices must be 0..{len(gpus) - 1}, one each")
@@ -96,7 +107,14 @@ def _gpu(item: object, position: int) -> GpuInfo:
         value = item.get(name)
         # bool is an int in Python; an index or a size given as true/false is still wrong.
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ValueError(f"{where}.{name} must be {kind.__name__}, got {value!r}")
+            raise ValueError(f"{where}.{name} must be {kind.__name__}, got {brief(repr(value))}")
+    if not 1 <= item["memory_mib"] <= MAX_GPU_MEMORY_MIB:
+        raise ValueError(
+            f"{where}.memory_mib must be 1..{MAX_GPU_MEMORY_MIB}, got {brief(repr(item['memory_mib']))}"
+        )
+    for name in ("uuid", "model"):
+        if len(item[name]) > MAX_NAME_LENGTH:
+            raise ValueError(f"{where}.{name} is longer than {MAX_NAME_LENGTH} characters")
     return GpuInfo(item["index"], item["uuid"], item["model"], item["memory_mib"], item["healthy"])
 
 

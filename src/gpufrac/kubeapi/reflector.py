@@ -1,16 +1,18 @@
 """List, then watch from the list's resourceVersion; relist on 410 Gone; reconnect with backoff.
 
 The scheduler's view of nodes and pods is only as good as this loop, so it never gives up: an API error
-or a dropped connection is logged and retried, and an event its handler fails on is logged and skipped,
-never raised into the scheduler.
+or a dropped connection is logged and retried. A handler that fails is never raised into the scheduler;
+since the event it failed on cannot be skipped without losing what it said, the loop lists again (after a
+backoff), and the list handler rebuilds its view from the full set.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, cast
 
 import lightkube
 from lightkube import ApiError
@@ -46,11 +48,22 @@ async def reflect(
                     await asyncio.sleep(min(max_backoff, 0.2 * 2**failures))
                     continue  # list again: the handler rebuilds everything from a full list
                 version = listing.resourceVersion
-            async for event, item in client.watch(resource, namespace=namespace, resource_version=version):
-                body = item.to_dict()
-                version = body.get("metadata", {}).get("resourceVersion", version)
-                failures = 0
-                _deliver(on_event, kind, event, body)
+            # An async generator (lightkube's is): closed at once when a failed event breaks out of it.
+            stream = cast(
+                AsyncGenerator[tuple[str, Any]],
+                client.watch(resource, namespace=namespace, resource_version=version),
+            )
+            async with contextlib.aclosing(stream):
+                async for event, item in stream:
+                    body = item.to_dict()
+                    version = body.get("metadata", {}).get("resourceVersion", version)
+                    failures = 0
+                    if not _deliver(on_event, kind, event, body):
+                        # Skipping the event would lose what it said for good (a DELETED event, the memory
+                        # of a pod gone); a full list states everything again, and the handler rebuilds.
+                        version = None
+                        failures += 1
+                        break
         except ApiError as error:
             if error.status.code == 410:
                 log.info("%s watch expired (410 Gone); relisting", kind)
@@ -64,13 +77,16 @@ async def reflect(
         await asyncio.sleep(min(max_backoff, 0.2 * 2**failures))
 
 
-def _deliver(on_event: Handler, kind: str, event: str, body: dict[str, Any]) -> None:
-    """One object the handler cannot digest must not stop the watch that every other object arrives on."""
+def _deliver(on_event: Handler, kind: str, event: str, body: dict[str, Any]) -> bool:
+    """False when the handler failed. Handlers report and skip the objects they cannot read, so this is a
+    bug; it must still not stop the watch that every other object arrives on."""
     try:
         on_event(event, body)
     except Exception:
         name = body.get("metadata", {}).get("name")
-        log.exception("%s %s %s: handling the event failed; skipping it", kind, event, name)
+        log.exception("%s %s %s: handling the event failed; relisting", kind, event, name)
+        return False
+    return True
 
 
 def _deliver_list(

@@ -12,7 +12,7 @@ Pure bookkeeping, no I/O: the loop and `gpufrac top` feed it API objects, and te
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -20,8 +20,9 @@ import numpy as np
 from gpufrac import contract
 from gpufrac.cluster.model import NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState, PlacementRefused
-from gpufrac.scheduler import objects
+from gpufrac.scheduler import objects, problems
 from gpufrac.scheduler.eligibility import Eligibility
+from gpufrac.scheduler.problems import NOT_ACCOUNTED, Problem
 
 log = logging.getLogger("gpufrac.scheduler")
 
@@ -29,12 +30,21 @@ Obj = Mapping[str, Any]
 
 
 class SchedulerCache:
-    def __init__(self, *, node_selector: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        node_selector: Mapping[str, str] | None = None,
+        report: Callable[[Problem], None] = problems.log_problem,
+    ) -> None:
         self.state = ClusterState()
         self.eligibility = Eligibility(node_selector or {})
-        self.nodes: dict[str, Obj] = {}  # name -> latest Node object
+        self.report = report  # told of every object skipped (`problems`); called often, it deduplicates
+        self.nodes: dict[str, Obj] = {}  # name -> latest readable Node object
         self.bound: dict[str, Obj] = {}  # uid -> latest object of a pod accounted as bound
-        self.unplaced: dict[str, dict[str, Obj]] = {}  # node not seen yet -> uid -> the pods bound to it
+        self.unplaced: dict[
+            str, dict[str, Obj]
+        ] = {}  # node not seen (or unreadable) -> uid -> its bound pods
+        self.misfits: dict[str, dict[str, Obj]] = {}  # node -> uid -> bound pods it cannot hold as written
         self.assumed: dict[str, Placement] = {}  # uid -> placement reserved for a bind in flight
         self.gone_assumed: set[str] = set()  # assumed pods deleted while their bind runs
         self.names: dict[str, str] = {}  # uid -> namespace/name, for people: logs and `gpufrac top`
@@ -55,40 +65,59 @@ class SchedulerCache:
     def sync_nodes(self, nodes: Iterable[Obj]) -> None:
         """A full list: nodes missing from it are gone."""
         listed = list(nodes)
-        seen = {objects.meta(node)["name"] for node in listed}
+        seen = {objects.name_of(node) for node in listed}
         for name in [name for name in self.nodes if name not in seen]:
             self.remove_node(name)
         for node in listed:
             self.add_node(node)
 
     def add_node(self, node: Obj) -> bool:
-        """Add or update a node; False when nothing placement reads has changed (a heartbeat)."""
-        name = objects.meta(node)["name"]
-        self.nodes[name] = node
-        view = (
-            objects.node_spec(node),
-            objects.node_ready(node),
-            objects.node_labels_of(node),
-            objects.node_taints(node),
-        )
+        """Add or update a node; False when nothing placement reads has changed (a heartbeat).
+
+        A node that cannot be read is reported and taken out as if deleted: nothing new lands on it, and
+        its pods wait, in `unplaced`, for a version that reads.
+        """
+        name = objects.name_of(node)
+        try:
+            view = (
+                objects.node_spec(node),
+                objects.node_ready(node),
+                objects.node_labels_of(node),
+                objects.node_taints(node),
+            )
+        except contract.ContractError as error:
+            message = f"cannot be read, so no pod is placed on it: {error}"
+            self.report(Problem.about("Node", node, problems.INVALID, message))
+            known = name in self.nodes
+            if known:
+                self.remove_node(name)
+            return known
         if self._node_views.get(name) == view:
             return False
+        if (ignored := objects.inventory_problem(node)) is not None:
+            self.report(Problem.about("Node", node, problems.INVALID, ignored))
+        self.nodes[name] = node
         self._node_views[name] = view
         self._upsert_node(view[0])
         self.eligibility.update(self.state.index[name], node)
-        for uid, pod in self.unplaced.pop(name, {}).items():
+        waiting = self.unplaced.pop(name, {}) | self.misfits.pop(name, {})
+        for uid, pod in waiting.items():
             self._account_bound(uid, pod, name)
+        self._hold_if_misfits(name)
         return True
 
     def remove_node(self, name: str) -> None:
         self.nodes.pop(name, None)
         self._node_views.pop(name, None)
+        held = self.misfits.pop(name, {})
         if name in self.state.index and self.state.active[self.state.index[name]]:
             for placement in self.state.remove_node(name):
                 # Kubernetes deletes these pods soon; should the node come back first, they count again.
                 pod = self.bound.pop(placement.pod, None)
                 if pod is not None:
-                    self.unplaced.setdefault(name, {})[placement.pod] = pod
+                    held[placement.pod] = pod
+        if held:
+            self.unplaced.setdefault(name, {}).update(held)
 
     def _upsert_node(self, spec: NodeSpec) -> None:
         row = self.state.index.get(spec.name)
@@ -99,18 +128,37 @@ class SchedulerCache:
             if _same_shape(current, spec):
                 for gpu in spec.gpus:
                     self.state.set_gpu_health(spec.name, gpu.index, healthy=gpu.healthy)
-                self.state.uuids[row] = [gpu.uuid for gpu in spec.gpus]
                 return
             released = self.state.remove_node(spec.name)
         else:
             released = []
         self.state.add_node(spec)
         for placement in released:
-            try:
-                self.state.apply(placement)
-            except PlacementRefused as error:
-                log.error("node %s changed under pod %s: %s", spec.name, self._name(placement.pod), error)
-                self.bound.pop(placement.pod, None)
+            if placement.pod in self.assumed:
+                self._reapply_assumed(placement)
+            elif (pod := self.bound.pop(placement.pod, None)) is not None:
+                # Read again from its annotations by `add_node`, against the node as it is now.
+                self.misfits.setdefault(spec.name, {})[placement.pod] = pod
+
+    def _reapply_assumed(self, placement: Placement) -> None:
+        """A bind in flight keeps its GPUs if the node still has them. If not, the node is held until the
+        bound pod's own annotations are read (`add_pod` after `finish_binding`)."""
+        try:
+            self.state.apply(placement)
+        except PlacementRefused as error:
+            log.error(
+                "node %s changed under the bind of %s: %s", placement.node, self._name(placement.pod), error
+            )
+            self.misfits.setdefault(placement.node, {})[placement.pod] = {}
+
+    def _hold_if_misfits(self, name: str) -> None:
+        """A node with a bound pod it cannot account takes no new pod: that pod's GPUs are not known, so any
+        placement there could double-book them."""
+        if name not in self.state.index:
+            return
+        held = len(self.misfits.get(name, {}))
+        reason = f"{held} bound pod(s) on it cannot be accounted (see its Events)" if held else None
+        self.eligibility.hold(self.state.index[name], reason)
 
     # ---- pods the watches report --------------------------------------------------------------------------
 
@@ -118,7 +166,7 @@ class SchedulerCache:
         """A full list: accounted pods missing from it or finished are gone; bound ones are added."""
         listed = list(pods)
         uids = {objects.pod_uid(pod) for pod in listed}
-        waiting = [uid for held in self.unplaced.values() for uid in held]  # bound to nodes not seen yet
+        waiting = [uid for held in (*self.unplaced.values(), *self.misfits.values()) for uid in held]
         for uid in [*self.state.placements, *waiting]:
             if uid not in uids:
                 self.remove_pod(uid)
@@ -132,6 +180,9 @@ class SchedulerCache:
         """A pod the watch reports bound to a node. Idempotent, since a relist adds every pod again."""
         uid = objects.pod_uid(pod)
         if uid in self.assumed:
+            node = self.assumed[uid].node
+            if uid in self.misfits.get(node, {}):
+                self.misfits[node][uid] = pod  # read once its bind settles
             return  # its bind is in flight: `finish_binding` or `forget` settles it
         if uid in self.state.placements:
             self.update_pod(pod)
@@ -155,22 +206,38 @@ class SchedulerCache:
         if uid in self.assumed:
             self.gone_assumed.add(uid)
             return False
-        if uid in self.state.placements or any(uid in held for held in self.unplaced.values()):
+        waiting = (*self.unplaced.values(), *self.misfits.values())
+        if uid in self.state.placements or any(uid in held for held in waiting):
             self._release(uid)
             return True
         return False
 
     def _account_bound(self, uid: str, pod: Obj, node: str) -> None:
-        self.names[uid] = objects.pod_key(pod)
+        """Count a bound pod on its node. One that cannot be counted as its annotations say (unreadable, GPUs
+        the node lacks, more than the node has left) is a misfit: reported, and its node held."""
+        if objects.name_of(pod):  # not the stand-in for a bind lost to a node change (`_reapply_assumed`)
+            self.names[uid] = objects.pod_key(pod)
         if node not in self.nodes:
             self.unplaced.setdefault(node, {})[uid] = pod
             return
+        held = self.misfits.get(node, {})
         try:
+            if not objects.node_name(pod):
+                # The pending version a bind started from: the bound one, with its annotations, is to come.
+                raise PlacementRefused("its bind has not been read back yet")
             self.state.apply(objects.bound_placement(pod, self.state.node_spec(node)))
         except (contract.ContractError, PlacementRefused) as error:
-            log.error("bound pod %s on %s does not add up: %s", objects.pod_key(pod), node, error)
+            self.misfits.setdefault(node, {})[uid] = pod
+            self._hold_if_misfits(node)
+            if objects.node_name(pod):
+                message = f"bound to {node} but not counted there, so {node} takes no new pod: {error}"
+                self.report(Problem.about("Pod", pod, NOT_ACCOUNTED, message))
             return
         self.bound[uid] = pod
+        if held.pop(uid, None) is not None:
+            if not held:
+                self.misfits.pop(node, None)
+            self._hold_if_misfits(node)
 
     # ---- pods this scheduler binds ------------------------------------------------------------------------
 
@@ -184,8 +251,13 @@ class SchedulerCache:
     def finish_binding(self, pod: Obj) -> bool:
         """The bind went through; False when the pod was deleted meanwhile (its memory is then freed)."""
         uid = objects.pod_uid(pod)
-        self.assumed.pop(uid, None)
-        self.bound[uid] = pod
+        placement = self.assumed.pop(uid, None)
+        lost = placement is not None and uid in self.misfits.get(placement.node, {})
+        if lost and uid not in self.gone_assumed:
+            assert placement is not None
+            self._account_bound(uid, self.misfits[placement.node][uid], placement.node)
+        elif not lost:
+            self.bound[uid] = pod
         return self._settle(uid)
 
     def forget(self, pod: Obj) -> bool:
@@ -205,6 +277,11 @@ class SchedulerCache:
     def _release(self, uid: str) -> None:
         for waiting in self.unplaced.values():
             waiting.pop(uid, None)
+        for node, held in list(self.misfits.items()):
+            if held.pop(uid, None) is not None:
+                if not held:
+                    del self.misfits[node]
+                self._hold_if_misfits(node)
         self.bound.pop(uid, None)
         self.names.pop(uid, None)
         if uid in self.state.placements:
@@ -215,10 +292,11 @@ class SchedulerCache:
 
 
 def _same_shape(current: NodeSpec, new: NodeSpec) -> bool:
-    """Only GPU health or UUIDs differ: no need to rebuild the node's allocations."""
+    """Only GPU health differs: no need to rebuild the node's allocations. A changed UUID is a different
+    GPU, so the pods placed by the old one are read again (and held if it is gone)."""
     return (
         current.cpu_milli == new.cpu_milli
         and current.memory_mib == new.memory_mib
-        and [(g.index, g.model, g.memory_mib) for g in current.gpus]
-        == [(g.index, g.model, g.memory_mib) for g in new.gpus]
+        and [(g.index, g.uuid, g.model, g.memory_mib) for g in current.gpus]
+        == [(g.index, g.uuid, g.model, g.memory_mib) for g in new.gpus]
     )

@@ -41,6 +41,7 @@ class Eligibility:
         self._labels: dict[int, Mapping[str, str]] = {}
         self._taints: dict[int, list[Mapping[str, Any]]] = {}
         self._why_not: dict[int, str] = {}
+        self._held: dict[int, str] = {}  # rows the cache holds back, with why (`hold`)
 
     def update(self, row: int, node: Mapping[str, Any]) -> None:
         if row >= self._usable.shape[0]:
@@ -56,8 +57,17 @@ class Eligibility:
             self._why_not[row] = "node not ready or cordoned"
         else:
             self._why_not.pop(row, None)
-        self._usable[row] = row not in self._why_not
+        self._usable[row] = row not in self._why_not and row not in self._held
         self._tainted[row] = bool(self._taints[row])
+
+    def hold(self, row: int, reason: str | None) -> None:
+        """Keep every pod off `row` for `reason` (the cache cannot account a pod there), or stop doing so."""
+        if reason is None:
+            self._held.pop(row, None)
+        else:
+            self._held[row] = reason
+        if row < self._usable.shape[0]:
+            self._usable[row] = row not in self._why_not and row not in self._held
 
     def rows_for(self, pod: Mapping[str, Any], state: ClusterState) -> tuple[np.ndarray, Counter[str]]:
         """Active nodes the pod may land on, and the others counted by reason."""
@@ -67,7 +77,7 @@ class Eligibility:
         usable = self._usable[active]
         excluded: Counter[str] = Counter()
         for row in active[~usable]:
-            excluded[self._why_not[int(row)]] += 1
+            excluded[self._why_not.get(int(row)) or self._held[int(row)]] += 1
         rows = active[usable]
         spec = pod.get("spec") or {}
         wanted = spec.get("nodeSelector") or {}

@@ -38,6 +38,7 @@ from gpufrac.scheduler import objects
 from gpufrac.scheduler.binder import BindError, bind
 from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.metrics import SchedulerMetrics
+from gpufrac.scheduler.problems import INVALID, Problem, Problems
 from gpufrac.scheduler.queue import SchedulingQueue
 
 log = logging.getLogger("gpufrac.scheduler")
@@ -78,13 +79,23 @@ class Scheduler:
     ) -> None:
         self.client = client
         self.config = config
-        self.cache = SchedulerCache(node_selector=config.node_selector) if cache is None else cache
+        self.metrics = SchedulerMetrics(
+            lambda: self.cache.snapshot(),
+            leader=lambda: self.leading,
+            misfits=lambda: sum(len(held) for held in self.cache.misfits.values()),
+        )
+        self.problems = Problems(
+            on_new=lambda problem: self.metrics.invalid_objects.labels(problem.kind, problem.reason).inc()
+        )
+        if cache is None:
+            cache = SchedulerCache(node_selector=config.node_selector, report=self.problems.report)
+        self.cache = cache
         self.queue = SchedulingQueue(clock=clock) if queue is None else queue
         self.clock = clock
-        self.metrics = SchedulerMetrics(self.cache.snapshot, leader=lambda: self.is_leader)
         self.pending: dict[str, dict[str, Any]] = {}  # uid -> latest version of our unbound pods
         self.synced = {"nodes": False, "pods": False}
         self.is_leader = leading  # a standby (False) keeps its cache warm and binds nothing until `lead()`
+        self._holds: Callable[[], bool] = lambda: True  # the elector's word that the Lease is still ours
         self._binds: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(config.max_concurrent_binds)
         self._wakeup = asyncio.Event()
@@ -100,7 +111,7 @@ class Scheduler:
 
     def on_node_event(self, event: str, node: dict[str, Any]) -> None:
         if event == "DELETED":
-            self.cache.remove_node(objects.meta(node)["name"])
+            self.cache.remove_node(objects.name_of(node))
         elif not self.cache.add_node(node):
             return  # a heartbeat: nothing placement depends on has changed
         self._cluster_changed()
@@ -132,6 +143,12 @@ class Scheduler:
                 self.cache.add_pod(pod)
             return
         if objects.scheduler_name(pod) == self.config.name and uid not in self.cache.assumed:
+            try:
+                objects.check_pod(pod)
+            except contract.ContractError as error:
+                self._forget_pending(uid)
+                self.problems.report(Problem.about("Pod", pod, INVALID, f"cannot be scheduled: {error}"))
+                return
             previous = self.pending.get(uid)
             self.pending[uid] = pod
             if previous is None or _spec_changed(previous, pod):
@@ -177,7 +194,7 @@ class Scheduler:
         if POLICIES[self.config.policy].needs_workload:
             self.refresh_workload()
         tried = 0
-        while self.is_leader and (uid := self.queue.pop()) is not None:
+        while self.leading and (uid := self.queue.pop()) is not None:
             pod = self.pending.get(uid)
             if pod is None:
                 continue
@@ -209,6 +226,12 @@ class Scheduler:
         self.cache.assume(pod, outcome)
         del self.pending[uid]
         await self._slots.acquire()
+        if not self.leading:  # the Lease ran out while the pod waited for a bind slot: not ours to bind
+            self._slots.release()
+            if self.cache.forget(pod):
+                self.pending[uid] = pod
+                self.queue.add(uid, priority=_priority(pod), created=_created(pod))
+            return
         task = asyncio.create_task(self._bind(uid, pod, outcome))
         self._binds.add(task)
         task.add_done_callback(self._binds.discard)
@@ -270,9 +293,58 @@ class Scheduler:
 
     # ---- running ------------------------------------------------------------------------------------------
 
-    def lead(self) -> None:
+    def lead(self, holds: Callable[[], bool] = lambda: True) -> None:
+        """Start binding, for as long as `holds()` (the elector's renew deadline) says the Lease is ours: it
+        is asked before each bind starts, so binding stops at the deadline, not when the elector notices."""
         self.is_leader = True
+        self._holds = holds
         self._wakeup.set()
+
+    @property
+    def leading(self) -> bool:
+        return self.is_leader and self._holds()
+
+    async def step_down(self, *, grace: float) -> None:
+        """Leadership is lost: bind nothing more, and resolve the binds in flight before another replica may
+        start binding (`grace` seconds, the lease duration less the renew deadline).
+
+        Binds get the grace to finish. Any still running are then cancelled, so that none sends its next
+        write, and each pod is read back: what the log and the cache say is what the API server holds, not
+        a guess. A write already on the wire when cancelled may still land; the API server refuses a second
+        Binding of a bound pod, and the new leader's watch counts whatever landed.
+        """
+        self.is_leader = False
+        pending = list(self._binds)
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=max(grace, 0.0))
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        for uid in list(self.cache.assumed):
+            await self._read_back(uid)
+
+    async def _read_back(self, uid: str) -> None:
+        namespace, _, name = self.cache.names.get(uid, "/").partition("/")
+        pod = {"metadata": {"uid": uid, "namespace": namespace, "name": name}}
+        try:
+            found = await asyncio.wait_for(self.client.get(Pod, name, namespace=namespace), timeout=5.0)
+        except (TimeoutError, *API_ERRORS) as error:
+            log.error(
+                "pod %s/%s: bind cut short at loss of leadership, outcome unknown: %s", namespace, name, error
+            )
+            self.cache.forget(pod)
+            return
+        body = found.to_dict() if hasattr(found, "to_dict") else {}
+        if objects.pod_uid(body) == uid and objects.node_name(body):
+            log.info(
+                "pod %s/%s: bound to %s before leadership was lost", namespace, name, objects.node_name(body)
+            )
+            self.cache.finish_binding(pod)
+        else:
+            log.warning(
+                "pod %s/%s: not bound at loss of leadership; the next leader schedules it", namespace, name
+            )
+            self.cache.forget(pod)
 
     @property
     def ready(self) -> bool:
@@ -288,7 +360,14 @@ class Scheduler:
                 self.client, Pod, on_list=self.on_pods_listed, on_event=self.on_pod_event, namespaced=True
             ),
             self.scheduling_loop(),
+            self.reporting_loop(),
         )
+
+    async def reporting_loop(self) -> None:
+        """Write the Warning Events for the objects skipped, apart from the handlers that skip them."""
+        while True:
+            await self.problems.waiting.wait()
+            await self.problems.send(self.client, component=self.config.name)
 
     async def scheduling_loop(self) -> None:
         while True:
@@ -306,7 +385,7 @@ class Scheduler:
 
 
 def _priority(pod: Mapping[str, Any]) -> int:
-    return int((pod.get("spec") or {}).get("priority") or 0)
+    return objects.priority(pod)
 
 
 def _created(pod: Mapping[str, Any]) -> float:

@@ -52,7 +52,11 @@ class _GpuMemory(Collector):
 
 class SchedulerMetrics:
     def __init__(
-        self, state: Callable[[], ClusterState], *, leader: Callable[[], bool] = lambda: True
+        self,
+        state: Callable[[], ClusterState],
+        *,
+        leader: Callable[[], bool] = lambda: True,
+        misfits: Callable[[], int] = lambda: 0,
     ) -> None:
         self.registry = CollectorRegistry()
         self.attempts = Counter(
@@ -79,6 +83,18 @@ class SchedulerMetrics:
             registry=self.registry,
         )
         self.leader.set_function(lambda: float(leader()))
+        self.invalid_objects = Counter(
+            "gpufrac_scheduler_invalid_objects",
+            "Pods and nodes the scheduler skipped, unreadable or unaccountable (each once; see their Events)",
+            ["kind", "reason"],
+            registry=self.registry,
+        )
+        self.misfits = Gauge(
+            "gpufrac_scheduler_unaccounted_pods",
+            "Bound pods their node cannot hold as their annotations say; such a node takes no new pod",
+            registry=self.registry,
+        )
+        self.misfits.set_function(lambda: float(misfits()))
         self.registry.register(_GpuMemory(state))
 
 

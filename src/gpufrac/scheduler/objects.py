@@ -4,6 +4,12 @@ Everything the scheduler knows comes from here: a Node becomes a `NodeSpec`, a p
 a bound Pod a `Placement` read back from the annotations bind wrote. Keeping this pure is what lets a
 restarted scheduler rebuild exactly the state it had, and lets tests check the conversions without an
 API server.
+
+Objects are untrusted input: one odd pod or node must never stop the watch every other object arrives on.
+So the identity readers (`meta`, `pod_uid`, `node_name`, `is_done`, ...) never raise (a field of the wrong
+type reads as absent), and everything that parses (`check`, `node_spec`, `pod_resources`, `pod_demand`,
+`bound_placement`) raises only `ContractError`, which names the field; the cache and the loop catch it per
+object, report the object and skip it.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from gpufrac import contract
@@ -24,101 +31,217 @@ log = logging.getLogger("gpufrac.scheduler")
 DEFAULT_SCHEDULER = "default-scheduler"
 _DONE_PHASES = ("Succeeded", "Failed")
 
+# The largest CPU (in milli) or memory (in MiB) one node offers or one pod asks for. The state adds these
+# up in int64; 2**50 leaves room to add thousands of them, and is far beyond any real machine.
+MAX_AMOUNT = 2**50
+_MAX_PRIORITY = 2**31  # Kubernetes priorities are int32
+
+
+def _mapping(value: object) -> Obj:
+    return value if isinstance(value, Mapping) else {}
+
 
 def meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
+    return _mapping(obj.get("metadata"))
+
+
+def text_field(obj: Obj, part: str, name: str) -> str:
+    """`obj[part][name]` when it is a string, else "": identity fields of an object that may be malformed."""
+    value = _mapping(obj.get(part)).get(name)
+    return value if isinstance(value, str) else ""
+
+
+def name_of(obj: Obj) -> str:
+    """metadata.name; "" when it is missing or not a string."""
+    return text_field(obj, "metadata", "name")
 
 
 def pod_key(pod: Obj) -> str:
     """namespace/name: how people (logs, Events, `gpufrac top`) name a pod."""
-    return f"{meta(pod).get('namespace', '')}/{meta(pod).get('name', '')}"
+    return f"{text_field(pod, 'metadata', 'namespace')}/{name_of(pod)}"
 
 
 def pod_uid(pod: Obj) -> str:
     """How the scheduler tells pods apart: a pod recreated under the same name is another pod. Every pod the
     API returns has a UID; namespace/name stands in only for hand-made objects without one."""
-    return str(meta(pod).get("uid") or pod_key(pod))
+    return text_field(pod, "metadata", "uid") or pod_key(pod)
 
 
-def cpu_milli(quantity: str | None) -> int:
-    return 0 if not quantity else math.ceil(contract.parse_quantity(str(quantity)) * 1000)
+def _amount(value: object, where: str, unit: Fraction) -> int:
+    """A resource quantity in whole `unit`s, rounded up; 0 when absent."""
+    if value is None or value == "":
+        return 0
+    text = str(value)
+    try:
+        amount = math.ceil(contract.parse_quantity(text) / unit)
+    except ValueError as error:
+        raise contract.ContractError(where, text, str(error)) from None
+    if not 0 <= amount <= MAX_AMOUNT:
+        raise contract.ContractError(where, text, f"is out of range (0 to {MAX_AMOUNT} in all)")
+    return amount
 
 
-def memory_mib(quantity: str | None) -> int:
-    return 0 if not quantity else math.ceil(contract.parse_quantity(str(quantity)) / 2**20)
+def cpu_milli(quantity: object, where: str = "cpu") -> int:
+    return _amount(quantity, where, Fraction(1, 1000))
+
+
+def memory_mib(quantity: object, where: str = "memory") -> int:
+    return _amount(quantity, where, Fraction(2**20))
+
+
+# ---- shapes -----------------------------------------------------------------------------------------------
+
+# The fields the scheduler reads, with their types: a type (or tuple of types), a dict of field -> shape, a
+# `{str: shape}` map of any keys, or a one-item list of the shape of every item. A field may be absent or
+# null, a list item may not. `check` runs once per object, so the readers may then use the fields freely.
+_STRINGS = {str: str}
+_QUANTITY = (str, int, float)
+_CONTAINER = {"name": str, "resources": {"requests": {str: _QUANTITY}, "limits": {str: _QUANTITY}}}
+POD_SHAPE: Mapping[Any, Any] = {
+    "metadata": {"name": str, "namespace": str, "uid": str, "annotations": _STRINGS},
+    "spec": {
+        "nodeName": str,
+        "schedulerName": str,
+        "priority": int,
+        "containers": [_CONTAINER],
+        "initContainers": [_CONTAINER],
+        "nodeSelector": _STRINGS,
+        "tolerations": [{"key": str, "operator": str, "value": str, "effect": str}],
+    },
+    "status": {"phase": str},
+}
+NODE_SHAPE: Mapping[Any, Any] = {
+    "metadata": {"name": str, "labels": _STRINGS, "annotations": _STRINGS},
+    "spec": {"unschedulable": bool, "taints": [{"key": str, "value": str, "effect": str}]},
+    "status": {"allocatable": {str: _QUANTITY}, "conditions": [{"type": str, "status": str}]},
+}
+
+
+def check(obj: Obj, shape: Mapping[Any, Any]) -> None:
+    """Raise `ContractError` naming the first field the scheduler reads that has the wrong type."""
+    _check(obj, shape, "", optional=False)
+
+
+def check_pod(pod: Obj) -> None:
+    """`check` for a pod, which must also be named: Events and conditions about it need the name."""
+    check(pod, POD_SHAPE)
+    for field in ("namespace", "name"):
+        if not text_field(pod, "metadata", field):
+            raise contract.ContractError(f"metadata.{field}", "", "a pod needs one")
+
+
+def _check(value: object, shape: Any, where: str, *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if isinstance(shape, dict):
+        if not isinstance(value, Mapping):
+            raise contract.ContractError(where or "object", str(value), "must be a map")
+        if str in shape:
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise contract.ContractError(where, str(key), "keys must be strings")
+                _check(item, shape[str], f"{where}[{key}]", optional=False)
+            return
+        for key, inner in shape.items():
+            _check(value.get(key), inner, f"{where}.{key}" if where else key, optional=True)
+    elif isinstance(shape, list):
+        if not isinstance(value, list):
+            raise contract.ContractError(where, str(value), "must be a list")
+        for position, item in enumerate(value):
+            _check(item, shape[0], f"{where}[{position}]", optional=False)
+    else:
+        kinds = shape if isinstance(shape, tuple) else (shape,)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            wanted = " or ".join(kind.__name__ for kind in kinds)
+            raise contract.ContractError(where, str(value), f"must be {wanted}")
 
 
 # ---- nodes ------------------------------------------------------------------------------------------------
 
 
 def node_spec(node: Obj) -> NodeSpec:
-    """The node's allocatable CPU and memory, and its GPUs.
+    """The node's allocatable CPU and memory, and its GPUs; `ContractError` for a node that is unreadable.
 
     GPUs come from the node agent's `gpufrac.io/gpus` annotation when present (UUIDs and health), otherwise
     from the GPU Feature Discovery labels (count, memory in MiB, product), with indices standing in for
-    UUIDs, as the contract allows.
+    UUIDs, as the contract allows. An unreadable annotation falls back to the labels (`inventory_problem`
+    says why, for the report).
     """
-    name = meta(node)["name"]
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    node_meta_labels = meta(node).get("labels") or {}
-    inventory = _agent_inventory(node)
+    check(node, NODE_SHAPE)
+    name = name_of(node)
+    if not name:
+        raise contract.ContractError("metadata.name", "", "a Node needs a name")
+    allocatable = _mapping(_mapping(node.get("status")).get("allocatable"))
+    node_meta_labels = node_labels_of(node)
+    inventory, _ = _agent_inventory(node)
     if inventory is not None:
         gpus = tuple(
             GpuSpec(gpu.index, gpu.uuid, gpu.model, gpu.memory_mib, healthy=gpu.healthy) for gpu in inventory
         )
     else:
-        count = _int_label(node_meta_labels, node_inventory.GPU_COUNT_LABEL)
-        memory = _int_label(node_meta_labels, node_inventory.GPU_MEMORY_LABEL)
+        count = _int_label(node_meta_labels, node_inventory.GPU_COUNT_LABEL, node_inventory.MAX_GPUS_PER_NODE)
+        memory = _int_label(
+            node_meta_labels, node_inventory.GPU_MEMORY_LABEL, node_inventory.MAX_GPU_MEMORY_MIB
+        )
         model = node_meta_labels.get(node_inventory.GPU_PRODUCT_LABEL, "")
-        gpus = tuple(GpuSpec(i, str(i), model, memory) for i in range(count)) if memory else ()
+        gpus = tuple(GpuSpec(i, str(i), model, memory) for i in range(count)) if memory and count else ()
     return NodeSpec(
         name=name,
-        cpu_milli=cpu_milli(allocatable.get("cpu")),
-        memory_mib=memory_mib(allocatable.get("memory")),
+        cpu_milli=cpu_milli(allocatable.get("cpu"), "status.allocatable.cpu"),
+        memory_mib=memory_mib(allocatable.get("memory"), "status.allocatable.memory"),
         gpus=gpus,
     )
 
 
-def _agent_inventory(node: Obj) -> tuple[node_inventory.GpuInfo, ...] | None:
-    """The agent's GPU list, or None when there is none or it cannot be read (then labels are used)."""
-    text = (meta(node).get("annotations") or {}).get(node_inventory.GPUS_ANNOTATION)
-    if text is None:
-        return None
+def inventory_problem(node: Obj) -> str | None:
+    """Why the agent's GPU list on `node` is ignored, or None when it is absent or readable."""
+    return _agent_inventory(node)[1]
+
+
+def _agent_inventory(node: Obj) -> tuple[tuple[node_inventory.GpuInfo, ...] | None, str | None]:
+    """The agent's GPU list, or None when there is none or it cannot be read (then labels are used); and
+    why it was not read."""
+    text = node_annotations(node).get(node_inventory.GPUS_ANNOTATION)
+    if not isinstance(text, str):
+        return None, None
     try:
-        return node_inventory.load_gpus(text)
+        return node_inventory.load_gpus(text), None
     except ValueError as error:
-        log.warning(
-            "node %s: ignoring its %s annotation: %s",
-            meta(node).get("name"),
-            node_inventory.GPUS_ANNOTATION,
-            error,
+        return (
+            None,
+            f"ignoring its {node_inventory.GPUS_ANNOTATION} annotation, using the GPU labels: {error}",
         )
-        return None
 
 
-def _int_label(labels: Mapping[str, str], key: str) -> int:
-    try:
-        return max(0, int(labels.get(key, "0")))
-    except ValueError:
+def _int_label(labels: Mapping[str, str], key: str, most: int) -> int:
+    """A whole-number label in 0..most; 0 (no GPUs) for anything else, as for a node without the label."""
+    text = labels.get(key, "0")
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         return 0
+    value = int(text)
+    return value if value <= most else 0
+
+
+def node_annotations(node: Obj) -> Obj:
+    return _mapping(meta(node).get("annotations"))
 
 
 def node_ready(node: Obj) -> bool:
     """Ready, and not cordoned: the only nodes a new pod may land on."""
-    if (node.get("spec") or {}).get("unschedulable"):
+    if _mapping(node.get("spec")).get("unschedulable"):
         return False
-    conditions = (node.get("status") or {}).get("conditions") or []
+    conditions = _mapping(node.get("status")).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def node_labels_of(node: Obj) -> Mapping[str, str]:
-    return meta(node).get("labels") or {}
+    return _mapping(meta(node).get("labels"))
 
 
 def node_taints(node: Obj) -> list[Obj]:
     return [
         t
-        for t in (node.get("spec") or {}).get("taints") or []
+        for t in _mapping(node.get("spec")).get("taints") or []
         if t.get("effect") in ("NoSchedule", "NoExecute")
     ]
 
@@ -128,45 +251,89 @@ def node_taints(node: Obj) -> list[Obj]:
 
 def is_done(pod: Obj) -> bool:
     """A pod that holds nothing any more: finished, or being deleted."""
-    return (pod.get("status") or {}).get("phase") in _DONE_PHASES or bool(meta(pod).get("deletionTimestamp"))
+    return text_field(pod, "status", "phase") in _DONE_PHASES or bool(meta(pod).get("deletionTimestamp"))
 
 
 def node_name(pod: Obj) -> str:
-    return (pod.get("spec") or {}).get("nodeName") or ""
+    return text_field(pod, "spec", "nodeName")
 
 
 def scheduler_name(pod: Obj) -> str:
-    return (pod.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER
+    return text_field(pod, "spec", "schedulerName") or DEFAULT_SCHEDULER
+
+
+def priority(pod: Obj) -> int:
+    """spec.priority, an int32 in Kubernetes; 0 when absent or not one."""
+    value = _mapping(pod.get("spec")).get("priority")
+    if isinstance(value, int) and not isinstance(value, bool) and -_MAX_PRIORITY <= value < _MAX_PRIORITY:
+        return value
+    return 0
 
 
 def pod_resources(pod: Obj) -> tuple[int, int]:
     """CPU (milli) and memory (MiB) the pod requests: the sum over containers, or the largest init
-    container if that is more, as kube-scheduler counts them."""
-    spec = pod.get("spec") or {}
+    container if that is more, as kube-scheduler counts them. `ContractError` for a malformed amount."""
+    check(pod, POD_SHAPE)
+    spec = _mapping(pod.get("spec"))
 
-    def requests(container: Obj) -> tuple[int, int]:
-        wanted = (container.get("resources") or {}).get("requests") or {}
-        return cpu_milli(wanted.get("cpu")), memory_mib(wanted.get("memory"))
+    def requests(kind: str) -> list[tuple[int, int]]:
+        found = []
+        for position, container in enumerate(spec.get(kind) or []):
+            wanted = _mapping(_mapping(container.get("resources")).get("requests"))
+            where = f"spec.{kind}[{position}].resources.requests"
+            found.append(
+                (
+                    cpu_milli(wanted.get("cpu"), f"{where}.cpu"),
+                    memory_mib(wanted.get("memory"), f"{where}.memory"),
+                )
+            )
+        return found
 
-    running = [requests(c) for c in spec.get("containers") or []]
-    init = [requests(c) for c in spec.get("initContainers") or []]
+    running, init = requests("containers"), requests("initContainers")
     cpu = max(sum(c for c, _ in running), max((c for c, _ in init), default=0))
     memory = max(sum(m for _, m in running), max((m for _, m in init), default=0))
+    if cpu > MAX_AMOUNT or memory > MAX_AMOUNT:
+        raise contract.ContractError(
+            "spec.containers", f"{cpu}m, {memory}Mi", "the pod asks for more than any node has"
+        )
     return cpu, memory
 
 
 def pod_demand(pod: Obj) -> PodDemand:
     """What a pending pod needs; raises `ContractError` for a pod that breaks the contract."""
-    request = contract.parse_pod(pod)
     cpu, memory = pod_resources(pod)
+    request = contract.parse_pod(pod)
+    for share in request.shares:
+        _bounded_share(share.container, share.num_devices, [share.request, share.limit])
+    for whole in request.whole:
+        if whole.count > node_inventory.MAX_GPUS_PER_NODE:
+            raise contract.ContractError(
+                keys.GPU_RESOURCE,
+                str(whole.count),
+                f"no node has more than {node_inventory.MAX_GPUS_PER_NODE} GPUs",
+            )
     return PodDemand(
         name=pod_uid(pod),
         cpu_milli=cpu,
         memory_mib=memory,
         whole=request.whole,
         shares=request.shares,
-        priority=int((pod.get("spec") or {}).get("priority") or 0),
+        priority=priority(pod),
     )
+
+
+def _bounded_share(container: str, devices: int, amounts: Sequence[object]) -> None:
+    if devices > node_inventory.MAX_GPUS_PER_NODE:
+        raise contract.ContractError(
+            keys.NUM_DEVICES, str(devices), f"no node has more than {node_inventory.MAX_GPUS_PER_NODE} GPUs"
+        )
+    for amount in amounts:
+        if isinstance(amount, contract.Mebibytes) and amount.value > node_inventory.MAX_GPU_MEMORY_MIB:
+            raise contract.ContractError(
+                keys.container_key(container, keys.MEMORY_REQUEST),
+                f"{amount.value}Mi",
+                "is larger than any GPU",
+            )
 
 
 def bound_placement(pod: Obj, node: NodeSpec) -> Placement:
@@ -177,7 +344,9 @@ def bound_placement(pod: Obj, node: NodeSpec) -> Placement:
     the node does not have.
     """
     cpu, memory = pod_resources(pod)
-    placed = contract.parse_placement(pod)
+    # Only what bind wrote is read: a pod without `gpus.devices` holds no GPU gpufrac knows of, whatever
+    # else its annotations say, so a foreign pod's odd annotations cannot make its node unusable.
+    placed = contract.parse_placement(pod) if _names_devices(pod) else None
     assignments: list[Assignment] = []
     if placed is not None:
         index = {gpu.uuid: gpu.index for gpu in node.gpus} | {str(gpu.index): gpu.index for gpu in node.gpus}
@@ -202,6 +371,14 @@ def bound_placement(pod: Obj, node: NodeSpec) -> Placement:
             size = min(sizes[gpu] for gpu in gpus)
             assignments.append(Assignment(whole.container, gpus, size, size, None))
     return Placement(pod_uid(pod), node.name, cpu, memory, tuple(assignments))
+
+
+def _names_devices(pod: Obj) -> bool:
+    for key in _mapping(meta(pod).get("annotations")):
+        split = keys.split_container_key(key) if isinstance(key, str) else None
+        if split is not None and split[1] == keys.DEVICES:
+            return True
+    return False
 
 
 # ---- binding ----------------------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """Running the scheduler as a process: reflectors, leader election, the scheduling loop, HTTP endpoints.
 
 Only the leader schedules; a standby keeps its state warm from the same watches, so a takeover starts
-binding at once. A leader that loses its Lease exits (status 1), as kube-scheduler does: a fresh process
-rebuilds its state from the API rather than trusting what it held while it was not sure to be alone.
-SIGTERM lets the binds in flight finish (or roll back) before the process exits.
+binding at once. The leader binds only while the elector `holds()` the Lease, which it stops doing at the
+renew deadline, before any standby may take over. A leader that loses its Lease resolves its binds in
+flight (`Scheduler.step_down`) and exits (status 1), as kube-scheduler does: a fresh process rebuilds its
+state from the API rather than trusting what it held while it was not sure to be alone. SIGTERM lets the
+binds in flight finish (or roll back) before the process exits.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -21,7 +24,7 @@ from lightkube.resources.core_v1 import Node
 
 from gpufrac.errors import UserError
 from gpufrac.kubeapi import client as kube_client
-from gpufrac.scheduler.leader import LeaderElector
+from gpufrac.scheduler.leader import DEFAULT_TIMING, LeaderElector, LeaseTiming
 from gpufrac.scheduler.loop import Scheduler, SchedulerConfig
 from gpufrac.scheduler.metrics import http_app
 from gpufrac.stopping import stop_on_signals
@@ -36,6 +39,7 @@ async def serve(
     metrics_port: int,
     leader_elect: bool,
     lease_namespace: str,
+    lease: LeaseTiming = DEFAULT_TIMING,
 ) -> None:
     kube = kube_client.load_config(kubeconfig)
     client = kube_client.async_client(kube, field_manager=config.name)
@@ -45,7 +49,7 @@ async def serve(
         pass  # answered: reachable (404 or 403 both prove it)
     except kube_client.TRANSPORT_ERRORS as error:
         raise kube_client.unreachable(error, kube) from None
-    scheduler = Scheduler(client, config, leading=not leader_elect)
+    scheduler = Scheduler(client, config, leading=False)
     runner = web.AppRunner(http_app(scheduler.metrics, ready=lambda: scheduler.ready))
     await runner.setup()
     try:
@@ -54,29 +58,58 @@ async def serve(
         raise UserError(
             f"--metrics-port {metrics_port}: cannot listen ({error.strerror}); pick a free port"
         ) from None
-    tasks: list[asyncio.Task[object]] = [asyncio.create_task(scheduler.run())]
-    lost = asyncio.Event()
-    stop = stop_on_signals()
-    stopper = asyncio.create_task(stop.wait())
+    elector = None
     if leader_elect:
         identity = f"{socket.gethostname()}_{os.getpid()}"
-        elector = LeaderElector(client, name=config.name, namespace=lease_namespace, identity=identity)
-        tasks.append(asyncio.create_task(elector.run(on_lost=lost.set)))
+        elector = LeaderElector(
+            client, name=config.name, namespace=lease_namespace, identity=identity, timing=lease
+        )
         log.info("waiting to lead (Lease %s/%s) as %s", lease_namespace, config.name, identity)
-        leading = asyncio.create_task(elector.became_leader.wait())
-        await asyncio.wait([leading, stopper], return_when=asyncio.FIRST_COMPLETED)
-        if elector.became_leader.is_set():
-            scheduler.lead()
-    log.info("scheduling pods with schedulerName=%s, policy %s", config.name, config.policy)
-    waiter = asyncio.create_task(lost.wait())
-    done, _ = await asyncio.wait([*tasks, waiter, stopper], return_when=asyncio.FIRST_COMPLETED)
-    for task in [*tasks, waiter, stopper]:
+    try:
+        lost = await run_replica(scheduler, elector, stop=stop_on_signals())
+    finally:
+        await runner.cleanup()
+    if lost:
+        log.error("lost the Lease; exiting so that a fresh process rebuilds its state")
+        sys.exit(1)
+
+
+async def run_replica(scheduler: Scheduler, elector: LeaderElector | None, *, stop: asyncio.Event) -> bool:
+    """Watch, and schedule while leading, until `stop` is set or the Lease is lost; True if it was lost.
+
+    Without an elector the replica leads at once. Binds in flight are resolved before this returns: at the
+    loss of the Lease within the time left before another replica may bind (`Scheduler.step_down`),
+    otherwise to their end.
+    """
+    tasks: list[asyncio.Task[object]] = [asyncio.create_task(scheduler.run())]
+    lost = asyncio.Event()
+    leading = None
+    if elector is not None:
+        tasks.append(asyncio.create_task(elector.run(on_lost=lost.set)))
+        leading = asyncio.create_task(_lead_once_elected(scheduler, elector))
+    else:
+        _lead(scheduler, lambda: True)
+    waiters = [asyncio.create_task(lost.wait()), asyncio.create_task(stop.wait())]
+    done, _ = await asyncio.wait([*tasks, *waiters], return_when=asyncio.FIRST_COMPLETED)
+    for task in [*tasks, *waiters, *([leading] if leading else [])]:
         task.cancel()
+    if lost.is_set() and elector is not None:  # another replica may bind once the lease runs out
+        await scheduler.step_down(grace=elector.timing.lease_seconds - elector.timing.renew_deadline)
     await scheduler.wait_for_binds()  # binds in flight finish (or roll back) before the process ends
-    await runner.cleanup()
+    if elector is not None and not lost.is_set():
+        await elector.release()  # nothing of ours is in flight: a standby may take over at once
     for task in done:
         if task in tasks and not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
-    if lost.is_set():
-        log.error("lost the Lease; exiting so that a fresh process rebuilds its state")
-        sys.exit(1)
+    return lost.is_set()
+
+
+async def _lead_once_elected(scheduler: Scheduler, elector: LeaderElector) -> None:
+    await elector.became_leader.wait()
+    _lead(scheduler, elector.holds)
+
+
+def _lead(scheduler: Scheduler, holds: Callable[[], bool]) -> None:
+    config = scheduler.config
+    log.info("scheduling pods with schedulerName=%s, policy %s", config.name, config.policy)
+    scheduler.lead(holds=holds)
