@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from gpufrac import contract
 from gpufrac.contract import keys
+from gpufrac.scheduler import objects
 from gpufrac.scheduler.loop import Scheduler
 
 from ..kubeapi.apiobjects import GPU_MIB, bound, container, inventory, key, node, pod
-from ..kubeapi.fakeapi import FakeClock, RecordingClient, api_error, until
+from ..kubeapi.fakeapi import FakeApi, FakeClock, api_error, until
 from .schedulers import gpu_free, pod_nodes, scheduler, share_notes
 
 ENV_BASE = "gpufrac-env-abc"
@@ -27,8 +29,11 @@ def share_pod(name: str, fraction: str = "0.5", **settings: Any) -> dict[str, An
 
 def setup(
     nodes: list[dict[str, Any]], pods: list[dict[str, Any]], **settings: Any
-) -> tuple[Scheduler, RecordingClient, FakeClock]:
-    client, clock = RecordingClient(), FakeClock()
+) -> tuple[Scheduler, FakeApi, FakeClock]:
+    """A scheduler that has listed `nodes` and `pods`, on a fake API server that holds the pods."""
+    client, clock = FakeApi(), FakeClock()
+    for item in pods:
+        client.put(item)
     made = scheduler(client, clock, **settings)
     made.on_nodes_listed(nodes)
     made.on_pods_listed(pods)
@@ -40,7 +45,7 @@ def attempts(made: Scheduler, result: str) -> float:
     return value or 0.0
 
 
-def steps(client: RecordingClient) -> list[tuple[str, str]]:
+def steps(client: FakeApi) -> list[tuple[str, str]]:
     return [(call.verb, call.kind) for call in client.calls]
 
 
@@ -50,23 +55,28 @@ async def test_a_pod_is_reserved_at_once_then_bound() -> None:
     assert key("p") in made.cache.assumed and key("p") in made.cache.state.placements
     assert made.pending == {} and gpu_free(made, "n1").count(GPU_MIB // 2) == 1
     await made.wait_for_binds()
-    assert steps(client) == [("create", "ConfigMap"), ("patch", "Pod"), ("create", "Binding")]
-    configmap, annotate, binding = client.calls
+    assert steps(client) == [("create", "ConfigMap"), ("create", "Binding")]
+    configmap, binding = client.calls
     gpu = made.cache.state.placements[key("p")].assignments[0].gpus[0]
     assert configmap.name == f"{ENV_BASE}-p-main"
     assert configmap.body.immutable is True
     assert configmap.body.data[keys.ENV_VISIBLE_DEVICES] == f"GPU-n1-{gpu}"
     assert configmap.body.data[keys.ENV_MEMORY_REQUEST] == str(GPU_MIB // 2)
     assert [owner.uid for owner in configmap.body.metadata.ownerReferences] == ["uid-p"]
-    assert (
-        annotate.body["metadata"]["annotations"][keys.container_key("main", keys.DEVICES)] == f"GPU-n1-{gpu}"
-    )
+    # One Binding carries the node, the contract and the UID it is granted to: the pod is bound with its
+    # contract in one write, or not at all.
+    written = binding.body.metadata.annotations
+    assert written[keys.container_key("main", keys.DEVICES)] == f"GPU-n1-{gpu}"
+    assert written[keys.BOUND_UID_ANNOTATION] == "uid-p"
     assert binding.body.target["name"] == "n1" and binding.body.metadata.uid == "uid-p"
+    stored = client.stored("Pod", "p")
+    assert stored is not None and stored["spec"]["nodeName"] == "n1"
+    assert written.items() <= stored["metadata"]["annotations"].items()
     assert made.cache.assumed == {} and pod_nodes(made) == {key("p"): "n1"}
     assert attempts(made, "scheduled") == 1
     # The watch then reports the pod bound: it is already counted, so nothing changes.
     before = gpu_free(made, "n1")
-    made.on_pod_event("MODIFIED", bound(share_pod("p"), "n1", annotate.body["metadata"]["annotations"]))
+    made.on_pod_event("MODIFIED", bound(share_pod("p"), "n1", written))
     assert gpu_free(made, "n1") == before
 
 
@@ -74,7 +84,7 @@ async def test_annotations_only_delivery_creates_no_configmap() -> None:
     made, client, _ = setup([gpu_node()], [share_pod("p")], env_delivery="annotations-only")
     await made.schedule_pending()
     await made.wait_for_binds()
-    assert steps(client) == [("patch", "Pod"), ("create", "Binding")]
+    assert steps(client) == [("create", "Binding")]
 
 
 async def test_a_reservation_keeps_the_next_pod_of_the_round_off_its_memory() -> None:
@@ -86,27 +96,25 @@ async def test_a_reservation_keeps_the_next_pod_of_the_round_off_its_memory() ->
     assert set(made.pending) == {key("second")}
 
 
-async def test_a_failed_bind_releases_the_reservation_rolls_back_and_backs_off() -> None:
+async def test_a_refused_bind_releases_the_reservation_and_backs_off_with_nothing_to_undo() -> None:
     made, client, clock = setup([gpu_node()], [share_pod("p")])
-    client.fail["create Binding"] = api_error(500, "InternalError")
+    client.fail["create Binding"] = api_error(403, "Forbidden")
     await made.schedule_pending()
     await made.wait_for_binds()
     assert made.cache.state.placements == {} and pod_nodes(made) == {} and made.cache.assumed == {}
     assert gpu_free(made, "n1") == [GPU_MIB, GPU_MIB]
     assert set(made.pending) == {key("p")} and key("p") in made.queue
     assert attempts(made, "error") == 1
-    # What the bind wrote is undone: its ConfigMap deleted, its annotations removed.
-    assert steps(client)[3:] == [("delete", "ConfigMap"), ("patch", "Pod")]
-    removal = client.calls[-1].body["metadata"]["annotations"]
-    assert removal and all(value is None for value in removal.values())
-    assert client.calls[3].name == f"{ENV_BASE}-p-main"
-    # Retried after the backoff, with no cluster change needed.
+    # Nothing was written to the pod, so nothing is undone; the ConfigMap is the pod's, kept for the retry.
+    assert steps(client) == [("create", "ConfigMap"), ("create", "Binding")]
+    # Retried after the backoff, with no cluster change needed: the same placement reuses its ConfigMap.
     assert await made.schedule_pending() == 0
     clock.advance(1.0)
     client.fail.clear()
     assert await made.schedule_pending() == 1
     await made.wait_for_binds()
     assert pod_nodes(made) == {key("p"): "n1"} and made.pending == {}
+    assert steps(client)[2:] == [("create", "ConfigMap"), ("get", "ConfigMap"), ("create", "Binding")]
 
 
 async def test_an_unschedulable_pod_gets_a_condition_and_an_event_saying_why() -> None:
@@ -163,7 +171,7 @@ async def test_a_pod_deleted_while_its_bind_runs_is_released_when_the_bind_ends(
     made, client, _ = setup([gpu_node()], [share_pod("p")])
     client.gate = asyncio.Event()
     await made.schedule_pending()
-    await until(lambda: ("patch", "Pod") in steps(client))
+    await until(lambda: ("create", "ConfigMap") in steps(client))
     made.on_pod_event("DELETED", share_pod("p"))
     assert made.cache.gone_assumed == {key("p")}
     assert key("p") in made.cache.state.placements  # still held: the Binding may yet go through
@@ -179,7 +187,7 @@ async def test_a_pod_deleted_while_its_bind_fails_is_not_retried() -> None:
     client.gate = asyncio.Event()
     client.fail["create Binding"] = api_error(404, "NotFound")
     await made.schedule_pending()
-    await until(lambda: ("patch", "Pod") in steps(client))
+    await until(lambda: ("create", "ConfigMap") in steps(client))
     made.on_pods_listed([])  # a relist is how a deletion missed by the watch shows
     client.gate.set()
     await made.wait_for_binds()
@@ -191,8 +199,14 @@ async def test_the_bound_event_during_the_bind_does_not_count_the_pod_twice() ->
     made, client, _ = setup([gpu_node(gpus=1)], [share_pod("p", "0.25")])
     client.gate = asyncio.Event()
     await made.schedule_pending()
-    await until(lambda: ("patch", "Pod") in steps(client))
-    written = client.calls[-1].body["metadata"]["annotations"]
+    await until(lambda: ("create", "ConfigMap") in steps(client))
+    written = objects.bind_plan(
+        share_pod("p", "0.25"),
+        made.cache.assumed[key("p")],
+        made.cache.state.node_spec("n1"),
+        mps_pipe_directory=contract.DEFAULT_MPS_PIPE_DIRECTORY,
+        env_delivery=contract.EnvDelivery.CONFIGMAP,
+    ).annotations
     made.on_pod_event("MODIFIED", bound(share_pod("p", "0.25"), "n1", written))
     client.gate.set()
     await made.wait_for_binds()
@@ -223,8 +237,10 @@ async def test_a_restarted_scheduler_rebuilds_what_the_first_one_bound() -> None
     await made.schedule_pending()
     await made.wait_for_binds()
     assert len(client.made("create", "Binding")) == 3
-    written = {call.name: call.body["metadata"]["annotations"] for call in client.made("patch", "Pod")}
-    assert set(written["pair"]) == {keys.container_key(c, keys.DEVICES) for c in "ab"}
+    written = {call.name: call.body.metadata.annotations for call in client.made("create", "Binding")}
+    assert set(written["pair"]) == {keys.container_key(c, keys.DEVICES) for c in "ab"} | {
+        keys.BOUND_UID_ANNOTATION
+    }
     restarted, _, _ = setup(
         [gpu_node(gpus=4)], [bound(item, "n1", written[item["metadata"]["name"]]) for item in pods]
     )

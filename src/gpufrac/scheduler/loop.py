@@ -35,7 +35,7 @@ from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Workload
 from gpufrac.scheduler import objects
-from gpufrac.scheduler.binder import BindError, bind
+from gpufrac.scheduler.binder import BindError, BoundElsewhere, PodGone, bind, unbind_misbound
 from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.metrics import SchedulerMetrics
 from gpufrac.scheduler.queue import SchedulingQueue
@@ -86,6 +86,7 @@ class Scheduler:
         self.synced = {"nodes": False, "pods": False}
         self.is_leader = leading  # a standby (False) keeps its cache warm and binds nothing until `lead()`
         self._binds: set[asyncio.Task[None]] = set()
+        self.misbound: dict[str, dict[str, Any]] = {}  # uid -> bound pod holding another pod's contract
         self._slots = asyncio.Semaphore(config.max_concurrent_binds)
         self._wakeup = asyncio.Event()
         self.policy = self._policy(Workload.from_pods([]))
@@ -114,6 +115,8 @@ class Scheduler:
         for pod in pods:
             if not objects.node_name(pod):
                 self.on_pod_event("ADDED", pod)
+            else:
+                self._check_binding(pod)
         self.synced["pods"] = True
         self._cluster_changed()
 
@@ -126,6 +129,7 @@ class Scheduler:
             return
         if objects.node_name(pod):
             self._forget_pending(uid)
+            self._check_binding(pod)
             if event == "MODIFIED":
                 self.cache.update_pod(pod)
             else:
@@ -137,6 +141,12 @@ class Scheduler:
             if previous is None or _spec_changed(previous, pod):
                 self.queue.add(uid, priority=_priority(pod), created=_created(pod))
                 self._wakeup.set()
+
+    def _check_binding(self, pod: dict[str, Any]) -> None:
+        """A bound pod whose contract was granted to another UID is deleted by the leader (`binder`)."""
+        if objects.misbound(pod) and not objects.is_done(pod):
+            self.misbound[objects.pod_uid(pod)] = pod
+            self._wakeup.set()
 
     def _cluster_changed(self) -> None:
         """Pods parked for want of room may fit now."""
@@ -176,6 +186,7 @@ class Scheduler:
         """Decide every pod that is ready to be tried, starting their binds; returns how many were tried."""
         if POLICIES[self.config.policy].needs_workload:
             self.refresh_workload()
+        self._unbind_misbound()
         tried = 0
         while self.is_leader and (uid := self.queue.pop()) is not None:
             pod = self.pending.get(uid)
@@ -223,7 +234,18 @@ class Scheduler:
                 mps_pipe_directory=self.config.mps_pipe_directory,
                 env_delivery=self.config.env_delivery,
             )
-            await bind(self.client, pod, placement.node, plan)
+            await bind(self.client, pod, placement.node, plan, gone=lambda: uid in self.cache.gone_assumed)
+        except PodGone as error:
+            self.metrics.attempts.labels("error").inc()
+            log.info("pod %s: not bound to %s: %s", objects.pod_key(pod), placement.node, error)
+            self.cache.forget(pod)
+        except BoundElsewhere as error:
+            self.metrics.attempts.labels("error").inc()
+            log.warning("pod %s: not bound to %s: %s", objects.pod_key(pod), placement.node, error)
+            if self.cache.forget(pod):
+                self.cache.add_pod(
+                    error.pod
+                )  # its watch event came while our bind held it, and was passed over
         except BindError as error:
             self.metrics.attempts.labels("error").inc()
             log.warning(
@@ -240,6 +262,23 @@ class Scheduler:
             self.cache.finish_binding(pod)
         finally:
             self._slots.release()
+
+    def _unbind_misbound(self) -> None:
+        """Start deleting each pod bound with another pod's contract; one not settled is tried next round."""
+        while self.is_leader and self.misbound:
+            uid, pod = self.misbound.popitem()
+            log.warning(
+                "pod %s is bound with the contract of pod UID %s: deleting it",
+                objects.pod_key(pod),
+                objects.bound_for(pod),
+            )
+            task = asyncio.create_task(self._unbind(uid, pod))
+            self._binds.add(task)
+            task.add_done_callback(self._binds.discard)
+
+    async def _unbind(self, uid: str, pod: dict[str, Any]) -> None:
+        if not await unbind_misbound(self.client, pod, component=self.config.name):
+            self.misbound.setdefault(uid, pod)
 
     async def wait_for_binds(self) -> None:
         while self._binds:
