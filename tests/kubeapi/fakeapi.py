@@ -122,8 +122,8 @@ class FakeApi(RecordingClient):
         kind = obj.kind or type(obj).__name__
         if kind == "Binding" and self.gate is not None:
             await self.gate.wait()
-        lost = await self._step(f"create {kind}")
         self._record("create", kind, obj.metadata.name if obj.metadata else name, obj)
+        lost = await self._step(f"create {kind}")
         namespace = namespace or (obj.metadata.namespace if obj.metadata else None) or ""
         if kind == "Binding":
             self._bind(namespace, obj.metadata.name, obj.target["name"], obj.metadata.annotations or {})
@@ -149,8 +149,8 @@ class FakeApi(RecordingClient):
         pod["metadata"].setdefault("annotations", {}).update(annotations)
 
     async def get(self, resource: type[Any], name: str, *, namespace: str | None = None, **_: Any) -> Any:
-        lost = await self._step(f"get {resource.__name__}")
         self._record("get", resource.__name__, name, None)
+        lost = await self._step(f"get {resource.__name__}")
         found = self.objects.get((resource.__name__, namespace or "", name))
         if lost == "reply":
             raise httpx2.ReadTimeout("the reply was lost")
@@ -162,8 +162,8 @@ class FakeApi(RecordingClient):
         await self._delete(resource.__name__, name, namespace or "", uid=None)
 
     async def _delete(self, kind: str, name: str, namespace: str, *, uid: str | None) -> None:
-        lost = await self._step(f"delete {kind}")
         self._record("delete", kind, name, {"uid": uid} if uid else None)
+        lost = await self._step(f"delete {kind}")
         found = self.objects.get((kind, namespace, name))
         if found is None:
             raise api_error(404, "NotFound", f"{name} not found")

@@ -247,3 +247,156 @@ async def test_a_restarted_scheduler_rebuilds_what_the_first_one_bound() -> None
     assert set(restarted.cache.state.placements) == set(made.cache.state.placements)
     for array in ("gpu_free", "gpu_mode", "gpu_whole", "gpu_tenants", "cpu_free"):
         assert (getattr(restarted.cache.state, array) == getattr(made.cache.state, array)).all(), array
+
+
+# ---- a pod deleted and recreated under the same name while its bind runs ----------------------------------
+
+
+def successor(name: str, uid: str, fraction: str = "0.5") -> dict[str, Any]:
+    """A pod created under `name` after the first was deleted: another UID, its own env ConfigMap base."""
+    made = share_pod(name, fraction)
+    made["metadata"]["uid"] = uid
+    made["metadata"]["annotations"][keys.ENV_CONFIGMAP_ANNOTATION] = f"{ENV_BASE}-{name}-2"
+    return made
+
+
+async def test_a_pod_replaced_before_its_binding_is_not_bound_and_its_successor_is_scheduled_as_itself() -> (
+    None
+):
+    made, client, _ = setup([gpu_node(gpus=1)], [share_pod("p", "0.75")])
+    new = successor("p", "uid-p-2", "0.75")
+
+    async def replaced() -> None:  # the watch reports both while the bind makes its ConfigMap
+        client.put(new)
+        made.on_pod_event("DELETED", share_pod("p", "0.75"))
+        made.on_pod_event("ADDED", new)
+
+    client.before["create ConfigMap"] = replaced
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert not client.made("create", "Binding")  # never sent for a pod the watch reported gone
+    assert made.cache.state.placements == {} and made.cache.gone_assumed == set()
+    assert set(made.pending) == {"uid-p-2"}
+    # The successor fits (the first one's 0.75 is free again) and is bound with its own contract.
+    assert await made.schedule_pending() == 1
+    await made.wait_for_binds()
+    stored = client.stored("Pod", "p")
+    assert stored is not None and stored["spec"]["nodeName"] == "n1"
+    assert objects.bound_for(stored) == "uid-p-2" and not objects.misbound(stored)
+    assert pod_nodes(made) == {"uid-p-2": "n1"} and gpu_free(made, "n1") == [GPU_MIB - GPU_MIB * 3 // 4]
+
+
+async def test_a_successor_bound_by_its_predecessors_binding_is_deleted_and_frees_what_it_held() -> None:
+    made, client, _ = setup([gpu_node(gpus=1)], [share_pod("p")])
+    new = successor("p", "uid-p-2")
+
+    async def replace() -> None:  # deleted and recreated just before the Binding, faster than the watch
+        client.put(new)
+
+    client.before["create Binding"] = replace
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    misbound = client.stored("Pod", "p")
+    assert misbound is not None and misbound["metadata"]["uid"] == "uid-p-2" and objects.misbound(misbound)
+    # Then the watch catches up: the first pod is deleted, the successor is bound with the first's contract.
+    made.on_pod_event("DELETED", share_pod("p"))
+    made.on_pod_event("MODIFIED", misbound)
+    assert pod_nodes(made) == {"uid-p-2": "n1"}  # held as the API says, until it is gone
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert client.stored("Pod", "p") is None
+    assert client.made("delete", "Pod")[-1].body == {"uid": "uid-p-2"}
+    assert [call.body.reason for call in client.made("create", "Event")] == ["BoundToAnotherPod"]
+    made.on_pod_event("DELETED", misbound)
+    assert made.cache.state.placements == {} and gpu_free(made, "n1") == [GPU_MIB]
+    assert made.pending == {} and made.misbound == {}
+
+
+async def test_a_standby_leaves_a_misbound_pod_to_the_leader_and_deletes_it_once_it_leads() -> None:
+    misbound = bound(successor("p", "uid-p-2"), "n1", {keys.BOUND_UID_ANNOTATION: "uid-p"})
+    made, client, _ = setup([gpu_node()], [misbound])
+    made.is_leader = False
+    await made.schedule_pending()
+    assert client.made("delete", "Pod") == [] and set(made.misbound) == {"uid-p-2"}
+    made.lead()
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert client.stored("Pod", "p") is None and made.misbound == {}
+
+
+async def test_a_misbound_pod_whose_deletion_is_unanswered_is_tried_again() -> None:
+    misbound = bound(successor("p", "uid-p-2"), "n1", {keys.BOUND_UID_ANNOTATION: "uid-p"})
+    made, client, _ = setup([gpu_node()], [misbound])
+    client.lose.append(("delete Pod", "request"))
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert set(made.misbound) == {"uid-p-2"}
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert client.stored("Pod", "p") is None and made.misbound == {}
+
+
+async def test_a_pod_bound_by_its_own_bind_is_never_taken_for_misbound() -> None:
+    made, client, _ = setup([gpu_node()], [share_pod("p")])
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    stored = client.stored("Pod", "p")
+    assert stored is not None
+    made.on_pod_event("MODIFIED", stored)
+    await made.schedule_pending()
+    assert made.misbound == {} and client.made("delete", "Pod") == []
+
+
+# ---- lost replies and other binds, through the loop -------------------------------------------------------
+
+
+async def test_a_binding_whose_reply_is_lost_is_counted_as_scheduled_once() -> None:
+    made, client, _ = setup([gpu_node()], [share_pod("p")])
+    client.lose.append(("create Binding", "reply"))
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert attempts(made, "scheduled") == 1 and attempts(made, "error") == 0
+    assert pod_nodes(made) == {key("p"): "n1"} and made.pending == {} and len(made.queue) == 0
+    assert len(client.made("create", "Binding")) == 1
+
+
+async def test_a_pod_another_bind_bound_is_accounted_where_the_api_says_and_not_retried() -> None:
+    made, client, _ = setup([gpu_node()], [share_pod("p")])
+
+    async def other_bind() -> None:  # another bind of this pod (e.g. the old leader's) lands first, on GPU 1
+        stored = client.stored("Pod", "p")
+        assert stored is not None
+        stored["spec"]["nodeName"] = "n1"
+        stored["metadata"]["annotations"].update(share_notes("main", "GPU-n1-1", f"{GPU_MIB // 2}Mi"))
+
+    client.before["create Binding"] = other_bind
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert pod_nodes(made) == {key("p"): "n1"} and made.pending == {} and len(made.queue) == 0
+    assert gpu_free(made, "n1") == [GPU_MIB, GPU_MIB - GPU_MIB // 2]
+
+
+async def test_a_tenants_own_gpu_keys_survive_a_failed_bind_and_the_retry_binds_the_gpu() -> None:
+    """Today's regression: a failed Binding's rollback erased the tenant's request, and the retry bound the
+    pod with no GPU at all."""
+    tenant = {
+        keys.container_key("main", keys.MEMORY_REQUEST): "4Gi",
+        keys.container_key("main", keys.COMPUTE_MODE): "sm-sharing",
+        keys.ENV_CONFIGMAP_ANNOTATION: f"{ENV_BASE}-p",
+    }
+    made, client, clock = setup([gpu_node()], [pod("p", annotations=tenant)])
+    client.fail["create Binding"] = api_error(422, "Invalid")
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    stored = client.stored("Pod", "p")
+    assert stored is not None and stored["metadata"]["annotations"] == tenant
+    client.fail.clear()
+    clock.advance(1.0)
+    made.on_pod_event("MODIFIED", stored)
+    assert await made.schedule_pending() == 1
+    await made.wait_for_binds()
+    annotations = client.stored("Pod", "p")["metadata"]["annotations"]  # type: ignore[index]
+    assert annotations[keys.container_key("main", keys.MEMORY_REQUEST)] == "4096Mi"
+    assert annotations[keys.container_key("main", keys.COMPUTE_MODE)] == "sm-sharing"
+    assert annotations[keys.container_key("main", keys.DEVICES)].startswith("GPU-n1-")
+    assert gpu_free(made, "n1").count(GPU_MIB - 4096) == 1
