@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -78,32 +79,14 @@ Hook = Callable[[], Awaitable[None]]
 
 
 @dataclass
-class FakeApi(RecordingClient):
-    """A RecordingClient that keeps pods and ConfigMaps and answers as kube-apiserver v1.20.2 does:
+class Mishaps:
+    """What can go wrong on the way to an API server: `lose` lists calls ("create Binding") whose next
+    occurrence loses its reply ("reply": applied, then a timeout) or its request ("request": a timeout,
+    nothing applied); `before` runs a hook just before a call is applied (e.g. to delete and recreate the
+    pod while its bind runs)."""
 
-    - a Binding sets `nodeName` and copies its annotations onto the pod in one step, ignores its UID (so
-      it binds whichever pod has the name now), and is refused with 409 when the pod is bound or being
-      deleted, 404 when there is none;
-    - creating a ConfigMap that exists is 409 AlreadyExists; a delete with a UID precondition that no
-      longer holds is 409 Conflict.
-
-    `lose` lists calls ("create Binding") whose next occurrence loses its reply ("reply": applied, then a
-    timeout) or its request ("request": a timeout, nothing applied). `before` runs a hook just before a
-    call is applied (e.g. to delete and recreate the pod while its bind runs).
-    """
-
-    objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     lose: list[tuple[str, str]] = field(default_factory=list)
     before: dict[str, Hook] = field(default_factory=dict)
-    _made: int = 0
-
-    def put(self, obj: Mapping[str, Any]) -> None:
-        """Store `obj` (a Pod or a ConfigMap, as plain API data) as the API server holds it."""
-        meta = obj["metadata"]
-        self.objects[obj["kind"], meta.get("namespace", ""), meta["name"]] = copy.deepcopy(dict(obj))
-
-    def stored(self, kind: str, name: str, namespace: str = "team") -> dict[str, Any] | None:
-        return self.objects.get((kind, namespace, name))
 
     async def _step(self, call: str) -> str | None:
         """Run the hook for `call`; raise if its request is lost; 'reply' when its reply is to be lost."""
@@ -117,6 +100,60 @@ class FakeApi(RecordingClient):
                     raise httpx2.ReadTimeout("timed out before the request was sent")
                 return how
         return None
+
+
+class LossyClient(Mishaps):
+    """A real client behind `Mishaps`, for tests against a real API server. `sent` counts the calls made
+    ("create Binding"), lost ones included."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__()
+        self.inner = inner
+        self.sent: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def _call(self, call: str, send: Callable[[], Awaitable[Any]]) -> Any:
+        self.sent[call] += 1
+        lost = await self._step(call)
+        result = await send()
+        if lost == "reply":
+            raise httpx2.ReadTimeout("the reply was lost")
+        return result
+
+    async def create(self, obj: Any, name: str | None = None, *, namespace: str | None = None) -> Any:
+        kind = obj.kind or type(obj).__name__
+        return await self._call(f"create {kind}", lambda: self.inner.create(obj, name, namespace=namespace))
+
+    async def get(self, resource: type[Any], name: str, *, namespace: str | None = None) -> Any:
+        call = f"get {resource.__name__}"
+        return await self._call(call, lambda: self.inner.get(resource, name, namespace=namespace))
+
+
+@dataclass
+class FakeApi(RecordingClient, Mishaps):
+    """A RecordingClient that keeps pods and ConfigMaps and answers as kube-apiserver v1.20.2 does:
+
+    - a Binding sets `nodeName` and copies its annotations onto the pod in one step, ignores its UID (so
+      it binds whichever pod has the name now), and is refused with 409 when the pod is bound or being
+      deleted, 404 when there is none;
+    - creating a ConfigMap that exists is 409 AlreadyExists; a delete with a UID precondition that no
+      longer holds is 409 Conflict.
+
+    `Mishaps` lose requests or replies, and run hooks before a call.
+    """
+
+    objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    _made: int = 0
+
+    def put(self, obj: Mapping[str, Any]) -> None:
+        """Store `obj` (a Pod or a ConfigMap, as plain API data) as the API server holds it."""
+        meta = obj["metadata"]
+        self.objects[obj["kind"], meta.get("namespace", ""), meta["name"]] = copy.deepcopy(dict(obj))
+
+    def stored(self, kind: str, name: str, namespace: str = "team") -> dict[str, Any] | None:
+        return self.objects.get((kind, namespace, name))
 
     async def create(self, obj: Any, name: str | None = None, *, namespace: str | None = None) -> Any:
         kind = obj.kind or type(obj).__name__

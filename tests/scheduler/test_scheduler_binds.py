@@ -263,13 +263,15 @@ def successor(name: str, uid: str, fraction: str = "0.5") -> dict[str, Any]:
 async def test_a_pod_replaced_before_its_binding_is_not_bound_and_its_successor_is_scheduled_as_itself() -> (
     None
 ):
-    made, client, _ = setup([gpu_node(gpus=1)], [share_pod("p", "0.75")])
+    made, client, clock = setup([gpu_node(gpus=1)], [share_pod("p", "0.75")])
     new = successor("p", "uid-p-2", "0.75")
 
     async def replaced() -> None:  # the watch reports both while the bind makes its ConfigMap
         client.put(new)
         made.on_pod_event("DELETED", share_pod("p", "0.75"))
         made.on_pod_event("ADDED", new)
+        # Tried at once, the successor does not fit: the first one's 0.75 is held until its bind settles.
+        assert await made.schedule_pending() == 1 and "uid-p-2" in made.queue
 
     client.before["create ConfigMap"] = replaced
     await made.schedule_pending()
@@ -277,7 +279,9 @@ async def test_a_pod_replaced_before_its_binding_is_not_bound_and_its_successor_
     assert not client.made("create", "Binding")  # never sent for a pod the watch reported gone
     assert made.cache.state.placements == {} and made.cache.gone_assumed == set()
     assert set(made.pending) == {"uid-p-2"}
-    # The successor fits (the first one's 0.75 is free again) and is bound with its own contract.
+    # Released, the first one's 0.75 wakes the successor after its backoff (not the 60 s park of a pod
+    # waiting for a change), and it binds with its own contract.
+    clock.advance(1.0)
     assert await made.schedule_pending() == 1
     await made.wait_for_binds()
     stored = client.stored("Pod", "p")

@@ -225,6 +225,8 @@ class Scheduler:
         task.add_done_callback(self._binds.discard)
 
     async def _bind(self, uid: str, pod: dict[str, Any], placement: Placement) -> None:
+        """Bind, then settle the reservation: kept when bound, released otherwise (waking the pods parked for
+        want of the room it held), and the pod retried unless it is gone or another bind bound it."""
         started = time.perf_counter()
         try:
             plan = objects.bind_plan(
@@ -239,27 +241,33 @@ class Scheduler:
             self.metrics.attempts.labels("error").inc()
             log.info("pod %s: not bound to %s: %s", objects.pod_key(pod), placement.node, error)
             self.cache.forget(pod)
+            self._cluster_changed()
         except BoundElsewhere as error:
             self.metrics.attempts.labels("error").inc()
             log.warning("pod %s: not bound to %s: %s", objects.pod_key(pod), placement.node, error)
             if self.cache.forget(pod):
-                self.cache.add_pod(
-                    error.pod
-                )  # its watch event came while our bind held it, and was passed over
-        except BindError as error:
+                # Its bound event came while this bind held it, and was passed over: account it as read back.
+                self.cache.add_pod(error.pod)
+            self._cluster_changed()
+        except Exception as error:  # BindError, or a bug: the pod must not stay reserved for ever
             self.metrics.attempts.labels("error").inc()
             log.warning(
-                "pod %s: bind to %s failed, will retry: %s", objects.pod_key(pod), placement.node, error
+                "pod %s: bind to %s failed, will retry: %s",
+                objects.pod_key(pod),
+                placement.node,
+                error,
+                exc_info=not isinstance(error, BindError),
             )
             if self.cache.forget(pod):  # still there: try again after the backoff
                 self.pending[uid] = pod
                 self.queue.backoff(uid, priority=_priority(pod), created=_created(pod))
-                self._wakeup.set()
+            self._cluster_changed()
         else:
             self.metrics.attempts.labels("scheduled").inc()
             self.metrics.binding_seconds.observe(time.perf_counter() - started)
             log.info("pod %s bound to %s", objects.pod_key(pod), placement.node)
-            self.cache.finish_binding(pod)
+            if not self.cache.finish_binding(pod):  # deleted meanwhile: its memory is free again
+                self._cluster_changed()
         finally:
             self._slots.release()
 
