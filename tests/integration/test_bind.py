@@ -57,6 +57,13 @@ def env_configmap(pod: dict[str, Any]) -> str:
     return keys.env_configmap_name(pod["metadata"]["annotations"][keys.ENV_CONFIGMAP_ANNOTATION], "main")
 
 
+@pytest.fixture
+async def lossy(scheduler_client: lightkube.AsyncClient, gpu_nodes: fakenodes.GpuNodes) -> LossyClient:
+    """The scheduler's client behind `Mishaps`, with one GPU node of 16 GiB to bind to."""
+    await gpu_nodes.create(gpus=1, gpu_memory_mib=16384)
+    return LossyClient(scheduler_client)
+
+
 # ---- what kube-apiserver v1.20.2 does with a Binding ------------------------------------------------------
 
 
@@ -92,13 +99,11 @@ async def test_the_apiserver_copies_a_bindings_annotations_and_ignores_its_uid(
 @pytest.mark.parametrize("lost", ["reply", "request"])
 async def test_a_binding_with_no_answer_is_resolved_by_reading_the_pod_back(
     admin_client: lightkube.AsyncClient,
-    scheduler_client: lightkube.AsyncClient,
     namespace: str,
-    gpu_nodes: fakenodes.GpuNodes,
+    lossy: LossyClient,
     lost: str,
 ) -> None:
-    await gpu_nodes.create(gpus=1, gpu_memory_mib=16384)
-    client = LossyClient(scheduler_client)
+    client = lossy
     client.lose.append(("create Binding", lost))
     created = await admin_client.create(gpu_pod("p", namespace, annotations={"gpu-fraction": "0.5"}))
     async with running_scheduler(client) as scheduler:  # type: ignore[arg-type]
@@ -120,12 +125,10 @@ async def _true(value: bool) -> bool:
 
 async def test_an_env_configmap_whose_create_reply_was_lost_is_reused(
     admin_client: lightkube.AsyncClient,
-    scheduler_client: lightkube.AsyncClient,
     namespace: str,
-    gpu_nodes: fakenodes.GpuNodes,
+    lossy: LossyClient,
 ) -> None:
-    await gpu_nodes.create(gpus=1, gpu_memory_mib=16384)
-    client = LossyClient(scheduler_client)
+    client = lossy
     client.lose.append(("create ConfigMap", "reply"))
     await admin_client.create(gpu_pod("p", namespace, annotations={"gpu-fraction": "0.5"}))
     async with running_scheduler(client) as scheduler:  # type: ignore[arg-type]
@@ -204,12 +207,10 @@ async def test_an_env_configmap_of_another_owner_is_left_alone_and_the_pod_keeps
 
 async def test_a_refused_binding_leaves_the_tenants_keys_and_the_retry_binds_the_gpu(
     admin_client: lightkube.AsyncClient,
-    scheduler_client: lightkube.AsyncClient,
     namespace: str,
-    gpu_nodes: fakenodes.GpuNodes,
+    lossy: LossyClient,
 ) -> None:
-    await gpu_nodes.create(gpus=1, gpu_memory_mib=16384)
-    client = LossyClient(scheduler_client)
+    client = lossy
     created = await admin_client.create(gpu_pod("p", namespace, annotations=TENANT_KEYS))
     seen: list[dict[str, Any]] = []
 
@@ -239,12 +240,10 @@ async def replace_pod(admin: lightkube.AsyncClient, namespace: str, successor: P
 
 async def test_a_pod_replaced_before_its_binding_leaves_the_successor_to_be_scheduled_as_itself(
     admin_client: lightkube.AsyncClient,
-    scheduler_client: lightkube.AsyncClient,
     namespace: str,
-    gpu_nodes: fakenodes.GpuNodes,
+    lossy: LossyClient,
 ) -> None:
-    await gpu_nodes.create(gpus=1, gpu_memory_mib=16384)
-    client = LossyClient(scheduler_client)
+    client = lossy
     first = await admin_client.create(gpu_pod("p", namespace, annotations={"gpu-fraction": "0.75"}))
     uids: list[str] = []
     async with running_scheduler(client) as scheduler:  # type: ignore[arg-type]
@@ -268,14 +267,12 @@ async def test_a_pod_replaced_before_its_binding_leaves_the_successor_to_be_sche
 
 async def test_a_successor_bound_by_its_predecessors_binding_is_deleted(
     admin_client: lightkube.AsyncClient,
-    scheduler_client: lightkube.AsyncClient,
     namespace: str,
-    gpu_nodes: fakenodes.GpuNodes,
+    lossy: LossyClient,
 ) -> None:
     """The Binding goes out before the watch reports the deletion; v1.20.2 binds the successor with the
     predecessor's contract. The scheduler deletes it (it never asked gpufrac: another scheduler name)."""
-    await gpu_nodes.create(gpus=1, gpu_memory_mib=16384)
-    client = LossyClient(scheduler_client)
+    client = lossy
     first = await admin_client.create(gpu_pod("p", namespace, annotations={"gpu-fraction": "0.5"}))
     uids: list[str] = []
 
