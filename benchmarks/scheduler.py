@@ -6,7 +6,7 @@ for each run, a burst of pods taken from the openb pod list (seeded shuffle) in 
 
 - `gpufrac`: `gpufrac scheduler --policy binpack` as a subprocess; share pods ask with the `gpu-fraction`
   annotation, whole-GPU pods with `nvidia.com/gpu`, and GPU pods carry `gpufrac.io/env-configmap` (what the
-  webhook adds), so every GPU bind is the full one: env ConfigMap, annotation patch, Binding;
+  webhook adds), so every GPU bind is the full one: env ConfigMap, then one Binding carrying the contract;
 - `gpufrac-annotations-only`: the same with `--env-delivery annotations-only` (no ConfigMap);
 - `kube-scheduler`: the real kube-scheduler v1.20.2 with its defaults (client QPS 50, burst 100), every pod
   asking for whole GPUs (`nvidia.com/gpu`: the trace's GPU count, at least 1) and the same CPU and memory;
@@ -640,8 +640,7 @@ PROFILE_STEPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("  Eligibility.rows_for()", ("scheduler/eligibility.py:rows_for",), ()),
     ("bind: Scheduler._bind", ("scheduler/loop.py:_bind",), ()),
     ("  objects.bind_plan()", ("scheduler/objects.py:bind_plan",), ()),
-    ("  create the env ConfigMap", ("scheduler/binder.py:_create_configmap",), ()),
-    ("  annotation patch", ("scheduler/binder.py:bind", "async_client.py:patch"), ()),
+    ("  create the env ConfigMap", ("scheduler/binder.py:_ensure_configmap",), ()),
     ("  Binding", ("scheduler/binder.py:post_binding",), ()),
     ("  of which HTTP pool bookkeeping", ("scheduler/loop.py:_bind", "_assign_requests_to_connections"), ()),
     ("  of which HTTP client, TLS", ("scheduler/loop.py:_bind",), ("httpx2/", "httpcore2/", "anyio/")),

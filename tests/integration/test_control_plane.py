@@ -104,7 +104,7 @@ async def test_scheduler_rights_are_least_privilege(
     lease = await scheduler_client.create(Lease(metadata=lease_meta))
     await scheduler_client.replace(lease)
 
-    await _forbidden(scheduler_client.delete(Pod, "p", namespace=namespace))
+    await _forbidden(scheduler_client.create(_pod("q", namespace)))
     await _forbidden(_items(scheduler_client.list(Secret, namespace=namespace)))
     await _forbidden(_items(scheduler_client.list(ConfigMap, namespace=namespace)))
     await _forbidden(scheduler_client.create(Lease(metadata=ObjectMeta(name="x", namespace=namespace))))

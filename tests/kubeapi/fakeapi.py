@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import httpx2
@@ -71,6 +73,166 @@ class RecordingClient:
 
     def made(self, verb: str, kind: str) -> list[Call]:
         return [call for call in self.calls if (call.verb, call.kind) == (verb, kind)]
+
+
+Hook = Callable[[], Awaitable[None]]
+
+
+@dataclass
+class Mishaps:
+    """What can go wrong on the way to an API server: `lose` lists calls ("create Binding") whose next
+    occurrence loses its reply ("reply": applied, then a timeout) or its request ("request": a timeout,
+    nothing applied); `before` runs a hook just before a call is applied (e.g. to delete and recreate the
+    pod while its bind runs)."""
+
+    lose: list[tuple[str, str]] = field(default_factory=list)
+    before: dict[str, Hook] = field(default_factory=dict)
+
+    async def _step(self, call: str) -> str | None:
+        """Run the hook for `call`; raise if its request is lost; 'reply' when its reply is to be lost."""
+        hook = self.before.pop(call, None)
+        if hook is not None:
+            await hook()
+        for index, (lost, how) in enumerate(self.lose):
+            if lost == call:
+                del self.lose[index]
+                if how == "request":
+                    raise httpx2.ReadTimeout("timed out before the request was sent")
+                return how
+        return None
+
+
+class LossyClient(Mishaps):
+    """A real client behind `Mishaps`, for tests against a real API server. `sent` counts the calls made
+    ("create Binding"), lost ones included."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__()
+        self.inner = inner
+        self.sent: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def _call(self, call: str, send: Callable[[], Awaitable[Any]]) -> Any:
+        self.sent[call] += 1
+        lost = await self._step(call)
+        result = await send()
+        if lost == "reply":
+            raise httpx2.ReadTimeout("the reply was lost")
+        return result
+
+    async def create(self, obj: Any, name: str | None = None, *, namespace: str | None = None) -> Any:
+        kind = obj.kind or type(obj).__name__
+        return await self._call(f"create {kind}", lambda: self.inner.create(obj, name, namespace=namespace))
+
+    async def get(self, resource: type[Any], name: str, *, namespace: str | None = None) -> Any:
+        call = f"get {resource.__name__}"
+        return await self._call(call, lambda: self.inner.get(resource, name, namespace=namespace))
+
+
+@dataclass
+class FakeApi(RecordingClient, Mishaps):
+    """A RecordingClient that keeps pods and ConfigMaps and answers as kube-apiserver v1.20.2 does:
+
+    - a Binding sets `nodeName` and copies its annotations onto the pod in one step, ignores its UID (so
+      it binds whichever pod has the name now), and is refused with 409 when the pod is bound or being
+      deleted, 404 when there is none;
+    - creating a ConfigMap that exists is 409 AlreadyExists; a delete with a UID precondition that no
+      longer holds is 409 Conflict.
+
+    `Mishaps` lose requests or replies, and run hooks before a call.
+    """
+
+    objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    _made: int = 0
+
+    def put(self, obj: Mapping[str, Any]) -> None:
+        """Store `obj` (a Pod or a ConfigMap, as plain API data) as the API server holds it."""
+        meta = obj["metadata"]
+        self.objects[obj["kind"], meta.get("namespace", ""), meta["name"]] = copy.deepcopy(dict(obj))
+
+    def stored(self, kind: str, name: str, namespace: str = "team") -> dict[str, Any] | None:
+        return self.objects.get((kind, namespace, name))
+
+    async def create(self, obj: Any, name: str | None = None, *, namespace: str | None = None) -> Any:
+        kind = obj.kind or type(obj).__name__
+        if kind == "Binding" and self.gate is not None:
+            await self.gate.wait()
+        self._record("create", kind, obj.metadata.name if obj.metadata else name, obj)
+        lost = await self._step(f"create {kind}")
+        namespace = namespace or (obj.metadata.namespace if obj.metadata else None) or ""
+        if kind == "Binding":
+            self._bind(namespace, obj.metadata.name, obj.target["name"], obj.metadata.annotations or {})
+        elif kind == "ConfigMap":
+            key = ("ConfigMap", namespace, obj.metadata.name)
+            if key in self.objects:
+                raise api_error(409, "AlreadyExists", f"configmaps {obj.metadata.name!r} already exists")
+            self._made += 1
+            body = obj.to_dict()
+            body["metadata"]["uid"] = f"cm-uid-{self._made}"
+            self.objects[key] = body
+        if lost == "reply":
+            raise httpx2.ReadTimeout("the reply was lost")
+        return obj
+
+    def _bind(self, namespace: str, name: str, node: str, annotations: Mapping[str, str]) -> None:
+        pod = self.objects.get(("Pod", namespace, name))
+        if pod is None:
+            raise api_error(404, "NotFound", f'pods "{name}" not found')
+        if pod["spec"].get("nodeName") or pod["metadata"].get("deletionTimestamp"):
+            raise api_error(409, "Conflict", f"pod {name} is already assigned to node")
+        pod["spec"]["nodeName"] = node
+        pod["metadata"].setdefault("annotations", {}).update(annotations)
+
+    async def get(self, resource: type[Any], name: str, *, namespace: str | None = None, **_: Any) -> Any:
+        self._record("get", resource.__name__, name, None)
+        lost = await self._step(f"get {resource.__name__}")
+        found = self.objects.get((resource.__name__, namespace or "", name))
+        if lost == "reply":
+            raise httpx2.ReadTimeout("the reply was lost")
+        if found is None:
+            raise api_error(404, "NotFound", f"{name} not found")
+        return Item(found)
+
+    async def delete(self, resource: type[Any], name: str, *, namespace: str | None = None, **_: Any) -> None:
+        await self._delete(resource.__name__, name, namespace or "", uid=None)
+
+    async def _delete(self, kind: str, name: str, namespace: str, *, uid: str | None) -> None:
+        self._record("delete", kind, name, {"uid": uid} if uid else None)
+        lost = await self._step(f"delete {kind}")
+        found = self.objects.get((kind, namespace, name))
+        if found is None:
+            raise api_error(404, "NotFound", f"{name} not found")
+        if uid is not None and found["metadata"].get("uid") != uid:
+            raise api_error(409, "Conflict", "Precondition failed: UID in precondition does not match")
+        del self.objects[kind, namespace, name]
+        if lost == "reply":
+            raise httpx2.ReadTimeout("the reply was lost")
+
+    @property
+    def _client(self) -> _GenericClient:
+        """What `kubeapi.client.delete_exactly` reaches for: lightkube's generic client."""
+        return _GenericClient(self)
+
+
+@dataclass
+class _GenericClient:
+    api: FakeApi
+
+    def prepare_request(self, method: str, resource: type[Any], *, name: str, namespace: str) -> Any:
+        return SimpleNamespace(kind=resource.__name__, name=name, namespace=namespace, data=None)
+
+    def build_adapter_request(self, request: Any) -> Any:
+        return request
+
+    async def send(self, request: Any) -> None:
+        await self.api._delete(
+            request.kind, request.name, request.namespace, uid=request.data["preconditions"]["uid"]
+        )
+
+    def handle_response(self, method: str, response: Any, request: Any) -> None:
+        return None
 
 
 class Item:

@@ -320,6 +320,7 @@ def test_whole_gpus_of_several_containers_are_placed_written_and_read_back_per_c
     assert plan.annotations == {
         nvidia("a", "gpus.devices"): "GPU-n1-0",
         nvidia("b", "gpus.devices"): "GPU-n1-1,GPU-n1-2",
+        keys.BOUND_UID_ANNOTATION: "uid-p",
     }
     read = objects.bound_placement(bound(pending, "n1", plan.annotations), spec)
     assert read.assignments == placement.assignments
@@ -389,6 +390,7 @@ def test_bind_plan_gives_each_gpu_container_its_own_env_configmap() -> None:
         nvidia("b", "gpu-memory.limit"): "2048Mi",
         nvidia("b", "gpu-compute.mode"): "time-slicing",
         nvidia("b", "gpus.devices"): "GPU-n1-2",
+        keys.BOUND_UID_ANNOTATION: pending["metadata"]["uid"],
     }
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from gpufrac import contract
 from gpufrac.contract import keys
+from gpufrac.scheduler import objects
 from gpufrac.scheduler.loop import Scheduler
 
 from ..kubeapi.apiobjects import GPU_MIB, bound, container, inventory, key, node, pod
-from ..kubeapi.fakeapi import FakeClock, RecordingClient, api_error, until
+from ..kubeapi.fakeapi import FakeApi, FakeClock, api_error, until
 from .schedulers import gpu_free, pod_nodes, scheduler, share_notes
 
 ENV_BASE = "gpufrac-env-abc"
@@ -27,8 +29,11 @@ def share_pod(name: str, fraction: str = "0.5", **settings: Any) -> dict[str, An
 
 def setup(
     nodes: list[dict[str, Any]], pods: list[dict[str, Any]], **settings: Any
-) -> tuple[Scheduler, RecordingClient, FakeClock]:
-    client, clock = RecordingClient(), FakeClock()
+) -> tuple[Scheduler, FakeApi, FakeClock]:
+    """A scheduler that has listed `nodes` and `pods`, on a fake API server that holds the pods."""
+    client, clock = FakeApi(), FakeClock()
+    for item in pods:
+        client.put(item)
     made = scheduler(client, clock, **settings)
     made.on_nodes_listed(nodes)
     made.on_pods_listed(pods)
@@ -40,7 +45,7 @@ def attempts(made: Scheduler, result: str) -> float:
     return value or 0.0
 
 
-def steps(client: RecordingClient) -> list[tuple[str, str]]:
+def steps(client: FakeApi) -> list[tuple[str, str]]:
     return [(call.verb, call.kind) for call in client.calls]
 
 
@@ -50,23 +55,28 @@ async def test_a_pod_is_reserved_at_once_then_bound() -> None:
     assert key("p") in made.cache.assumed and key("p") in made.cache.state.placements
     assert made.pending == {} and gpu_free(made, "n1").count(GPU_MIB // 2) == 1
     await made.wait_for_binds()
-    assert steps(client) == [("create", "ConfigMap"), ("patch", "Pod"), ("create", "Binding")]
-    configmap, annotate, binding = client.calls
+    assert steps(client) == [("create", "ConfigMap"), ("create", "Binding")]
+    configmap, binding = client.calls
     gpu = made.cache.state.placements[key("p")].assignments[0].gpus[0]
     assert configmap.name == f"{ENV_BASE}-p-main"
     assert configmap.body.immutable is True
     assert configmap.body.data[keys.ENV_VISIBLE_DEVICES] == f"GPU-n1-{gpu}"
     assert configmap.body.data[keys.ENV_MEMORY_REQUEST] == str(GPU_MIB // 2)
     assert [owner.uid for owner in configmap.body.metadata.ownerReferences] == ["uid-p"]
-    assert (
-        annotate.body["metadata"]["annotations"][keys.container_key("main", keys.DEVICES)] == f"GPU-n1-{gpu}"
-    )
+    # One Binding carries the node, the contract and the UID it is granted to: the pod is bound with its
+    # contract in one write, or not at all.
+    written = binding.body.metadata.annotations
+    assert written[keys.container_key("main", keys.DEVICES)] == f"GPU-n1-{gpu}"
+    assert written[keys.BOUND_UID_ANNOTATION] == "uid-p"
     assert binding.body.target["name"] == "n1" and binding.body.metadata.uid == "uid-p"
+    stored = client.stored("Pod", "p")
+    assert stored is not None and stored["spec"]["nodeName"] == "n1"
+    assert written.items() <= stored["metadata"]["annotations"].items()
     assert made.cache.assumed == {} and pod_nodes(made) == {key("p"): "n1"}
     assert attempts(made, "scheduled") == 1
     # The watch then reports the pod bound: it is already counted, so nothing changes.
     before = gpu_free(made, "n1")
-    made.on_pod_event("MODIFIED", bound(share_pod("p"), "n1", annotate.body["metadata"]["annotations"]))
+    made.on_pod_event("MODIFIED", bound(share_pod("p"), "n1", written))
     assert gpu_free(made, "n1") == before
 
 
@@ -74,7 +84,7 @@ async def test_annotations_only_delivery_creates_no_configmap() -> None:
     made, client, _ = setup([gpu_node()], [share_pod("p")], env_delivery="annotations-only")
     await made.schedule_pending()
     await made.wait_for_binds()
-    assert steps(client) == [("patch", "Pod"), ("create", "Binding")]
+    assert steps(client) == [("create", "Binding")]
 
 
 async def test_a_reservation_keeps_the_next_pod_of_the_round_off_its_memory() -> None:
@@ -86,27 +96,25 @@ async def test_a_reservation_keeps_the_next_pod_of_the_round_off_its_memory() ->
     assert set(made.pending) == {key("second")}
 
 
-async def test_a_failed_bind_releases_the_reservation_rolls_back_and_backs_off() -> None:
+async def test_a_refused_bind_releases_the_reservation_and_backs_off_with_nothing_to_undo() -> None:
     made, client, clock = setup([gpu_node()], [share_pod("p")])
-    client.fail["create Binding"] = api_error(500, "InternalError")
+    client.fail["create Binding"] = api_error(403, "Forbidden")
     await made.schedule_pending()
     await made.wait_for_binds()
     assert made.cache.state.placements == {} and pod_nodes(made) == {} and made.cache.assumed == {}
     assert gpu_free(made, "n1") == [GPU_MIB, GPU_MIB]
     assert set(made.pending) == {key("p")} and key("p") in made.queue
     assert attempts(made, "error") == 1
-    # What the bind wrote is undone: its ConfigMap deleted, its annotations removed.
-    assert steps(client)[3:] == [("delete", "ConfigMap"), ("patch", "Pod")]
-    removal = client.calls[-1].body["metadata"]["annotations"]
-    assert removal and all(value is None for value in removal.values())
-    assert client.calls[3].name == f"{ENV_BASE}-p-main"
-    # Retried after the backoff, with no cluster change needed.
+    # Nothing was written to the pod, so nothing is undone; the ConfigMap is the pod's, kept for the retry.
+    assert steps(client) == [("create", "ConfigMap"), ("create", "Binding")]
+    # Retried after the backoff, with no cluster change needed: the same placement reuses its ConfigMap.
     assert await made.schedule_pending() == 0
     clock.advance(1.0)
     client.fail.clear()
     assert await made.schedule_pending() == 1
     await made.wait_for_binds()
     assert pod_nodes(made) == {key("p"): "n1"} and made.pending == {}
+    assert steps(client)[2:] == [("create", "ConfigMap"), ("get", "ConfigMap"), ("create", "Binding")]
 
 
 async def test_an_unschedulable_pod_gets_a_condition_and_an_event_saying_why() -> None:
@@ -163,7 +171,7 @@ async def test_a_pod_deleted_while_its_bind_runs_is_released_when_the_bind_ends(
     made, client, _ = setup([gpu_node()], [share_pod("p")])
     client.gate = asyncio.Event()
     await made.schedule_pending()
-    await until(lambda: ("patch", "Pod") in steps(client))
+    await until(lambda: ("create", "ConfigMap") in steps(client))
     made.on_pod_event("DELETED", share_pod("p"))
     assert made.cache.gone_assumed == {key("p")}
     assert key("p") in made.cache.state.placements  # still held: the Binding may yet go through
@@ -179,7 +187,7 @@ async def test_a_pod_deleted_while_its_bind_fails_is_not_retried() -> None:
     client.gate = asyncio.Event()
     client.fail["create Binding"] = api_error(404, "NotFound")
     await made.schedule_pending()
-    await until(lambda: ("patch", "Pod") in steps(client))
+    await until(lambda: ("create", "ConfigMap") in steps(client))
     made.on_pods_listed([])  # a relist is how a deletion missed by the watch shows
     client.gate.set()
     await made.wait_for_binds()
@@ -191,8 +199,14 @@ async def test_the_bound_event_during_the_bind_does_not_count_the_pod_twice() ->
     made, client, _ = setup([gpu_node(gpus=1)], [share_pod("p", "0.25")])
     client.gate = asyncio.Event()
     await made.schedule_pending()
-    await until(lambda: ("patch", "Pod") in steps(client))
-    written = client.calls[-1].body["metadata"]["annotations"]
+    await until(lambda: ("create", "ConfigMap") in steps(client))
+    written = objects.bind_plan(
+        share_pod("p", "0.25"),
+        made.cache.assumed[key("p")],
+        made.cache.state.node_spec("n1"),
+        mps_pipe_directory=contract.DEFAULT_MPS_PIPE_DIRECTORY,
+        env_delivery=contract.EnvDelivery.CONFIGMAP,
+    ).annotations
     made.on_pod_event("MODIFIED", bound(share_pod("p", "0.25"), "n1", written))
     client.gate.set()
     await made.wait_for_binds()
@@ -223,11 +237,170 @@ async def test_a_restarted_scheduler_rebuilds_what_the_first_one_bound() -> None
     await made.schedule_pending()
     await made.wait_for_binds()
     assert len(client.made("create", "Binding")) == 3
-    written = {call.name: call.body["metadata"]["annotations"] for call in client.made("patch", "Pod")}
-    assert set(written["pair"]) == {keys.container_key(c, keys.DEVICES) for c in "ab"}
+    written = {call.name: call.body.metadata.annotations for call in client.made("create", "Binding")}
+    assert set(written["pair"]) == {keys.container_key(c, keys.DEVICES) for c in "ab"} | {
+        keys.BOUND_UID_ANNOTATION
+    }
     restarted, _, _ = setup(
         [gpu_node(gpus=4)], [bound(item, "n1", written[item["metadata"]["name"]]) for item in pods]
     )
     assert set(restarted.cache.state.placements) == set(made.cache.state.placements)
     for array in ("gpu_free", "gpu_mode", "gpu_whole", "gpu_tenants", "cpu_free"):
         assert (getattr(restarted.cache.state, array) == getattr(made.cache.state, array)).all(), array
+
+
+# ---- a pod deleted and recreated under the same name while its bind runs ----------------------------------
+
+
+def successor(name: str, uid: str, fraction: str = "0.5") -> dict[str, Any]:
+    """A pod created under `name` after the first was deleted: another UID, its own env ConfigMap base."""
+    made = share_pod(name, fraction)
+    made["metadata"]["uid"] = uid
+    made["metadata"]["annotations"][keys.ENV_CONFIGMAP_ANNOTATION] = f"{ENV_BASE}-{name}-2"
+    return made
+
+
+async def test_a_pod_replaced_before_its_binding_is_not_bound_and_its_successor_is_scheduled_as_itself() -> (
+    None
+):
+    made, client, clock = setup([gpu_node(gpus=1)], [share_pod("p", "0.75")])
+    new = successor("p", "uid-p-2", "0.75")
+
+    async def replaced() -> None:  # the watch reports both while the bind makes its ConfigMap
+        client.put(new)
+        made.on_pod_event("DELETED", share_pod("p", "0.75"))
+        made.on_pod_event("ADDED", new)
+        # Tried at once, the successor does not fit: the first one's 0.75 is held until its bind settles.
+        assert await made.schedule_pending() == 1 and "uid-p-2" in made.queue
+
+    client.before["create ConfigMap"] = replaced
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert not client.made("create", "Binding")  # never sent for a pod the watch reported gone
+    assert made.cache.state.placements == {} and made.cache.gone_assumed == set()
+    assert set(made.pending) == {"uid-p-2"}
+    # Released, the first one's 0.75 wakes the successor after its backoff (not the 60 s park of a pod
+    # waiting for a change), and it binds with its own contract.
+    clock.advance(1.0)
+    assert await made.schedule_pending() == 1
+    await made.wait_for_binds()
+    stored = client.stored("Pod", "p")
+    assert stored is not None and stored["spec"]["nodeName"] == "n1"
+    assert objects.bound_for(stored) == "uid-p-2" and not objects.misbound(stored)
+    assert pod_nodes(made) == {"uid-p-2": "n1"} and gpu_free(made, "n1") == [GPU_MIB - GPU_MIB * 3 // 4]
+
+
+async def test_a_successor_bound_by_its_predecessors_binding_is_deleted_and_frees_what_it_held() -> None:
+    made, client, _ = setup([gpu_node(gpus=1)], [share_pod("p")])
+    new = successor("p", "uid-p-2")
+
+    async def replace() -> None:  # deleted and recreated just before the Binding, faster than the watch
+        client.put(new)
+
+    client.before["create Binding"] = replace
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    misbound = client.stored("Pod", "p")
+    assert misbound is not None and misbound["metadata"]["uid"] == "uid-p-2" and objects.misbound(misbound)
+    # Then the watch catches up: the first pod is deleted, the successor is bound with the first's contract.
+    made.on_pod_event("DELETED", share_pod("p"))
+    made.on_pod_event("MODIFIED", misbound)
+    assert pod_nodes(made) == {"uid-p-2": "n1"}  # held as the API says, until it is gone
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert client.stored("Pod", "p") is None
+    assert client.made("delete", "Pod")[-1].body == {"uid": "uid-p-2"}
+    assert [call.body.reason for call in client.made("create", "Event")] == ["BoundToAnotherPod"]
+    made.on_pod_event("DELETED", misbound)
+    assert made.cache.state.placements == {} and gpu_free(made, "n1") == [GPU_MIB]
+    assert made.pending == {} and made.misbound == {}
+
+
+async def test_a_standby_leaves_a_misbound_pod_to_the_leader_and_deletes_it_once_it_leads() -> None:
+    misbound = bound(successor("p", "uid-p-2"), "n1", {keys.BOUND_UID_ANNOTATION: "uid-p"})
+    made, client, _ = setup([gpu_node()], [misbound])
+    made.is_leader = False
+    await made.schedule_pending()
+    assert client.made("delete", "Pod") == [] and set(made.misbound) == {"uid-p-2"}
+    made.lead()
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert client.stored("Pod", "p") is None and made.misbound == {}
+
+
+async def test_a_misbound_pod_whose_deletion_is_unanswered_is_tried_again() -> None:
+    misbound = bound(successor("p", "uid-p-2"), "n1", {keys.BOUND_UID_ANNOTATION: "uid-p"})
+    made, client, _ = setup([gpu_node()], [misbound])
+    client.lose.append(("delete Pod", "request"))
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert set(made.misbound) == {"uid-p-2"}
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert client.stored("Pod", "p") is None and made.misbound == {}
+
+
+async def test_a_pod_bound_by_its_own_bind_is_never_taken_for_misbound() -> None:
+    made, client, _ = setup([gpu_node()], [share_pod("p")])
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    stored = client.stored("Pod", "p")
+    assert stored is not None
+    made.on_pod_event("MODIFIED", stored)
+    await made.schedule_pending()
+    assert made.misbound == {} and client.made("delete", "Pod") == []
+
+
+# ---- lost replies and other binds, through the loop -------------------------------------------------------
+
+
+async def test_a_binding_whose_reply_is_lost_is_counted_as_scheduled_once() -> None:
+    made, client, _ = setup([gpu_node()], [share_pod("p")])
+    client.lose.append(("create Binding", "reply"))
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert attempts(made, "scheduled") == 1 and attempts(made, "error") == 0
+    assert pod_nodes(made) == {key("p"): "n1"} and made.pending == {} and len(made.queue) == 0
+    assert len(client.made("create", "Binding")) == 1
+
+
+async def test_a_pod_another_bind_bound_is_accounted_where_the_api_says_and_not_retried() -> None:
+    made, client, _ = setup([gpu_node()], [share_pod("p")])
+
+    async def other_bind() -> None:  # another bind of this pod (e.g. the old leader's) lands first, on GPU 1
+        stored = client.stored("Pod", "p")
+        assert stored is not None
+        stored["spec"]["nodeName"] = "n1"
+        stored["metadata"]["annotations"].update(share_notes("main", "GPU-n1-1", f"{GPU_MIB // 2}Mi"))
+
+    client.before["create Binding"] = other_bind
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert pod_nodes(made) == {key("p"): "n1"} and made.pending == {} and len(made.queue) == 0
+    assert gpu_free(made, "n1") == [GPU_MIB, GPU_MIB - GPU_MIB // 2]
+
+
+async def test_a_tenants_own_gpu_keys_survive_a_failed_bind_and_the_retry_binds_the_gpu() -> None:
+    """Today's regression: a failed Binding's rollback erased the tenant's request, and the retry bound the
+    pod with no GPU at all."""
+    tenant = {
+        keys.container_key("main", keys.MEMORY_REQUEST): "4Gi",
+        keys.container_key("main", keys.COMPUTE_MODE): "sm-sharing",
+        keys.ENV_CONFIGMAP_ANNOTATION: f"{ENV_BASE}-p",
+    }
+    made, client, clock = setup([gpu_node()], [pod("p", annotations=tenant)])
+    client.fail["create Binding"] = api_error(422, "Invalid")
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    stored = client.stored("Pod", "p")
+    assert stored is not None and stored["metadata"]["annotations"] == tenant
+    client.fail.clear()
+    clock.advance(1.0)
+    made.on_pod_event("MODIFIED", stored)
+    assert await made.schedule_pending() == 1
+    await made.wait_for_binds()
+    annotations = client.stored("Pod", "p")["metadata"]["annotations"]  # type: ignore[index]
+    assert annotations[keys.container_key("main", keys.MEMORY_REQUEST)] == "4096Mi"
+    assert annotations[keys.container_key("main", keys.COMPUTE_MODE)] == "sm-sharing"
+    assert annotations[keys.container_key("main", keys.DEVICES)].startswith("GPU-n1-")
+    assert gpu_free(made, "n1").count(GPU_MIB - 4096) == 1

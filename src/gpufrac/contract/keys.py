@@ -62,6 +62,12 @@ ENV_CONFIGMAP_ANNOTATION = "gpufrac.io/env-configmap"
 ENV_CONFIGMAP_PREFIX = "gpufrac-env-"
 ENV_CONFIGMAP_LABEL = "gpufrac.io/env"
 
+# The UID of the pod a bind was meant for, written by the scheduler's Binding together with the contract.
+# kube-apiserver v1.20 ignores a Binding's UID, so a Binding sent for a pod that was deleted and recreated
+# under the same name meanwhile binds the successor; on a bound pod whose UID differs from this value the
+# contract was granted to another pod, and the scheduler deletes it (scheduler/binder.py).
+BOUND_UID_ANNOTATION = "gpufrac.io/bound-uid"
+
 
 def env_configmap_name(base: str, container: str) -> str:
     """The env ConfigMap of one GPU container: `<base>-<container>`, `base` being the annotation's value.

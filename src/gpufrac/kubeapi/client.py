@@ -85,3 +85,19 @@ def build(resource: type[R], body: Mapping[str, Any]) -> R:
     """A typed lightkube object from plain API data: requests are written as data, as the API documents
     them, and converted once here."""
     return cast(R, resource.from_dict(dict(body)))  # type: ignore[attr-defined]
+
+
+async def delete_exactly(
+    client: lightkube.AsyncClient, resource: type[Any], name: str, *, namespace: str, uid: str
+) -> None:
+    """Delete the object named `name` only if it is still the one with `uid`: the API server answers 409
+    Conflict when the name now belongs to another object, which is then left alone.
+
+    lightkube's `delete` sends no body, and the API server reads `DeleteOptions.preconditions` only from one
+    (not from query parameters), so the request is built through lightkube's generic client.
+    """
+    generic = client._client
+    request = generic.prepare_request("delete", resource, name=name, namespace=namespace)
+    request.data = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+    response = await generic.send(generic.build_adapter_request(request))
+    generic.handle_response("delete", response, request)

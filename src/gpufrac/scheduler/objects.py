@@ -386,10 +386,39 @@ def _names_devices(pod: Obj) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class BindPlan:
-    """Everything bind writes for one pod, computed before any write so a failure leaves nothing half done."""
+    """Everything bind writes for one pod, computed before any write so a failure leaves nothing half done.
+
+    `annotations` travel on the Binding: the contract, and the UID of the pod they were granted to
+    (`keys.BOUND_UID_ANNOTATION`).
+    """
 
     annotations: dict[str, str]
     configmaps: dict[str, dict[str, str]]  # env ConfigMap name -> its data; empty without gpufrac delivery
+
+
+def bound_for(pod: Obj) -> str | None:
+    """The UID of the pod the Binding that bound `pod` was meant for; None on a pod gpufrac did not bind
+    (or an older gpufrac did, before it wrote the marker)."""
+    value = (meta(pod).get("annotations") or {}).get(keys.BOUND_UID_ANNOTATION)
+    return value if isinstance(value, str) else None
+
+
+def misbound(pod: Obj) -> bool:
+    """A bound pod carrying a contract granted to another pod: its same-name predecessor's Binding bound it
+    (kube-apiserver v1.20 ignores a Binding's UID). It must not keep GPUs it was not given."""
+    marker, uid = bound_for(pod), meta(pod).get("uid")
+    return bool(node_name(pod)) and marker is not None and bool(uid) and marker != uid
+
+
+def holds_binding(pod: Obj, *, uid: str, node: str, plan: BindPlan) -> bool:
+    """`pod`, read back after a Binding whose answer was lost, is bound as that Binding would bind it: the
+    same pod, on `node`, carrying every annotation of `plan`."""
+    annotations = meta(pod).get("annotations") or {}
+    return (
+        meta(pod).get("uid") == uid
+        and node_name(pod) == node
+        and all(annotations.get(key) == value for key, value in plan.annotations.items())
+    )
 
 
 def bind_plan(
@@ -419,4 +448,9 @@ def bind_plan(
     if env_delivery == contract.EnvDelivery.CONFIGMAP and base:
         env = contract.render_env(placed, mps_pipe_directory=mps_pipe_directory)
         configmaps = {keys.env_configmap_name(base, container): dict(data) for container, data in env.items()}
-    return BindPlan(contract.render_annotations(placed), configmaps)
+    annotations = dict(contract.render_annotations(placed))
+    # The marker goes with a contract only: a pod bound with no GPUs holds nothing another pod was granted.
+    # Every pod the API returns has a UID; hand-made test objects may have none.
+    if annotations and meta(pod).get("uid"):
+        annotations[keys.BOUND_UID_ANNOTATION] = str(meta(pod)["uid"])
+    return BindPlan(annotations, configmaps)
