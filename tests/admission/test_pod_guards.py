@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gpufrac.admission import settings
-from gpufrac.contract import ContractError, EnvDelivery, parse_pod
+from gpufrac.contract import ContractError, EnvDelivery, keys, parse_pod
 
 from .reviews import NAME, SCHEDULER, TENANT, allowed, container, denial, mutated, pod
 
@@ -68,6 +68,12 @@ def test_only_the_scheduler_creates_a_pod_with_devices() -> None:
         'the GPUs a container may use; "tenant" may not set it; remove it'
     )
     assert allowed(forged, user=SCHEDULER)
+
+
+def test_the_bound_uid_marker_is_the_schedulers_alone() -> None:
+    marked = pod({"gpu-fraction": "0.5", keys.BOUND_UID_ANNOTATION: "uid-other"})
+    assert "names the pod its Binding was meant for" in denial(marked, "scheduler-owned")
+    assert allowed(marked, user=SCHEDULER)
 
 
 def test_devices_on_a_whole_gpu_container_are_the_schedulers_too() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpufrac.contract import container_key, is_contract_key, is_scheduler_owned, split_container_key
+from gpufrac.contract import container_key, is_contract_key, is_scheduler_owned, keys, split_container_key
 
 
 def test_container_keys_split_at_the_first_dot_after_the_prefix() -> None:
@@ -22,6 +22,10 @@ def test_container_keys_split_at_the_first_dot_after_the_prefix() -> None:
 def test_devices_are_scheduler_owned(key: str) -> None:
     assert is_scheduler_owned(key)
     assert is_contract_key(key)
+
+
+def test_the_bound_uid_marker_is_scheduler_owned() -> None:
+    assert is_scheduler_owned(keys.BOUND_UID_ANNOTATION)
 
 
 @pytest.mark.parametrize(

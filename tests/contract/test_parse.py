@@ -14,7 +14,9 @@ from gpufrac.contract import (
     Portion,
     ShareRequest,
     WholeGpuRequest,
+    granted_to_another,
     kai_share_container,
+    keys,
     parse_pod,
 )
 
@@ -520,3 +522,19 @@ def test_reading_a_pod_is_linear_in_its_containers_and_annotations() -> None:
     _CountingName.comparisons = 0
     assert len(parse_pod(pod).shares) == n
     assert _CountingName.comparisons <= 4 * n
+
+
+def test_a_contract_is_granted_to_another_pod_only_when_the_marker_names_another_uid() -> None:
+    def pod(annotations: object, uid: object = "uid-now") -> dict[str, object]:
+        return {"metadata": {"uid": uid, "annotations": annotations}}
+
+    assert granted_to_another(pod({keys.BOUND_UID_ANNOTATION: "uid-before"})) == "uid-before"
+    assert granted_to_another(pod({keys.BOUND_UID_ANNOTATION: "uid-now"})) is None
+    assert granted_to_another(pod({})) is None  # bound by no gpufrac Binding, or by one before the marker
+    for odd in (
+        pod(None),
+        pod({keys.BOUND_UID_ANNOTATION: 7}),
+        pod({keys.BOUND_UID_ANNOTATION: "x"}, uid=None),
+    ):
+        assert granted_to_another(odd) is None
+    assert granted_to_another({"metadata": "garbage"}) is None

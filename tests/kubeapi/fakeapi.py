@@ -43,11 +43,17 @@ class Call:
 @dataclass
 class RecordingClient:
     """Records every call the scheduler makes; `fail` maps a call ("create Binding") to the error it raises;
-    `gate`, when set, holds a Binding until it is opened."""
+    `gate`, when set, holds a Binding until it is opened; `held` are the Bindings that reached it."""
 
     calls: list[Call] = field(default_factory=list)
     fail: dict[str, Exception] = field(default_factory=dict)
     gate: asyncio.Event | None = None
+    held: list[Any] = field(default_factory=list)
+
+    async def _at_gate(self, kind: str, obj: Any) -> None:
+        if kind == "Binding" and self.gate is not None:
+            self.held.append(obj)
+            await self.gate.wait()
 
     def _record(self, verb: str, kind: str, name: str | None, body: Any) -> None:
         self.calls.append(Call(verb, kind, name, body))
@@ -57,8 +63,7 @@ class RecordingClient:
 
     async def create(self, obj: Any, name: str | None = None, *, namespace: str | None = None) -> Any:
         kind = obj.kind or type(obj).__name__
-        if kind == "Binding" and self.gate is not None:
-            await self.gate.wait()
+        await self._at_gate(kind, obj)
         self._record("create", kind, obj.metadata.name if obj.metadata else name, obj)
         return obj
 
@@ -157,8 +162,7 @@ class FakeApi(RecordingClient, Mishaps):
 
     async def create(self, obj: Any, name: str | None = None, *, namespace: str | None = None) -> Any:
         kind = obj.kind or type(obj).__name__
-        if kind == "Binding" and self.gate is not None:
-            await self.gate.wait()
+        await self._at_gate(kind, obj)
         self._record("create", kind, obj.metadata.name if obj.metadata else name, obj)
         lost = await self._step(f"create {kind}")
         namespace = namespace or (obj.metadata.namespace if obj.metadata else None) or ""

@@ -94,6 +94,21 @@ def test_a_broken_contract_is_a_problem_not_a_crash() -> None:
     assert finding.kind is Kind.NO_CONTRACT and "contract is broken" in finding.detail
 
 
+def test_a_contract_granted_to_another_pod_is_no_grant() -> None:
+    """A pod bound by its same-name predecessor's Binding carries a contract meant for that UID."""
+    pod = bound_pod(
+        "x", share("app", "GPU-0"), {"app": 1}, annotations={contract.keys.BOUND_UID_ANNOTATION: "uid-before"}
+    )
+    (container,) = watchdog.containers_on_node([pod]).values()
+    assert container.devices == () and "granted to another pod (UID uid-before)" in container.problem
+    (finding,) = watchdog.assess([proc(1, GPU0, 10, 1)], {container_id(1): container}).findings
+    assert finding.kind is Kind.NO_CONTRACT
+    own = bound_pod(
+        "x", share("app", "GPU-0"), {"app": 1}, annotations={contract.keys.BOUND_UID_ANNOTATION: "uid-x"}
+    )
+    assert watchdog.containers_on_node([own])[container_id(1)].devices == ("GPU-0",)
+
+
 def test_usage_within_limit_is_no_finding() -> None:
     containers = watchdog.containers_on_node([bound_pod("a", share("app", "GPU-0"), {"app": 1})])
     result = watchdog.assess([proc(1, GPU0, 1500, 1), proc(2, GPU0, 548, 1)], containers)

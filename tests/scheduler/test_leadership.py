@@ -62,7 +62,7 @@ async def test_a_pod_waiting_for_a_bind_slot_when_the_lease_runs_out_is_not_boun
     lease = [True]
     made.lead(holds=lambda: lease[0])
     rounds = asyncio.create_task(made.schedule_pending())
-    await until(lambda: len(client.made("patch", "Pod")) == 1)  # first's Binding waits at the gate
+    await until(lambda: len(client.held) == 1)  # first's Binding waits at the gate
     lease[0] = False  # ...while second, decided, waits for the one bind slot
     assert client.gate is not None
     client.gate.set()
@@ -79,8 +79,8 @@ async def test_at_loss_of_leadership_binds_get_the_grace_and_the_rest_are_cancel
     made.on_nodes_listed([node("n1", agent=inventory("n1", 4))])
     made.on_pods_listed([share("landed"), share("cut")])
     await made.schedule_pending()
-    await until(lambda: len(client.made("patch", "Pod")) == 2)  # both Bindings wait at the gate
-    written = client.made("patch", "Pod")[0].body["metadata"]["annotations"]
+    await until(lambda: len(client.held) == 2)  # both Bindings wait at the gate
+    written = client.held[0].metadata.annotations
     # The API server holds "landed" bound (its Binding got through before the reply was lost), "cut" not.
     client.holds = {"landed": bound(share("landed"), "n1", written), "cut": share("cut")}
     await made.step_down(grace=0.01)

@@ -249,7 +249,7 @@ async def test_a_node_reshaped_while_a_bind_to_it_runs_holds_it_until_the_bound_
     made.on_nodes_listed([node("n1", agent=inventory("n1", 1))])
     made.on_pods_listed([share("p")])
     await made.schedule_pending()
-    await until(lambda: len(client.made("patch", "Pod")) == 1)  # the Binding waits at the gate
+    await until(lambda: len(client.held) == 1)  # the Binding waits at the gate
     assert key("p") in made.cache.assumed
     made.on_node_event("MODIFIED", node("n1", agent=inventory("n1", 0)))  # its GPU is gone mid-bind
     assert set(made.cache.misfits["n1"]) == {key("p")}
@@ -257,7 +257,7 @@ async def test_a_node_reshaped_while_a_bind_to_it_runs_holds_it_until_the_bound_
     await made.wait_for_binds()
     assert set(made.cache.misfits["n1"]) == {key("p")}  # the bound version is not read yet: still held
     made.on_node_event("MODIFIED", node("n1", agent=inventory("n1", 1)))
-    written = client.made("patch", "Pod")[0].body["metadata"]["annotations"]
+    written = client.made("create", "Binding")[0].body.metadata.annotations
     made.on_pod_event("MODIFIED", bound(share("p"), "n1", written))
     assert made.cache.misfits == {} and gpu_free(made, "n1") == [GPU_MIB // 2]
 

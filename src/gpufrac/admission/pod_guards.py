@@ -164,11 +164,15 @@ def _scheduler_owned(pod: Mapping[str, Any], user: str, policy: settings.Policy)
     if not owned:
         return None
     key, value = next(iter(owned.items()))
+    what = (
+        "names the pod its Binding was meant for"
+        if key == keys.BOUND_UID_ANNOTATION
+        else "names the GPUs a container may use"
+    )
     return exchange.deny(
         "scheduler-owned",
         f"{brief(key)}={json.dumps(_text(value))}: is written by the gpufrac scheduler at bind "
-        f"({policy.scheduler_identity}) and names the GPUs a container may use; "
-        f"{exchange.who(user)} may not set it; remove it",
+        f"({policy.scheduler_identity}) and {what}; {exchange.who(user)} may not set it; remove it",
     )
 
 

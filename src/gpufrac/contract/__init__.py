@@ -24,7 +24,7 @@ from gpufrac.contract.model import (
     WholeGpuPlacement,
     WholeGpuRequest,
 )
-from gpufrac.contract.parse import kai_share_container, parse_placement, parse_pod
+from gpufrac.contract.parse import granted_to_another, kai_share_container, parse_placement, parse_pod
 from gpufrac.contract.quantity import format_mib, kai_memory_mib, parse_decimal, parse_quantity, quantity_mib
 from gpufrac.contract.render import (
     DEFAULT_MPS_PIPE_DIRECTORY,
@@ -51,6 +51,7 @@ __all__ = [
     "WholeGpuRequest",
     "container_key",
     "format_mib",
+    "granted_to_another",
     "is_contract_key",
     "is_scheduler_owned",
     "kai_memory_mib",

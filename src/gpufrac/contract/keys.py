@@ -101,7 +101,9 @@ def is_contract_key(key: str) -> bool:
 
 
 def is_scheduler_owned(key: str) -> bool:
-    """True for the keys a tenant may never write: exactly `nvidia.com/container.<c>.gpus.devices`.
+    """True for the keys a tenant may never write: `nvidia.com/container.<c>.gpus.devices`, and the
+    `gpufrac.io/bound-uid` marker that names the pod a Binding was meant for (a tenant who set it could only
+    make the scheduler take their own pod for a misbound one, but nothing but a Binding writes it).
 
     The devices key is what grants GPUs: the node side mounts the GPUs it names and sets
     `NVIDIA_VISIBLE_DEVICES` from it, so a tenant who could write it could take any GPU on the node. The
@@ -117,5 +119,7 @@ def is_scheduler_owned(key: str) -> bool:
     - once a pod carries any `gpus.devices` key it is bound, and the webhook denies every change to a key
       for which `is_contract_key` is true, so no limit can be raised after the scheduler counted it.
     """
+    if key == BOUND_UID_ANNOTATION:
+        return True
     split = split_container_key(key)
     return split is not None and split[1] == DEVICES

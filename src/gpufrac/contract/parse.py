@@ -58,6 +58,24 @@ def kai_share_container(pod: Mapping[str, object]) -> str | None:
     return share.container if share is not None else None
 
 
+def granted_to_another(pod: Mapping[str, object]) -> str | None:
+    """The UID of the pod whose Binding bound `pod`, when that is not `pod` itself; else None.
+
+    kube-apiserver v1.20 ignores a Binding's UID, so a pod recreated under the name of one being bound can
+    be bound by its predecessor's Binding, contract and all. Every Binding gpufrac sends names the UID it
+    was meant for (`keys.BOUND_UID_ANNOTATION`); a contract granted to another pod is no grant to this one.
+    """
+    metadata = pod.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return None
+    annotations = metadata.get("annotations")
+    marker = annotations.get(keys.BOUND_UID_ANNOTATION) if isinstance(annotations, Mapping) else None
+    uid = metadata.get("uid")
+    if isinstance(marker, str) and isinstance(uid, str) and uid and marker != uid:
+        return marker
+    return None
+
+
 def parse_placement(pod: Mapping[str, object]) -> PodPlacement | None:
     """Where a bound pod's GPU containers were put, read from the annotations bind wrote; None if unbound.
 

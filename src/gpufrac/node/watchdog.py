@@ -179,9 +179,12 @@ _Grant = tuple[tuple[str, ...], int | None, int | None, bool]
 
 
 def _grants(pod: Mapping[str, Any]) -> tuple[dict[str, _Grant], str]:
-    """Per container: (devices, request MiB, limit MiB, sm-sharing). A contract that cannot be read is a
-    problem, not a crash: a ContractError says why; anything else is a pod the contract parser could not
-    take at all (a poison object), and a tick must go on with the other pods."""
+    """Per container: (devices, request MiB, limit MiB, sm-sharing). A contract that cannot be read, or
+    that was granted to another pod (`contract.granted_to_another`), is a problem, not a grant, nor a crash:
+    a ContractError says why; anything else is a pod the contract parser could not take at all (a poison
+    object), and a tick must go on with the other pods."""
+    if (owner := contract.granted_to_another(pod)) is not None:
+        return {}, f"its GPU contract was granted to another pod (UID {_short(owner)}) bound under its name"
     try:
         placement = contract.parse_placement(pod)
     except contract.ContractError as error:

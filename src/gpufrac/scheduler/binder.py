@@ -36,7 +36,7 @@ from lightkube.resources.core_v1 import ConfigMap, Pod
 from gpufrac.contract import keys
 from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS, TRANSPORT_ERRORS, build, delete_exactly
-from gpufrac.scheduler.objects import BindPlan, holds_binding, meta
+from gpufrac.scheduler.objects import BindPlan, bound_for, holds_binding, meta
 
 # How often one bind sends its Binding while read-backs find the pod still unbound.
 BINDING_ATTEMPTS = 3
@@ -282,7 +282,7 @@ async def unbind_misbound(client: lightkube.AsyncClient, pod: Mapping[str, Any],
         return error.status.code in (404, 409)
     except TRANSPORT_ERRORS:
         return False
-    predecessor = (meta(pod).get("annotations") or {}).get(keys.BOUND_UID_ANNOTATION)
+    predecessor = bound_for(pod)
     message = (
         f"deleted by {component}: bound by a Binding meant for pod UID {predecessor}, which this pod "
         "replaced under the same name while it was being bound, so its GPU contract is not its own; "

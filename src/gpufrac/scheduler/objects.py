@@ -201,7 +201,7 @@ def inventory_problem(node: Obj) -> str | None:
 def _agent_inventory(node: Obj) -> tuple[tuple[node_inventory.GpuInfo, ...] | None, str | None]:
     """The agent's GPU list, or None when there is none or it cannot be read (then labels are used); and
     why it was not read."""
-    text = node_annotations(node).get(node_inventory.GPUS_ANNOTATION)
+    text = annotations_of(node).get(node_inventory.GPUS_ANNOTATION)
     if not isinstance(text, str):
         return None, None
     try:
@@ -222,8 +222,9 @@ def _int_label(labels: Mapping[str, str], key: str, most: int) -> int:
     return value if value <= most else 0
 
 
-def node_annotations(node: Obj) -> Obj:
-    return _mapping(meta(node).get("annotations"))
+def annotations_of(obj: Obj) -> Obj:
+    """The annotations of a node or pod, empty when they are missing or not a map."""
+    return _mapping(meta(obj).get("annotations"))
 
 
 def node_ready(node: Obj) -> bool:
@@ -374,7 +375,7 @@ def bound_placement(pod: Obj, node: NodeSpec) -> Placement:
 
 
 def _names_devices(pod: Obj) -> bool:
-    for key in _mapping(meta(pod).get("annotations")):
+    for key in annotations_of(pod):
         split = keys.split_container_key(key) if isinstance(key, str) else None
         if split is not None and split[1] == keys.DEVICES:
             return True
@@ -399,21 +400,20 @@ class BindPlan:
 def bound_for(pod: Obj) -> str | None:
     """The UID of the pod the Binding that bound `pod` was meant for; None on a pod gpufrac did not bind
     (or an older gpufrac did, before it wrote the marker)."""
-    value = (meta(pod).get("annotations") or {}).get(keys.BOUND_UID_ANNOTATION)
+    value = annotations_of(pod).get(keys.BOUND_UID_ANNOTATION)
     return value if isinstance(value, str) else None
 
 
 def misbound(pod: Obj) -> bool:
     """A bound pod carrying a contract granted to another pod: its same-name predecessor's Binding bound it
     (kube-apiserver v1.20 ignores a Binding's UID). It must not keep GPUs it was not given."""
-    marker, uid = bound_for(pod), meta(pod).get("uid")
-    return bool(node_name(pod)) and marker is not None and bool(uid) and marker != uid
+    return bool(node_name(pod)) and contract.granted_to_another(pod) is not None
 
 
 def holds_binding(pod: Obj, *, uid: str, node: str, plan: BindPlan) -> bool:
     """`pod`, read back after a Binding whose answer was lost, is bound as that Binding would bind it: the
     same pod, on `node`, carrying every annotation of `plan`."""
-    annotations = meta(pod).get("annotations") or {}
+    annotations = annotations_of(pod)
     return (
         meta(pod).get("uid") == uid
         and node_name(pod) == node
@@ -443,7 +443,7 @@ def bind_plan(
         if a.mode is None
     )
     placed = contract.PodPlacement(shares, whole)
-    base = (meta(pod).get("annotations") or {}).get(keys.ENV_CONFIGMAP_ANNOTATION, "")
+    base = annotations_of(pod).get(keys.ENV_CONFIGMAP_ANNOTATION, "")
     configmaps: dict[str, dict[str, str]] = {}
     if env_delivery == contract.EnvDelivery.CONFIGMAP and base:
         env = contract.render_env(placed, mps_pipe_directory=mps_pipe_directory)
