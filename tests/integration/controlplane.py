@@ -35,11 +35,14 @@ SCHEDULER_NAMESPACE = chart.NAMESPACE
 SCHEDULER_USER = f"system:serviceaccount:{SCHEDULER_NAMESPACE}:gpufrac-scheduler"
 AGENT_USER = f"system:serviceaccount:{SCHEDULER_NAMESPACE}:gpufrac-agent"
 TENANT_USER = "tenant"
+REAL_NODE = "real-node-1"  # see realnode.py
+REAL_NODE_USER = f"system:node:{REAL_NODE}"
 
-# Controllers worth having without kubelets: namespace deletion that empties the namespace, garbage
-# collection of owned objects (gpufrac's env ConfigMaps are owned by their pod), and `default`
-# ServiceAccounts. Not the node lifecycle controller: it would mark every fake node NotReady.
-CONTROLLERS = "namespace,garbagecollector,serviceaccount"
+# Controllers the tests need: namespace deletion that empties the namespace, garbage collection of owned
+# objects (gpufrac's env ConfigMaps are owned by their pod), `default` ServiceAccounts, and the workload
+# controllers of the examples the real node runs (Deployment, ReplicaSet, Job). Not the node lifecycle
+# controller: it would mark every fake node NotReady.
+CONTROLLERS = "namespace,garbagecollector,serviceaccount,deployment,replicaset,job"
 
 
 class ControlPlaneError(Exception):
@@ -101,6 +104,8 @@ def _identities(rundir: Path) -> list[Identity]:
         ),
         make("tenant", TENANT_USER),
         make("agent", AGENT_USER, "system:serviceaccounts", f"system:serviceaccounts:{SCHEDULER_NAMESPACE}"),
+        # The real node's kubelet (realnode.py): the apiserver reads the token file once, at start.
+        make("node", REAL_NODE_USER, "system:nodes"),
     ]
 
 
