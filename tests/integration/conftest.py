@@ -8,9 +8,8 @@ A control plane that cannot start fails these tests with the reason; it never sk
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import lightkube
 import pytest
@@ -18,12 +17,9 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 from lightkube.types import PatchType
 
-from . import controlplane, fakenodes, realnode, scheduling
+from . import controlplane, fakenodes, scheduling
 
 HERE = Path(__file__).parent
-_START_SECONDS = pytest.StashKey[float]()
-_NODE_SECONDS = pytest.StashKey[float]()
-T = TypeVar("T")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -33,19 +29,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    if _START_SECONDS in config.stash:
-        terminalreporter.write_line(f"control plane started in {config.stash[_START_SECONDS]:.1f}s")
-    if _NODE_SECONDS in config.stash:
-        terminalreporter.write_line(f"real node started in {config.stash[_NODE_SECONDS]:.1f}s")
-
-
-def _started(start: Callable[[], T], needs: str) -> T:
-    """What ``start()`` returns; if it raises ControlPlaneError, the test fails (never skips) with why."""
-    try:
-        return start()
-    except controlplane.ControlPlaneError as e:
-        why = str(e)
-    pytest.fail(f"{needs}, and it did not start: {why}", pytrace=False)
+    for part, seconds in config.stash.get(controlplane.START_SECONDS, {}).items():
+        terminalreporter.write_line(f"{part} started in {seconds:.1f}s")
 
 
 @pytest.fixture(scope="session")
@@ -56,19 +41,12 @@ def control_plane(
     with the identities ``admin`` (system:masters), ``scheduler`` (the gpufrac-scheduler service account
     under the Helm chart's RBAC) and ``tenant`` (edit-like rights in each test namespace)."""
     folder = tmp_path_factory.mktemp("control-plane")
-    plane = _started(lambda: controlplane.start(folder), "the integration tests need a control plane")
-    request.config.stash[_START_SECONDS] = plane.start_seconds
+    plane = controlplane.started(
+        lambda: controlplane.start(folder), "the integration tests need a control plane"
+    )
+    request.config.stash.setdefault(controlplane.START_SECONDS, {})["control plane"] = plane.start_seconds
     yield plane
     plane.stop()
-
-
-@pytest.fixture(scope="session")
-def real_node(request: pytest.FixtureRequest, control_plane: controlplane.ControlPlane) -> realnode.RealNode:
-    """A real node (containerd, runc, kubelet) in the session's cluster, started the first time a test asks
-    for it; it stops with the control plane. A node that cannot start fails those tests with the reason."""
-    node = _started(lambda: realnode.start(control_plane), "the real-node tests need a node")
-    request.config.stash[_NODE_SECONDS] = node.start_seconds
-    return node
 
 
 @pytest.fixture

@@ -15,10 +15,13 @@ import os
 import secrets
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import lightkube
+import pytest
 import yaml
 from lightkube import codecs
 from lightkube.core.resource import NamespacedResource
@@ -35,7 +38,7 @@ SCHEDULER_NAMESPACE = chart.NAMESPACE
 SCHEDULER_USER = f"system:serviceaccount:{SCHEDULER_NAMESPACE}:gpufrac-scheduler"
 AGENT_USER = f"system:serviceaccount:{SCHEDULER_NAMESPACE}:gpufrac-agent"
 TENANT_USER = "tenant"
-REAL_NODE = "real-node-1"  # see realnode.py
+REAL_NODE = "real-node-1"  # see kubelet/realnode.py
 REAL_NODE_USER = f"system:node:{REAL_NODE}"
 
 # Controllers the tests need: namespace deletion that empties the namespace, garbage collection of owned
@@ -45,8 +48,24 @@ REAL_NODE_USER = f"system:node:{REAL_NODE}"
 CONTROLLERS = "namespace,garbagecollector,serviceaccount,deployment,replicaset,job"
 
 
+T = TypeVar("T")
+
+
 class ControlPlaneError(Exception):
     """The control plane could not be started; the message says why and where the logs are."""
+
+
+# How long each part of the test cluster took to start ("control plane", "real node"), for the summary.
+START_SECONDS = pytest.StashKey[dict[str, float]]()
+
+
+def started(start: Callable[[], T], needs: str) -> T:
+    """What ``start()`` returns; if it raises ControlPlaneError, the test fails (never skips) with why."""
+    try:
+        return start()
+    except ControlPlaneError as e:
+        why = str(e)
+    pytest.fail(f"{needs}, and it did not start: {why}", pytrace=False)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import controlplane
+from lightkube.resources.core_v1 import Node
+
+from .. import controlplane
 
 NAME = controlplane.REAL_NODE
 BUSYBOX = "docker.io/local/busybox:1"
@@ -89,3 +91,15 @@ def start(plane: controlplane.ControlPlane) -> RealNode:
         kubectl_binary=Path(bindir) / "kubectl",
         start_seconds=time.monotonic() - started,
     )
+
+
+def stop(plane: controlplane.ControlPlane) -> None:
+    """Stop the node and delete its Node object (nothing else would: no node lifecycle controller)."""
+    subprocess.run(
+        [str(controlplane.SCRIPT), "stop", str(plane.rundir), NAME],
+        check=False,
+        capture_output=True,
+        timeout=120,
+    )
+    with plane.sync_client() as admin:
+        admin.delete(Node, NAME)

@@ -25,18 +25,19 @@ import yaml
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod
 
 from gpufrac import contract
-from gpufrac.contract import keys, node_inventory
+from gpufrac.contract import keys
 from gpufrac.node.agent import Agent, Settings, SignalKiller, TickReport
 from gpufrac.node.nvml import FakeBackend
 from gpufrac.node.procfs import ProcFS
 from gpufrac.node.watchdog import Mode
 
-from . import controlplane, kubelet_api, realnode
+from .. import controlplane
+from ..test_scheduler import start_scheduler
+from ..webhook_fixtures import LABEL, RunningWebhook, serving, wait_until_guarded
+from . import kubelet_api, realnode
 from .fake_device_plugin import FakeDevicePlugin
-from .test_scheduler import start_scheduler
-from .webhook_fixtures import LABEL, RunningWebhook, serving, wait_until_guarded
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples"
 GIB = 1024
 GPUS = [f"GPU-7e57{i:04d}-0000-4000-8000-00000000000{i}" for i in range(4)]
@@ -80,25 +81,13 @@ def gpu_node(
     real_node: realnode.RealNode,
     control_plane: controlplane.ControlPlane,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[realnode.RealNode]:
-    """The real node with the fake GPUs published by the agent, for this module only: afterwards the node
-    has no GPUs again, so the other modules' schedulers never place on it."""
+) -> realnode.RealNode:
+    """The real node with the fake GPUs, published by `gpufrac agent --once` as on a GPU node."""
     file = tmp_path_factory.mktemp("nvml") / "scenario.yaml"
     file.write_text(scenario())
     summary = run_agent(control_plane, file)
     assert [gpu["uuid"] for gpu in summary["gpus"]] == GPUS
-    yield real_node
-    with control_plane.sync_client() as admin:
-        gpu_keys = (node_inventory.GPUS_ANNOTATION, node_inventory.DRIVER_VERSION_ANNOTATION)
-        gpu_labels = (
-            node_inventory.DRIVER_MAJOR_LABEL,
-            node_inventory.ENFORCEMENT_LABEL,
-            node_inventory.GPU_COUNT_LABEL,
-            node_inventory.GPU_MEMORY_LABEL,
-            node_inventory.GPU_PRODUCT_LABEL,
-        )
-        patch = {"metadata": {"annotations": dict.fromkeys(gpu_keys), "labels": dict.fromkeys(gpu_labels)}}
-        admin.patch(Node, realnode.NAME, patch)
+    return real_node
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from . import controlplane, realnode
+from .. import controlplane
+from . import realnode
 
 
 def processes_naming(folder: Path) -> list[int]:
