@@ -24,8 +24,9 @@ lint: $(STAMP)
 	$(BIN)/mypy --strict src/gpufrac/contract
 	$(BIN)/lint-imports --no-cache
 
-# kube-apiserver, kube-controller-manager and etcd for tests/integration, built once from Debian packages
-# into ~/.cache/gpufrac (a few minutes the first time; instant after). See hack/README.md.
+# The control plane (kube-apiserver, kube-scheduler, kube-controller-manager, etcd) and the real node
+# (kubelet, kubectl, containerd, runc, CNI plugins, busybox and pause images) for tests/integration, built
+# once from Debian packages into ~/.cache/gpufrac (minutes the first time; instant after). See hack/README.md.
 .PHONY: kube-bins
 kube-bins:
 	hack/test-cluster build

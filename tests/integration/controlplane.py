@@ -15,10 +15,13 @@ import os
 import secrets
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import lightkube
+import pytest
 import yaml
 from lightkube import codecs
 from lightkube.core.resource import NamespacedResource
@@ -35,15 +38,34 @@ SCHEDULER_NAMESPACE = chart.NAMESPACE
 SCHEDULER_USER = f"system:serviceaccount:{SCHEDULER_NAMESPACE}:gpufrac-scheduler"
 AGENT_USER = f"system:serviceaccount:{SCHEDULER_NAMESPACE}:gpufrac-agent"
 TENANT_USER = "tenant"
+REAL_NODE = "real-node-1"  # see kubelet/realnode.py
+REAL_NODE_USER = f"system:node:{REAL_NODE}"
 
-# Controllers worth having without kubelets: namespace deletion that empties the namespace, garbage
-# collection of owned objects (gpufrac's env ConfigMaps are owned by their pod), and `default`
-# ServiceAccounts. Not the node lifecycle controller: it would mark every fake node NotReady.
-CONTROLLERS = "namespace,garbagecollector,serviceaccount"
+# Controllers the tests need: namespace deletion that empties the namespace, garbage collection of owned
+# objects (gpufrac's env ConfigMaps are owned by their pod), `default` ServiceAccounts, and the workload
+# controllers of the examples the real node runs (Deployment, ReplicaSet, Job). Not the node lifecycle
+# controller: it would mark every fake node NotReady.
+CONTROLLERS = "namespace,garbagecollector,serviceaccount,deployment,replicaset,job"
+
+
+T = TypeVar("T")
 
 
 class ControlPlaneError(Exception):
     """The control plane could not be started; the message says why and where the logs are."""
+
+
+# How long each part of the test cluster took to start ("control plane", "real node"), for the summary.
+START_SECONDS = pytest.StashKey[dict[str, float]]()
+
+
+def started(start: Callable[[], T], needs: str) -> T:
+    """What ``start()`` returns; if it raises ControlPlaneError, the test fails (never skips) with why."""
+    try:
+        return start()
+    except ControlPlaneError as e:
+        why = str(e)
+    pytest.fail(f"{needs}, and it did not start: {why}", pytrace=False)
 
 
 @dataclass(frozen=True)
@@ -101,6 +123,8 @@ def _identities(rundir: Path) -> list[Identity]:
         ),
         make("tenant", TENANT_USER),
         make("agent", AGENT_USER, "system:serviceaccounts", f"system:serviceaccounts:{SCHEDULER_NAMESPACE}"),
+        # The real node's kubelet (realnode.py): the apiserver reads the token file once, at start.
+        make("node", REAL_NODE_USER, "system:nodes"),
     ]
 
 

@@ -39,9 +39,7 @@ from .webhook_fixtures import (
     LABEL,
     RunningWebhook,
     denied_by_webhook,
-    register,
-    start_webhook,
-    unregister,
+    serving,
     wait_until_guarded,
 )
 
@@ -55,16 +53,8 @@ def webhook(
     control_plane: controlplane.ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[RunningWebhook, str]]:
     """`gpufrac webhook` with its default policy, registered for namespaces labelled with the token."""
-    running = start_webhook(tmp_path_factory.mktemp("webhook"))
-    try:
-        with control_plane.sync_client() as admin:
-            token, names = register(admin, running)
-            try:
-                yield running, token
-            finally:
-                unregister(admin, names)
-    finally:
-        running.stop()
+    with control_plane.sync_client() as admin, serving(admin, tmp_path_factory.mktemp("webhook")) as webhook:
+        yield webhook
 
 
 @pytest.fixture

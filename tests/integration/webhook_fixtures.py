@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,6 +106,21 @@ def register(client: lightkube.Client, webhook: RunningWebhook) -> tuple[str, li
         client.create(configuration)
         names.append(configuration.metadata.name)
     return token, names
+
+
+@contextlib.contextmanager
+def serving(client: lightkube.Client, folder: Path, *flags: str) -> Iterator[tuple[RunningWebhook, str]]:
+    """`gpufrac webhook` with ``flags``, registered while in the block: the webhook and the token that
+    turns it on for a namespace (`LABEL`)."""
+    running = start_webhook(folder, *flags)
+    try:
+        token, names = register(client, running)
+        try:
+            yield running, token
+        finally:
+            unregister(client, names)
+    finally:
+        running.stop()
 
 
 def unregister(client: lightkube.Client, names: list[str]) -> None:
