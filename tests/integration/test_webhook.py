@@ -18,6 +18,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any
 
+import httpx2
 import lightkube
 import pytest
 from lightkube import codecs
@@ -457,3 +458,33 @@ async def test_hostile_pods_are_denied_through_the_apiserver(
     assert created["spec"]["containers"][0]["envFrom"] == [
         {"configMapRef": {"name": f"{base}-main", "optional": False}}
     ]
+
+
+async def test_an_ephemeral_container_is_checked_through_its_subresource(
+    control_plane: controlplane.ControlPlane, admin_client: lightkube.AsyncClient, guarded: str
+) -> None:
+    """`kubectl debug` adds a container through pods/ephemeralcontainers (v1.20: an EphemeralContainers
+    object, without the pod), which the chart routes to the webhook like a pod update."""
+    await create(admin_client, pod("debugged", {"gpu-fraction": "0.5"}), guarded)
+    url = f"{control_plane.url}/api/v1/namespaces/{guarded}/pods/debugged/ephemeralcontainers"
+    token = control_plane.identities["admin"].token
+    context = ssl.create_default_context(cafile=str(control_plane.ca_file))
+
+    async def add(name: str, **fields: Any) -> httpx2.Response:
+        async with httpx2.AsyncClient(verify=context, trust_env=False) as http:
+            current = (await http.get(url, headers={"Authorization": f"Bearer {token}"})).json()
+            current["ephemeralContainers"] = [
+                *(current.get("ephemeralContainers") or []),
+                {"name": name, "image": "busybox", "terminationMessagePolicy": "File", **fields},
+            ]
+            return await http.put(url, json=current, headers={"Authorization": f"Bearer {token}"})
+
+    forged = await add("peek", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])
+    assert forged.status_code == 403, forged.text
+    assert "NVIDIA_VISIBLE_DEVICES" in forged.json()["message"]
+    # (v1.20 refuses any securityContext on an ephemeral container itself, so privilege cannot come this way.)
+    prefixed = await add("prefixed", envFrom=[{"prefix": "NVIDIA_", "configMapRef": {"name": "mine"}}])
+    assert prefixed.status_code == 403 and 'prefix "NVIDIA_"' in prefixed.json()["message"], prefixed.text
+    plain = await add("shell")
+    assert plain.status_code == 200, plain.text
+    assert [c["name"] for c in plain.json()["ephemeralContainers"]] == ["shell"]
