@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufrac.admission import exchange, mutation, shapes
-from gpufrac.contract import parse_pod
+from gpufrac.contract import keys, parse_pod
 
 from .reviews import (
     NAME,
@@ -317,6 +317,20 @@ def test_a_status_update_may_not_change_the_contract() -> None:
     kubelet["status"] = {"phase": "Running"}
     kubelet["metadata"]["annotations"]["note"] = "x"
     assert allowed(kubelet, user="system:node:n1", **fields)
+
+
+@pytest.mark.parametrize("sub_resource", ["", "status"])
+def test_the_bound_uid_marker_may_not_be_added_changed_or_removed_after_create(sub_resource: str) -> None:
+    before = mutated(pod({"gpu-fraction": "0.5"}))
+    before["metadata"]["annotations"][keys.BOUND_UID_ANNOTATION] = "uid-before"
+    fields: dict[str, Any] = {"operation": "UPDATE", "sub_resource": sub_resource, "old": before}
+    for value in ("uid-other", None):
+        after = copy.deepcopy(before)
+        if value is None:
+            del after["metadata"]["annotations"][keys.BOUND_UID_ANNOTATION]
+        else:
+            after["metadata"]["annotations"][keys.BOUND_UID_ANNOTATION] = value
+        assert keys.BOUND_UID_ANNOTATION in denial(after, "contract-change", **fields)
 
 
 # Missing and malformed objects: denied, never let through.

@@ -538,3 +538,16 @@ def test_a_contract_is_granted_to_another_pod_only_when_the_marker_names_another
     ):
         assert granted_to_another(odd) is None
     assert granted_to_another({"metadata": "garbage"}) is None
+
+
+@pytest.mark.parametrize("key", ["gpu-fraction", "gpu-fraction.limit"])
+def test_a_portion_finer_than_nine_decimal_places_is_refused(key: str) -> None:
+    """Finer steps mean nothing on any GPU, and unbounded ones overflow the engine's int64 arithmetic."""
+    fine = {"gpu-fraction": "0.25", "gpu-fraction.limit": "0.5", key: "0.5000000000000000001"}
+    assert "more than 9 decimal places" in refusal(make_pod(annotations=fine))
+    ok = {
+        "gpu-fraction": "0.25",
+        "gpu-fraction.limit": "0.5",
+        key: "0.123456789" if key == "gpu-fraction" else "0.5",
+    }
+    assert parse_pod(make_pod(annotations=ok)).shares

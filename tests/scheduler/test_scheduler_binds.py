@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from gpufrac import contract
 from gpufrac.contract import keys
-from gpufrac.scheduler import objects
+from gpufrac.scheduler import loop, objects
 from gpufrac.scheduler.loop import Scheduler
 
 from ..kubeapi.apiobjects import GPU_MIB, bound, container, inventory, key, node, pod
@@ -404,3 +406,24 @@ async def test_a_tenants_own_gpu_keys_survive_a_failed_bind_and_the_retry_binds_
     assert annotations[keys.container_key("main", keys.COMPUTE_MODE)] == "sm-sharing"
     assert annotations[keys.container_key("main", keys.DEVICES)].startswith("GPU-n1-")
     assert gpu_free(made, "n1").count(GPU_MIB - 4096) == 1
+
+
+async def test_a_pod_the_engine_fails_on_is_parked_and_reported_and_the_round_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made, client, _ = setup([gpu_node("n1")], [share_pod("odd", "0.25"), share_pod("p")])
+    real = loop.decide
+
+    def failing_on_odd(state: Any, demand: Any, *args: Any, **kwargs: Any) -> Any:
+        if objects.name_of(made.pending.get(demand.name, {})) == "odd":  # demands are named by UID
+            raise OverflowError("Python int too large to convert to C long")
+        return real(state, demand, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "decide", failing_on_odd)
+    assert await made.schedule_pending() == 2
+    await made.wait_for_binds()
+    assert set(pod_nodes(made)) == {key("p")}
+    assert key("odd") in made.pending and attempts(made, "error") == 1
+    event = client.made("create", "Event")[0].body
+    assert (event.reason, event.involvedObject.name) == ("FailedScheduling", "odd")
+    assert "placement engine failed" in event.message

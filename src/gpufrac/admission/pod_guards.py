@@ -392,12 +392,17 @@ def _mounts(pod: Mapping[str, Any], gpus: _Gpus, kinds: Collection[str]) -> exch
 
 
 def _guarded_annotations(pod: Mapping[str, Any] | None) -> dict[str, object]:
-    """The annotations nobody but the scheduler may change after create: the contract keys and the name
-    of the env ConfigMap."""
+    """The annotations nobody but the scheduler may change after create: the contract keys, the name
+    of the env ConfigMap, and what only a Binding writes (the UID it was meant for)."""
     return {
         key: value
         for key, value in shapes.annotations_of(pod).items()
-        if isinstance(key, str) and (contract.is_contract_key(key) or key == keys.ENV_CONFIGMAP_ANNOTATION)
+        if isinstance(key, str)
+        and (
+            contract.is_contract_key(key)
+            or contract.is_scheduler_owned(key)
+            or key == keys.ENV_CONFIGMAP_ANNOTATION
+        )
     }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TypeVar
 
 from gpufrac.contract import keys, quantity
@@ -222,9 +223,21 @@ def _share_container(view: _Pod, first: str) -> str:
     return named
 
 
+# A portion is a share of a GPU's memory in MiB: no GPU has a billion MiB, so finer steps mean nothing, and
+# unbounded ones (0.5000000000000000001) would overflow the engine's int64 arithmetic.
+MAX_PORTION_DENOMINATOR = 10**9
+
+
+def _portion(key: str, text: str) -> Fraction:
+    value = _checked(key, text, quantity.parse_decimal)
+    if value.denominator > MAX_PORTION_DENOMINATOR:
+        raise ContractError(key, text, "has more than 9 decimal places; round it")
+    return value
+
+
 def _fractions(annotations: Mapping[str, str]) -> tuple[Portion, Portion]:
     request_text = annotations[keys.GPU_FRACTION]
-    request = _checked(keys.GPU_FRACTION, request_text, quantity.parse_decimal)
+    request = _portion(keys.GPU_FRACTION, request_text)
     if request <= 0:
         raise ContractError(keys.GPU_FRACTION, request_text, "must be greater than 0")
     if request >= 1:
@@ -236,7 +249,7 @@ def _fractions(annotations: Mapping[str, str]) -> tuple[Portion, Portion]:
     limit_text = annotations.get(keys.GPU_FRACTION_LIMIT)
     if limit_text is None:
         return Portion(request), Portion(request)
-    limit = _checked(keys.GPU_FRACTION_LIMIT, limit_text, quantity.parse_decimal)
+    limit = _portion(keys.GPU_FRACTION_LIMIT, limit_text)
     if limit > 1:
         raise ContractError(keys.GPU_FRACTION_LIMIT, limit_text, "must be at most 1, a whole GPU")
     if request > limit:

@@ -226,7 +226,14 @@ class Scheduler:
             await self._report_failure(pod, f"invalid GPU request: {error}")
             return
         rows, excluded = self.cache.eligible_rows(pod)
-        outcome = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
+        try:
+            outcome = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
+        except Exception:  # a bug, or a demand the contract let through that the engine cannot weigh
+            log.exception("pod %s: the placement engine failed on it", objects.pod_key(pod))
+            self.metrics.attempts.labels("error").inc()
+            self.queue.park(uid, priority=_priority(pod), created=_created(pod))
+            await self._report_failure(pod, "the placement engine failed on it; see the scheduler's log")
+            return
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         if isinstance(outcome, Unschedulable):
             self.metrics.attempts.labels("unschedulable").inc()
