@@ -128,11 +128,21 @@ def test_containers_without_a_gpu_are_given_none_whatever_their_sources_hold() -
         {"capabilities": {"add": ["NET_ADMIN", "CAP_SYS_ADMIN"]}},
         {"capabilities": {"add": ["ALL"]}},
         {"capabilities": {"add": ["sys_admin"]}},
+        {"capabilities": {"add": ["SYS_MODULE"]}},
+        {"capabilities": {"add": ["CHOWN", "DAC_READ_SEARCH"]}},
+        {"capabilities": {"add": ["SYS_RAWIO"]}},
+        {"capabilities": {"add": ["BPF"]}},
+        {"capabilities": {"add": ["NET_ADMIN"]}},
     ],
 )
 def test_privilege_in_any_container_of_a_gpu_pod_is_denied(kind: str, security: dict[str, Any]) -> None:
     message = denial(share_pod_with(kind, {"securityContext": security}), "privileged")
     assert "in a pod that holds GPUs from gpufrac" in message
+
+
+def test_baseline_capabilities_are_allowed_in_a_gpu_pod() -> None:
+    security = {"capabilities": {"add": ["CAP_CHOWN", "net_bind_service", "SYS_CHROOT"], "drop": ["ALL"]}}
+    assert allowed(share_pod_with("app", {"securityContext": security}))
 
 
 @pytest.mark.parametrize("field", ["hostPID", "hostIPC"])

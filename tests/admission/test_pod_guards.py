@@ -229,7 +229,7 @@ def test_a_privileged_container_outside_gpu_pods_is_not_this_webhooks_business()
     }
     assert allowed(plain)
     share = mutated(pod({"gpu-fraction": "0.5"}))
-    container(share)["securityContext"] = {"privileged": False, "capabilities": {"add": ["NET_ADMIN"]}}
+    container(share)["securityContext"] = {"privileged": False, "capabilities": {"add": ["NET_BIND_SERVICE"]}}
     assert allowed(share)
 
 

@@ -30,9 +30,27 @@ ALL_KINDS = ("containers", "initContainers", "ephemeralContainers")
 # The NVIDIA runtime reads a volume mounted below this path in a container as a request for the GPU the
 # mount is named after (`accept-nvidia-visible-devices-as-volume-mounts`); `host_paths.canonical` form.
 DEVICE_REQUEST_PATH = "/run/nvidia-container-devices"
-# Capabilities that amount to privilege for GPUs: SYS_ADMIN can remount the cgroup filesystem and lift
-# the device rules that keep the node's other GPUs out of a container.
-PRIVILEGED_CAPABILITIES = frozenset({"SYS_ADMIN", "ALL"})
+# The capabilities a container of a GPU pod may add: Pod Security's "baseline" list. Any other can reach
+# past the device rules that keep the node's other GPUs out (SYS_ADMIN remounts the cgroup filesystem,
+# SYS_MODULE loads kernel code, SYS_RAWIO and DAC_READ_SEARCH read the host), so the rule is an allowlist:
+# a denylist would miss the next one.
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -224,12 +242,13 @@ def _privileged(pod: Mapping[str, Any], gpus: _Gpus, kinds: Collection[str]) -> 
         added = shapes.as_list(shapes.as_mapping(security.get("capabilities")).get("add"))
         for capability in added:
             name = shapes.as_str(capability).upper().removeprefix("CAP_")
-            if name in PRIVILEGED_CAPABILITIES:
+            if name not in BASELINE_CAPABILITIES:
                 return exchange.deny(
                     "privileged",
-                    f"{where} adds capability {brief(shapes.as_str(capability))} {pod_words}: it can remount "
-                    "the cgroup filesystem and lift the device rules that keep the node's other GPUs out; "
-                    "drop it from securityContext.capabilities.add",
+                    f"{where} adds capability {brief(shapes.as_str(capability))} {pod_words}: only Pod "
+                    "Security's baseline capabilities are allowed there, since the others can reach past the "
+                    "device rules that keep the node's other GPUs out; drop it from "
+                    "securityContext.capabilities.add",
                 )
     if "containers" not in kinds or not gpus.holds:
         return None
