@@ -329,6 +329,10 @@ def webhook(
     mps_host_directory: Annotated[
         str, typer.Option(help="The node's MPS pipe directory, mounted into sm-sharing containers.")
     ] = contract.DEFAULT_MPS_PIPE_DIRECTORY,
+    allow_host_paths: Annotated[
+        str,
+        typer.Option(help="Comma-separated host directories pods may mount (default: none; see README)."),
+    ] = "",
     configmap_deleters: Annotated[
         str | None,
         typer.Option(
@@ -391,6 +395,7 @@ def webhook(
         configmap_deleters=frozenset(deleters),
         env_delivery=env_delivery,
         mps_host_directory=mps_host_directory,
+        allowed_host_paths=tuple(names(allow_host_paths)),
     )
     setup_logging(log_level)
     server.run(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpufrac.admission import exchange, mutation, shapes
+from gpufrac.admission import exchange, mutation, settings, shapes
 from gpufrac.contract import keys, parse_pod
 
 from .reviews import (
@@ -225,6 +225,27 @@ def test_a_host_path_that_reaches_the_mps_pipes_is_denied_whatever_its_spelling(
     sm = mutated(pod(SM))
     sm["spec"]["volumes"].append({"name": "v", "hostPath": {"path": path}})
     assert denial(sm, "mps-host-path")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/run/containerd/containerd.sock",
+        "/var/run/docker.sock",
+        "/dev/shm",
+        "/var/tmp/x/link",
+        "/var/lib/kubelet",
+    ],
+)
+def test_any_other_host_path_is_denied_in_every_pod_unless_the_operator_allows_its_directory(
+    path: str,
+) -> None:
+    """A host directory a tenant can write is one it can link the MPS pipes or the runtime's socket into."""
+    for target in (pod({}), mutated(pod(SM))):
+        target["spec"].setdefault("volumes", []).append({"name": "v", "hostPath": {"path": path}})
+        assert denial(target, "host-path")
+    allowing = settings.Policy(allowed_host_paths=(path.rsplit("/", 1)[0] or "/",))
+    assert allowed(pod({}, volumes=[{"name": "v", "hostPath": {"path": path}}]), policy=allowing)
 
 
 def test_gpufracs_mps_volume_is_only_at_the_directory_and_only_for_sm_sharing() -> None:

@@ -362,22 +362,39 @@ def _whose(ref: str, base: str | None) -> str:
 def _host_paths(
     pod: Mapping[str, Any], asked: contract.PodGpuRequest, policy: settings.Policy
 ) -> exchange.Decision | None:
-    """A host path that reaches the MPS pipe directory reaches the MPS daemons with no limit set: only the
-    volume the mutation adds to a pod with an sm-sharing share may mount it, and only at the directory."""
+    """No host path but the MPS volume the mutation adds, and the directories the operator allows.
+
+    A host path that reaches the MPS pipe directory reaches the MPS daemons with no limit set: only the
+    volume the mutation adds to a pod with an sm-sharing share may mount it, and only at the directory.
+    Matching other paths by name cannot be made sound: a tenant who may write one host directory can link
+    any host path into it (the pipes, /proc, the container runtime's socket), and the kubelet follows the
+    link when it mounts it for the next pod. So every other host path is refused unless it lies in a
+    directory the operator allows (`--allow-host-paths`), as Pod Security's baseline does.
+    """
     root = host_paths.canonical(policy.mps_host_directory)
+    allowed = [host_paths.canonical(directory) for directory in policy.allowed_host_paths]
     sm_sharing = bool(mutation.sm_sharing_containers(asked))
     for volume in shapes.volumes(pod):
+        if "hostPath" not in volume:
+            continue
         path = shapes.as_str(shapes.as_mapping(volume.get("hostPath")).get("path"))
         name = shapes.as_str(volume.get("name"))
-        if "hostPath" not in volume or (
-            name == mutation.MPS_VOLUME and sm_sharing and host_paths.canonical(path) == root
-        ):
+        if name == mutation.MPS_VOLUME and sm_sharing and host_paths.canonical(path) == root:
             continue
         if why := host_paths.reaches(path, root):
             return exchange.deny(
                 "mps-host-path",
                 f'volume "{brief(name)}" {why}: only an sm-sharing share gets it, from gpufrac; remove the '
                 "volume",
+            )
+        canonical = host_paths.canonical(path)
+        if not any(host_paths.is_within(canonical, directory) for directory in allowed):
+            return exchange.deny(
+                "host-path",
+                f'volume "{brief(name)}" mounts {brief(canonical)} from the host: a tenant who '
+                "can write one host directory can link any other into it, the MPS pipes and the container "
+                "runtime's socket included, so host paths are refused outside the directories the operator "
+                "allows (gpufrac webhook --allow-host-paths); use another volume type",
             )
     return None
 

@@ -32,6 +32,8 @@ class Policy:
     configmap_deleters: frozenset[str] = frozenset(DEFAULT_CONFIGMAP_DELETERS)
     env_delivery: contract.EnvDelivery = contract.EnvDelivery.CONFIGMAP
     mps_host_directory: str = contract.DEFAULT_MPS_PIPE_DIRECTORY
+    # Host directories a pod may mount (and anything below them); none by default (see pod_guards).
+    allowed_host_paths: tuple[str, ...] = ()
 
     def is_scheduler(self, user: str) -> bool:
         """Whether `user` is the scheduler, the one writer of scheduler-owned keys and env ConfigMaps."""
