@@ -320,7 +320,7 @@ def test_a_whole_gpu_pod_for_gpufrac_gets_its_env_configmap() -> None:
     assert container(after)["envFrom"] == [{"configMapRef": {"name": f"{NAME}-app", "optional": False}}]
     assert container(after, "log")["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
     assert allowed(after)
-    assert denial(whole, "delivery").startswith('container "app" asks for a GPU but has no envFrom')
+    assert denial(whole, "delivery").startswith('container "app" asks for a GPU but its last envFrom is not')
     del whole["metadata"]["annotations"]  # as the API stores a pod that has none
     assert mutated(whole)["metadata"]["annotations"] == {"gpufrac.io/env-configmap": NAME}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -285,12 +286,22 @@ def test_the_env_configmap_annotation_comes_from_the_mutation_only() -> None:
 def test_a_share_pod_for_gpufrac_that_skipped_the_mutation_is_denied() -> None:
     unprepared = pod({"gpu-fraction": "0.5"}, schedulerName="gpufrac")
     assert denial(unprepared, "delivery") == (
-        'container "app" asks for a GPU but has no envFrom to its gpufrac env ConfigMap: the pod did not '
-        "pass gpufrac's mutating webhook, so it would run without its limits; create it in a namespace the "
-        "webhook serves, and leave schedulerName, envFrom and the gpufrac.io/env-configmap annotation to "
-        "gpufrac"
+        'container "app" asks for a GPU but its last envFrom is not its gpufrac env ConfigMap: the pod did '
+        "not pass gpufrac's mutating webhook, so it would run without its limits or with GPUs gpufrac did "
+        "not give it; create it in a namespace the webhook serves, and leave schedulerName, env, envFrom and "
+        "the gpufrac.io/env-configmap annotation to gpufrac"
     )
     assert allowed(unprepared, policy=settings.Policy(env_delivery=EnvDelivery.ANNOTATIONS_ONLY))
+    # A tenant source after gpufrac's would override the devices and limits; a container without a GPU
+    # whose last env is not void could take every GPU from a tenant ConfigMap.
+    prepared = mutated(pod({"gpu-fraction": "0.5"}, ("app", "side")))
+    late = copy.deepcopy(prepared)
+    container(late)["envFrom"].append({"configMapRef": {"name": "mine"}})
+    assert "its last envFrom is not its gpufrac env ConfigMap" in denial(late, "delivery")
+    exposed = copy.deepcopy(prepared)
+    container(exposed, "side")["env"].append({"name": "A", "value": "1"})
+    assert 'container "side" of a GPU pod gets no GPU but its last env is not' in denial(exposed, "delivery")
+    assert allowed(prepared)
     # A share pod for another scheduler (KAI, say) is that scheduler's business.
     assert allowed(pod({"gpu-fraction": "0.5"}, schedulerName="kai-scheduler"))
 

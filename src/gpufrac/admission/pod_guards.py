@@ -115,6 +115,7 @@ def _validate_new_pod(
         or _foreign_env_configmaps(pod, gpus, ALL_KINDS)
         or _host_paths(pod, asked, policy)
         or _mounts(pod, gpus, ALL_KINDS)
+        or _delivery(pod, asked, policy)
         or exchange.ALLOW
     )
 
@@ -296,21 +297,55 @@ def _env_configmap(
                 f"{keys.ENV_CONFIGMAP_ANNOTATION}={json.dumps(_text(own))}: {problem}; only "
                 "gpufrac's mutating webhook sets this annotation; remove it",
             )
+    return None
+
+
+_UNMUTATED = (
+    "the pod did not pass gpufrac's mutating webhook, so it would run without its limits or with GPUs "
+    "gpufrac did not give it; create it in a namespace the webhook serves, and leave schedulerName, env, "
+    f"envFrom and the {keys.ENV_CONFIGMAP_ANNOTATION} annotation to gpufrac"
+)
+
+
+def _delivery(
+    pod: Mapping[str, Any], asked: contract.PodGpuRequest, policy: settings.Policy
+) -> exchange.Decision | None:
+    """What the mutation put last is still last: each GPU container's own env ConfigMap as its last
+    `envFrom` (later sources win, so a tenant source after it would override its devices and limits), and
+    `NVIDIA_VISIBLE_DEVICES=void` as the last `env` of every other container (env wins over every
+    `envFrom`). Without them the pod did not pass the mutation, or was changed after it."""
+    spec = shapes.as_mapping(pod.get("spec"))
+    if spec.get("schedulerName") != policy.scheduler_name or not (asked.shares or asked.whole):
+        return None
+    own = shapes.annotations_of(pod).get(keys.ENV_CONFIGMAP_ANNOTATION)
     base = own if isinstance(own, str) else None
-    if policy.env_delivery == contract.EnvDelivery.CONFIGMAP and asks and for_gpufrac:
-        gpu = set(mutation.gpu_containers(asked))
-        for container in shapes.as_list(spec.get("containers")):
+    gpu = set(mutation.gpu_containers(asked))
+    for kind in ("containers", "initContainers"):
+        for container in shapes.as_list(spec.get(kind)):
             container = shapes.as_mapping(container)
             name = shapes.as_str(container.get("name"))
-            if name in gpu and (
-                not base or keys.env_configmap_name(base, name) not in shapes.configmap_refs(container)
-            ):
+            if kind == "containers" and name in gpu:
+                if policy.env_delivery != contract.EnvDelivery.CONFIGMAP:
+                    continue
+                sources = shapes.as_list(container.get("envFrom"))
+                last = (
+                    shapes.as_mapping(shapes.as_mapping(sources[-1]).get("configMapRef")) if sources else {}
+                )
+                if not base or last.get("name") != keys.env_configmap_name(base, name):
+                    return exchange.deny(
+                        "delivery",
+                        f'container "{brief(name)}" asks for a GPU but its last envFrom is not its '
+                        f"gpufrac env ConfigMap: {_UNMUTATED}",
+                    )
+                continue
+            variables = shapes.as_list(container.get("env"))
+            last = shapes.as_mapping(variables[-1]) if variables else {}
+            variable = shapes.as_str(last.get("name"))
+            if set(last) != {"name", "value"} or not gpu_env.is_narrowing(variable, last.get("value")):
                 return exchange.deny(
                     "delivery",
-                    f'container "{name}" asks for a GPU but has no envFrom to its gpufrac env ConfigMap: the '
-                    "pod did not pass gpufrac's mutating webhook, so it would run without its limits; create "
-                    "it in a namespace the webhook serves, and leave schedulerName, envFrom and the "
-                    f"{keys.ENV_CONFIGMAP_ANNOTATION} annotation to gpufrac",
+                    f'container "{brief(name)}" of a GPU pod gets no GPU but its last env is not '
+                    f"{keys.ENV_VISIBLE_DEVICES}={gpu_env.NO_GPU}: {_UNMUTATED}",
                 )
     return None
 
