@@ -140,6 +140,15 @@ def test_privilege_in_any_container_of_a_gpu_pod_is_denied(kind: str, security: 
     assert "in a pod that holds GPUs from gpufrac" in message
 
 
+def test_a_shared_process_namespace_is_denied_beside_an_sm_sharing_share() -> None:
+    sm = mutated(pod(SM))
+    sm["spec"]["shareProcessNamespace"] = True
+    assert "reach the MPS pipes through the share's /proc/<pid>/root" in denial(sm, "privileged")
+    time_slicing = mutated(pod({"gpu-fraction": "0.5"}))
+    time_slicing["spec"]["shareProcessNamespace"] = True
+    assert allowed(time_slicing)
+
+
 def test_baseline_capabilities_are_allowed_in_a_gpu_pod() -> None:
     security = {"capabilities": {"add": ["CAP_CHOWN", "net_bind_service", "SYS_CHROOT"], "drop": ["ALL"]}}
     assert allowed(share_pod_with("app", {"securityContext": security}))

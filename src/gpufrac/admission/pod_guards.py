@@ -263,6 +263,12 @@ def _privileged(pod: Mapping[str, Any], gpus: _Gpus, kinds: Collection[str]) -> 
                 "privileged",
                 f"spec.{field} in a pod that holds GPUs from gpufrac shares {why}; remove spec.{field}",
             )
+    if gpus.sm_sharing and spec.get("shareProcessNamespace") is True:
+        return exchange.deny(
+            "privileged",
+            "spec.shareProcessNamespace in a pod with an sm-sharing share lets every container reach the MPS "
+            "pipes through the share's /proc/<pid>/root, though only the share may mount them; remove it",
+        )
     return None
 
 
