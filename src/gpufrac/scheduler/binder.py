@@ -23,7 +23,7 @@ name meanwhile binds the successor. The bind is not sent once the watch has repo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import lightkube
@@ -95,7 +95,7 @@ async def bind(
                 raise BindError(f"Binding refused: {_describe(error)}") from error
         except TRANSPORT_ERRORS:
             pass
-        current = await _read_back(client, pod)
+        current = await read_back(client, pod)
         if _settled(current, pod, node=node, plan=plan):
             return
     raise BindError(f"Binding sent {BINDING_ATTEMPTS} times without a clear answer; the pod is still unbound")
@@ -117,10 +117,13 @@ def _settled(current: dict[str, Any] | None, pod: Mapping[str, Any], *, node: st
     raise BoundElsewhere(f"bound to {bound_to} by another bind", current)
 
 
-async def _read_back(client: lightkube.AsyncClient, pod: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The pod as the API server has it now (None when there is none), asking until it answers."""
+async def read_back(
+    client: lightkube.AsyncClient, pod: Mapping[str, Any], *, delays: Sequence[float] | None = None
+) -> dict[str, Any] | None:
+    """The pod as the API server has it now (None when there is none), asking after each of `delays`
+    (default `READ_BACK_DELAYS`) until it answers; BindError when it never does."""
     error: Exception | None = None
-    for delay in READ_BACK_DELAYS:
+    for delay in READ_BACK_DELAYS if delays is None else delays:
         await asyncio.sleep(delay)
         try:
             found = await client.get(Pod, meta(pod)["name"], namespace=meta(pod)["namespace"])
@@ -219,7 +222,7 @@ async def _ensure_configmap(
             )
         if existing.get("data") == dict(data) and existing.get("immutable"):
             return
-        current = await _read_back(client, pod)
+        current = await read_back(client, pod)
         if _settled(current, pod, node=node, plan=plan) and current is not None:
             raise BoundElsewhere("bound already, by an earlier bind of this pod", current)
         try:

@@ -35,7 +35,7 @@ from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Workload
 from gpufrac.scheduler import objects
-from gpufrac.scheduler.binder import BindError, BoundElsewhere, PodGone, bind, unbind_misbound
+from gpufrac.scheduler.binder import BindError, BoundElsewhere, PodGone, bind, read_back, unbind_misbound
 from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.metrics import SchedulerMetrics
 from gpufrac.scheduler.problems import INVALID, Problem, Problems
@@ -383,14 +383,13 @@ class Scheduler:
         namespace, _, name = self.cache.names.get(uid, "/").partition("/")
         pod = {"metadata": {"uid": uid, "namespace": namespace, "name": name}}
         try:
-            found = await asyncio.wait_for(self.client.get(Pod, name, namespace=namespace), timeout=5.0)
-        except (TimeoutError, *API_ERRORS) as error:
+            body = await asyncio.wait_for(read_back(self.client, pod, delays=(0.0,)), timeout=5.0) or {}
+        except (TimeoutError, BindError) as error:
             log.error(
                 "pod %s/%s: bind cut short at loss of leadership, outcome unknown: %s", namespace, name, error
             )
             self.cache.forget(pod)
             return
-        body = found.to_dict() if hasattr(found, "to_dict") else {}
         if objects.pod_uid(body) == uid and objects.node_name(body):
             log.info(
                 "pod %s/%s: bound to %s before leadership was lost", namespace, name, objects.node_name(body)
