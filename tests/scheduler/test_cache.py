@@ -8,8 +8,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from gpufrac.cluster.model import Assignment, Placement
 from gpufrac.contract import ComputeMode
+from gpufrac.contract.node_inventory import GpuInfo
+from gpufrac.scheduler import objects
 from gpufrac.scheduler.cache import SchedulerCache
 
 from ..kubeapi.apiobjects import GPU_MIB, bound, inventory, key, node, pod, with_status
@@ -123,3 +127,51 @@ def test_a_node_heartbeat_is_no_change() -> None:
     heartbeat["metadata"]["resourceVersion"] = "2"
     assert cache.add_node(heartbeat) is False
     assert cache.add_node(node("n1", agent=inventory("n1", 2, unhealthy=[1]))) is True
+
+
+def bound_to_gpu_1(name: str) -> dict[str, Any]:
+    """`name` as the watch reports it once the bind of `assumed_placement(name)` went through."""
+    return bound(pod(name), "n1", share_notes("main", "GPU-n1-1", f"{HALF}Mi"))
+
+
+@pytest.mark.parametrize("gone", ["deleted", "unreadable", "missing from a relist"])
+def test_a_bind_in_flight_keeps_its_memory_when_its_node_goes_and_comes_back(gone: str) -> None:
+    cache = cache_with_n1()
+    cache.assume(pod("p"), assumed_placement("p"))
+    if gone == "deleted":
+        cache.remove_node("n1")
+    elif gone == "unreadable":
+        unreadable = n1()
+        unreadable["status"]["allocatable"]["cpu"] = "9" * 5000
+        cache.add_node(unreadable)
+    else:
+        cache.sync_nodes([])
+    cache.add_node(n1())
+    assert gpu_free(cache, "n1") == [GPU_MIB, HALF]  # the bind may yet go through: still reserved
+    cache.add_pod(bound_to_gpu_1("p"))  # its bound event, while the bind runs
+    assert cache.finish_binding(pod("p"))
+    assert gpu_free(cache, "n1") == [GPU_MIB, HALF] and set(cache.state.placements) == {key("p")}
+
+
+def test_a_bind_that_finishes_while_its_node_is_gone_is_counted_when_the_node_returns() -> None:
+    cache = cache_with_n1()
+    cache.assume(pod("p"), assumed_placement("p"))
+    cache.remove_node("n1")
+    cache.add_pod(bound_to_gpu_1("p"))
+    assert cache.finish_binding(pod("p"))
+    cache.add_node(n1())
+    assert gpu_free(cache, "n1") == [GPU_MIB, HALF] and cache.misfits == {}
+
+
+def test_the_bound_object_seen_during_a_bind_is_the_one_kept() -> None:
+    """Kept, a later change of the node reads the pod's annotations; the pending version has none, and
+    would hold the node for good."""
+    cache = cache_with_n1()
+    cache.assume(pod("p"), assumed_placement("p"))
+    cache.add_pod(bound_to_gpu_1("p"))
+    cache.finish_binding(pod("p"))
+    assert objects.node_name(cache.bound[key("p")]) == "n1"
+    replaced = (GpuInfo(0, "GPU-new-0", "NVIDIA A100", GPU_MIB, True), *inventory("n1", 2)[1:])
+    cache.add_node(node("n1", agent=replaced))  # GPU 0 swapped; p is on GPU 1
+    assert cache.misfits == {} and gpu_free(cache, "n1") == [GPU_MIB, HALF]
+    assert len(cache.eligible_rows(pod("q"))[0]) == 1

@@ -286,3 +286,15 @@ def test_a_scheduling_pass_gathers_a_workload_only_for_a_policy_that_declares_it
     before = made.policy
     asyncio.run(made.schedule_pending())
     assert (made.policy is not before) is POLICIES[name].needs_workload
+
+
+def test_a_pending_pod_a_relist_shows_bound_elsewhere_leaves_the_queue_and_the_round_goes_on() -> None:
+    """Bound by another replica while this one's watch was broken."""
+    made = scheduler()
+    listed(made, [n1()], [pod("p", annotations={"gpu-fraction": "0.5"}), pod("q")])
+    by_other = bound(
+        pod("p", annotations={"gpu-fraction": "0.5"}), "n1", share_notes("main", "GPU-n1-0", "8000Mi")
+    )
+    made.on_pods_listed([by_other, pod("q")])
+    assert key("p") not in made.pending and key("p") not in made.queue
+    assert pod_nodes(made)[key("p")] == "n1"

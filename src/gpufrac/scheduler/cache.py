@@ -46,6 +46,7 @@ class SchedulerCache:
         ] = {}  # node not seen (or unreadable) -> uid -> its bound pods
         self.misfits: dict[str, dict[str, Obj]] = {}  # node -> uid -> bound pods it cannot hold as written
         self.assumed: dict[str, Placement] = {}  # uid -> placement reserved for a bind in flight
+        self.seen_bound: dict[str, Obj] = {}  # uid -> bound object the watch reported during its bind
         self.gone_assumed: set[str] = set()  # assumed pods deleted while their bind runs
         self.names: dict[str, str] = {}  # uid -> namespace/name, for people: logs and `gpufrac top`
         self._node_views: dict[str, tuple[Any, ...]] = {}  # what placement reads of each node
@@ -100,6 +101,15 @@ class SchedulerCache:
         self._node_views[name] = view
         self._upsert_node(view[0])
         self.eligibility.update(self.state.index[name], node)
+        for uid, placement in self.assumed.items():
+            # Binds in flight to a node that was gone (deleted, unreadable or missing from a relist) keep
+            # their reservations: the Binding may yet go through.
+            if (
+                placement.node == name
+                and uid not in self.state.placements
+                and uid not in self.misfits.get(name, {})
+            ):
+                self._reapply_assumed(placement)
         waiting = self.unplaced.pop(name, {}) | self.misfits.pop(name, {})
         for uid, pod in waiting.items():
             self._account_bound(uid, pod, name)
@@ -180,9 +190,7 @@ class SchedulerCache:
         """A pod the watch reports bound to a node. Idempotent, since a relist adds every pod again."""
         uid = objects.pod_uid(pod)
         if uid in self.assumed:
-            node = self.assumed[uid].node
-            if uid in self.misfits.get(node, {}):
-                self.misfits[node][uid] = pod  # read once its bind settles
+            self.seen_bound[uid] = pod  # counted from this object once its bind settles
             return  # its bind is in flight: `finish_binding` or `forget` settles it
         if uid in self.state.placements:
             self.update_pod(pod)
@@ -252,18 +260,21 @@ class SchedulerCache:
         """The bind went through; False when the pod was deleted meanwhile (its memory is then freed)."""
         uid = objects.pod_uid(pod)
         placement = self.assumed.pop(uid, None)
-        lost = placement is not None and uid in self.misfits.get(placement.node, {})
-        if lost and uid not in self.gone_assumed:
-            assert placement is not None
-            self._account_bound(uid, self.misfits[placement.node][uid], placement.node)
-        elif not lost:
-            self.bound[uid] = pod
+        latest = self.seen_bound.pop(uid, None) or pod
+        if placement is not None and uid not in self.state.placements and uid not in self.gone_assumed:
+            # Its reservation went with its node (removed, or reshaped so that the GPUs were gone): count the
+            # pod from its bound object, or hold the node until that object is read.
+            self._release(uid)
+            self._account_bound(uid, latest, placement.node)
+        elif uid in self.state.placements:
+            self.bound[uid] = latest
         return self._settle(uid)
 
     def forget(self, pod: Obj) -> bool:
         """The bind failed: free its reservation. False when the pod was deleted meanwhile."""
         uid = objects.pod_uid(pod)
         self.assumed.pop(uid, None)
+        self.seen_bound.pop(uid, None)
         self._release(uid)
         return self._settle(uid)
 

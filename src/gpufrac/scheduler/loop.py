@@ -28,6 +28,7 @@ from lightkube.types import PatchType
 
 from gpufrac import contract
 from gpufrac.cluster.model import Placement, Unschedulable
+from gpufrac.cluster.state import PlacementRefused
 from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS
 from gpufrac.kubeapi.reflector import reflect
@@ -128,7 +129,8 @@ class Scheduler:
         for pod in pods:
             if not objects.node_name(pod):
                 self.on_pod_event("ADDED", pod)
-            else:
+            else:  # bound, maybe by another replica while this one's watch was broken
+                self._forget_pending(objects.pod_uid(pod))
                 self._check_binding(pod)
         self.synced["pods"] = True
         self._cluster_changed()
@@ -243,7 +245,12 @@ class Scheduler:
             log.info("pod %s unschedulable: %s", objects.pod_key(pod), message)
             await self._report_failure(pod, message)
             return
-        self.cache.assume(pod, outcome)
+        try:
+            self.cache.assume(pod, outcome)
+        except PlacementRefused as error:  # the cache holds it already: a bind or the watch got there first
+            log.warning("pod %s: not bound, already accounted: %s", objects.pod_key(pod), error)
+            self._forget_pending(uid)
+            return
         del self.pending[uid]
         await self._slots.acquire()
         if not self.leading:  # the Lease ran out while the pod waited for a bind slot: not ours to bind
@@ -394,7 +401,7 @@ class Scheduler:
             log.info(
                 "pod %s/%s: bound to %s before leadership was lost", namespace, name, objects.node_name(body)
             )
-            self.cache.finish_binding(pod)
+            self.cache.finish_binding(body)
         else:
             log.warning(
                 "pod %s/%s: not bound at loss of leadership; the next leader schedules it", namespace, name
