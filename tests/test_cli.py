@@ -161,6 +161,43 @@ def test_a_bad_kubeconfig_is_one_line(
     assert_one_line(code, err, says if "reach" in says else f"{kubeconfig}: {says}")
 
 
+CONTEXTS = {
+    "no user": ("{cluster: c}", "https://127.0.0.1:1", "its current context names no user"),
+    "not a URL": ("{cluster: c, user: u}", "http://[::1", "is not a URL"),
+    "no plugin": ("{cluster: c, user: p}", "https://127.0.0.1:1", "its credential plugin '/nonexistent'"),
+    "endless token": (
+        "{cluster: c, user: z}",
+        "https://127.0.0.1:1",
+        "its tokenFile /dev/zero is not a token",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", [("top",), ("scheduler", "--metrics-port", "0")], ids=lambda c: c[0])
+@pytest.mark.parametrize(("context", "server", "says"), list(CONTEXTS.values()), ids=list(CONTEXTS))
+def test_a_context_the_first_request_would_fail_on_is_one_line_before_it(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    command: tuple[str, ...],
+    context: str,
+    server: str,
+    says: str,
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        f"""
+clusters: [{{name: c, cluster: {{server: "{server}"}}}}]
+users:
+- {{name: u, user: {{token: t}}}}
+- {{name: p, user: {{exec: {{apiVersion: client.authentication.k8s.io/v1beta1, command: /nonexistent}}}}}}
+- {{name: z, user: {{tokenFile: /dev/zero}}}}
+contexts: [{{name: x, context: {context}}}]
+current-context: x
+"""
+    )
+    assert_one_line(*run(capsys, *command, "--kubeconfig", str(kubeconfig)), says)
+
+
 @pytest.mark.parametrize("kind", list(FILE_ANSWERS))
 def test_a_bad_certificate_file_is_one_line(
     capsys: pytest.CaptureFixture[str], files: dict[str, Path], kind: str

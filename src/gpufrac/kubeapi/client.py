@@ -6,6 +6,7 @@ the file and the fix; this is the only place that knows how gpufrac finds its cr
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -49,12 +50,35 @@ def load_config(kubeconfig: Path | None) -> lightkube.KubeConfig:
             config = lightkube.KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR)
         if config.current_context is None:
             raise UserError(f"{source}: no current-context; pick one with `kubectl config use-context NAME`")
-        config.get()
+        _check_context(config.get(), source)
     except KeyError as error:
         raise UserError(f"{source}: its context names {error}, which it does not define; fix it") from None
     except (ConfigError, OSError, ValueError, TypeError, AttributeError) as error:
         raise UserError(f"{source}: not a usable kubeconfig ({error}); fix or replace it") from None
     return config
+
+
+MAX_TOKEN_FILE_BYTES = 1 * reading.MIB  # a bearer token is a few KiB
+
+
+def _check_context(single: Any, source: str) -> None:
+    """What the first request would otherwise fail on, with a traceback or for ever: a context without a
+    user, a server that is not a URL, an exec plugin that is not there, a token file that never ends."""
+    if single.user is None:
+        raise UserError(f"{source}: its current context names no user; add one to the context")
+    try:
+        httpx2.URL(single.cluster.server)
+    except (httpx2.InvalidURL, TypeError) as error:
+        raise UserError(
+            f"{source}: its server {single.cluster.server!r} is not a URL ({error}); fix it"
+        ) from None
+    plugin = single.user.exec
+    if plugin is not None and shutil.which(plugin.command) is None:
+        raise UserError(f"{source}: its credential plugin {plugin.command!r} is not on PATH; install it")
+    if single.user.token_file is not None:
+        token = Path(single.user.token_file)
+        if not token.is_file() or token.stat().st_size > MAX_TOKEN_FILE_BYTES:
+            raise UserError(f"{source}: its tokenFile {token} is not a token file; fix the path")
 
 
 def async_client(config: lightkube.KubeConfig, *, field_manager: str = "gpufrac") -> lightkube.AsyncClient:
