@@ -4,6 +4,7 @@ a hang or a huge allocation. The cases are the ones `gpufrac validate` once fail
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,16 @@ def test_validate_on_any_bytes_gives_problems_or_one_line(
         validate.check_paths([path])
     except UserError as error:
         assert "\n" not in str(error)
+
+
+@pytest.mark.parametrize("date", ["2001-13-45", "!!timestamp 99999-01-01", "2024-05-01T12:00:00Z"])
+def test_a_date_is_read_as_its_text(date: str) -> None:
+    """As Kubernetes reads YAML (through JSON, which has no dates); PyYAML would raise on impossible ones."""
+    assert reading.load_yaml(f"a: {date}\n", name="t.yaml") == {"a": date.removeprefix("!!timestamp ")}
+
+
+def test_a_pipe_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "f.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(UserError, match="is a pipe or socket, not a file"):
+        reading.read_text(fifo, limit=100)

@@ -10,6 +10,7 @@ is a `UserError` naming the file and the fix.
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,9 @@ def read_text(path: Path, *, limit: int, what: str = "") -> str:
     role of the file in messages (`--kubeconfig`)."""
     label = f"{what} {path}".strip()
     try:
+        if stat.S_ISFIFO(path.stat().st_mode) or stat.S_ISSOCK(path.stat().st_mode):
+            # Opening a pipe waits for a writer, and may wait for ever.
+            raise UserError(f"{label}: is a pipe or socket, not a file; pass a file")
         with path.open("rb") as handle:
             data = handle.read(limit + 1)
     except FileNotFoundError:
@@ -72,6 +76,8 @@ def yaml_documents(text: str, *, name: str) -> Iterator[tuple[yaml.Node, object]
                 yield node, loader.construct_document(node)
     except yaml.YAMLError as error:
         raise _invalid(error, name) from None
+    except (ValueError, TypeError, OverflowError) as error:  # a tagged value PyYAML cannot build
+        raise UserError(f"{name}: not valid YAML: {error}; fix the value") from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -141,9 +147,17 @@ class _BoundedConstructor(yaml.constructor.SafeConstructor):
             )
         return int(super().construct_yaml_int(node))
 
+    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> str:  # type: ignore[override]
+        """A date stays the text it is, as Kubernetes reads YAML (through JSON, which has no dates); PyYAML's
+        own reading raises on impossible ones (2001-13-45)."""
+        return str(node.value)
+
 
 _BoundedConstructor.add_constructor(  # type: ignore[type-var]
     "tag:yaml.org,2002:int", _BoundedConstructor.construct_yaml_int
+)
+_BoundedConstructor.add_constructor(  # type: ignore[type-var]
+    "tag:yaml.org,2002:timestamp", _BoundedConstructor.construct_yaml_timestamp
 )
 
 
