@@ -103,6 +103,7 @@ def test_a_bad_file_is_one_line(
         (("plan", "--seeds", "0-5000"), "more than 1000 seeds"),
         (("simulate", "--inflation", "nan"), "--inflation nan"),
         (("simulate", "--inflation", "abc"), "'--inflation'"),
+        (("simulate", "--inflation", "1e300"), "at most 10.0"),
         (("plan", "--price-per-gpu-hour", "inf"), "--price-per-gpu-hour"),
         (("plan", "--trusted-share", "nan"), "--trusted-share"),
         (("simulate", "--workers", "-3"), "--workers"),

@@ -298,3 +298,15 @@ def test_a_pending_pod_a_relist_shows_bound_elsewhere_leaves_the_queue_and_the_r
     made.on_pods_listed([by_other, pod("q")])
     assert key("p") not in made.pending and key("p") not in made.queue
     assert pod_nodes(made)[key("p")] == "n1"
+
+
+def test_misbound_pods_are_forgotten_once_they_are_gone() -> None:
+    made = scheduler()  # a standby, say: only a leader deletes them
+    misbound = bound(
+        pod("p"), "n1", {**share_notes("main", "GPU-n1-0", "8000Mi"), keys.BOUND_UID_ANNOTATION: "uid-old"}
+    )
+    listed(made, [n1()], [misbound, bound(pod("q"), "n1", {keys.BOUND_UID_ANNOTATION: "uid-old-q"})])
+    assert set(made.misbound) == {key("p"), key("q")}
+    made.on_pod_event("DELETED", misbound)
+    made.on_pods_listed([])
+    assert made.misbound == {}

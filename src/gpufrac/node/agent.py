@@ -314,6 +314,9 @@ class Agent:
         return found
 
     def _log_broken_contracts(self, containers: dict[str, watchdog.Container]) -> None:
+        """Once per pod while its contract stays broken; pods gone or mended are forgotten, so a tenant who
+        keeps creating broken pods does not grow this set."""
+        self._broken_pods &= {container.pod.uid for container in containers.values() if container.problem}
         for container in containers.values():
             key = container.pod.uid
             if container.problem and key not in self._broken_pods:

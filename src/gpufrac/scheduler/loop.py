@@ -126,6 +126,7 @@ class Scheduler:
         listed = {objects.pod_uid(pod) for pod in pods}
         for uid in [uid for uid in self.pending if uid not in listed]:
             self._forget_pending(uid)
+        self.misbound = {uid: pod for uid, pod in self.misbound.items() if uid in listed}
         for pod in pods:
             if not objects.node_name(pod):
                 self.on_pod_event("ADDED", pod)
@@ -139,6 +140,7 @@ class Scheduler:
         uid = objects.pod_uid(pod)
         if event == "DELETED" or objects.is_done(pod):
             self._forget_pending(uid)
+            self.misbound.pop(uid, None)
             if self.cache.remove_pod(uid):
                 self._cluster_changed()
             return

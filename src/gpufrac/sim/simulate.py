@@ -11,6 +11,9 @@ from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
 from gpufrac.sim import experiment, output, pool, report, trace
 
+# Past a few times the cluster the replay measures nothing new, and its pod list grows without end.
+MAX_INFLATION = 10.0
+
 
 def run(
     *,
@@ -23,8 +26,11 @@ def run(
     out: Path | None,
     output_format: str,
 ) -> None:
-    if not math.isfinite(inflation) or inflation <= 0:
-        raise UserError(f"--inflation {inflation}: must be a positive number such as 1.3")
+    if not math.isfinite(inflation) or not 0 < inflation <= MAX_INFLATION:
+        raise UserError(
+            f"--inflation {inflation}: must be a number above 0 and at most {MAX_INFLATION}, such as 1.3 "
+            "(the replay creates pods until their requests reach this many times the cluster's GPUs)"
+        )
     pool.check_workers(workers)
     chosen = list(POLICIES) if policies == "all" else experiment.parse_policies(policies)
     seed_list = experiment.parse_seeds(seeds)
