@@ -45,7 +45,8 @@ def read_text(path: Path, *, limit: int, what: str = "") -> str:
     role of the file in messages (`--kubeconfig`)."""
     label = f"{what} {path}".strip()
     try:
-        if stat.S_ISFIFO(path.stat().st_mode) or stat.S_ISSOCK(path.stat().st_mode):
+        mode = path.stat().st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
             # Opening a pipe waits for a writer, and may wait for ever.
             raise UserError(f"{label}: is a pipe or socket, not a file; pass a file")
         with path.open("rb") as handle:

@@ -419,8 +419,9 @@ def _host_paths(
         if "hostPath" not in volume:
             continue
         path = shapes.as_str(shapes.as_mapping(volume.get("hostPath")).get("path"))
+        canonical = host_paths.canonical(path)
         name = shapes.as_str(volume.get("name"))
-        if name == mutation.MPS_VOLUME and sm_sharing and host_paths.canonical(path) == root:
+        if name == mutation.MPS_VOLUME and sm_sharing and canonical == root:
             continue
         if why := host_paths.reaches(path, root):
             return exchange.deny(
@@ -428,7 +429,6 @@ def _host_paths(
                 f'volume "{brief(name)}" {why}: only an sm-sharing share gets it, from gpufrac; remove the '
                 "volume",
             )
-        canonical = host_paths.canonical(path)
         if not any(host_paths.is_within(canonical, directory) for directory in allowed):
             return exchange.deny(
                 "host-path",

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -261,9 +261,7 @@ class Scheduler:
                 self.pending[uid] = pod
                 self.queue.add(uid, priority=_priority(pod), created=_created(pod))
             return
-        task = asyncio.create_task(self._bind(uid, pod, outcome))
-        self._binds.add(task)
-        task.add_done_callback(self._binds.discard)
+        self._track(self._bind(uid, pod, outcome))
 
     async def _bind(self, uid: str, pod: dict[str, Any], placement: Placement) -> None:
         """Bind, then settle the reservation: kept when bound, released otherwise (waking the pods parked for
@@ -321,9 +319,14 @@ class Scheduler:
                 objects.pod_key(pod),
                 objects.bound_for(pod),
             )
-            task = asyncio.create_task(self._unbind(uid, pod))
-            self._binds.add(task)
-            task.add_done_callback(self._binds.discard)
+            self._track(self._unbind(uid, pod))
+
+    def _track(self, write: Coroutine[Any, Any, None]) -> None:
+        """Run an API write beside the loop, held in `_binds` so that stopping and losing the Lease wait for
+        it (`wait_for_binds`, `step_down`)."""
+        task = asyncio.create_task(write)
+        self._binds.add(task)
+        task.add_done_callback(self._binds.discard)
 
     async def _unbind(self, uid: str, pod: dict[str, Any]) -> None:
         if not await unbind_misbound(self.client, pod, component=self.config.name):
