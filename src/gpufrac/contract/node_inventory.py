@@ -6,10 +6,17 @@ On each GPU node the agent writes:
 - annotation `gpufrac.io/gpus`: a JSON list, one object per GPU, sorted by index::
 
       [{"index": 0, "uuid": "GPU-5f0c...", "model": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920,
-        "healthy": true}, ...]
+        "healthy": true, "allocatable_mib": 80640, "holder": "ml/trainer-0"}, ...]
 
   `index` is NVML's index, `uuid` NVML's UUID (what `gpus.devices` names), `memory_mib` the total memory
   in MiB, `healthy` false when NVML cannot read the GPU (or NVML itself is gone): never place on it.
+  Optional: `allocatable_mib`, the memory a process can actually allocate (the total less what the driver
+  and a CUDA context keep); portions are of it when it is published. `holder`, the `namespace/name` of the
+  pod the kubelet's device plugin gave this GPU to (from the kubelet's PodResources API), absent when the
+  device plugin gave it to nobody.
+- label `gpufrac.io/device-plugin`: who hands out `nvidia.com/gpu` on the node, one of `DevicePluginMode`;
+- node condition `gpufrac.io/Ready`: True once the agent has published all of this and the node's mode has
+  what it needs (`READY_CONDITION`); the scheduler places GPU pods only on nodes where it is True.
 - annotation `gpufrac.io/driver-version`: the driver version string NVML reports, e.g. `535.104.05`;
 - label `gpufrac.io/driver-major`: its major number, e.g. `535`;
 - label `gpufrac.io/enforcement`: how memory limits are held on this node, one of `Enforcement`;
@@ -21,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
@@ -37,8 +44,8 @@ GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
-# The first driver branch whose driver enforces per-container memory limits itself (CUDA 13.4).
-NATIVE_DRIVER_MAJOR = 615
+DEVICE_PLUGIN_LABEL = "gpufrac.io/device-plugin"
+READY_CONDITION = "gpufrac.io/Ready"
 
 # Bounds on what a Node may claim. Real nodes have at most 16 GPUs of at most a few hundred GiB; the scheduler
 # sizes its arrays by the widest node and adds memory in int64, so an annotation or label listing a million
@@ -48,10 +55,27 @@ MAX_GPU_MEMORY_MIB = 2**30  # 1 PiB
 MAX_NAME_LENGTH = 256  # a UUID or model; UUIDs label metrics, so they stay short
 
 
+class DevicePluginMode(StrEnum):
+    """Who hands out `nvidia.com/gpu` on a node, and so how gpufrac keeps its GPUs from the kubelet.
+
+    - `coexist`: NVIDIA's device plugin runs; every GPU gpufrac shares is held from it by a reservation pod
+      asking it for one `nvidia.com/gpu`, and GPUs it gave to anyone else are never shared;
+    - `managed`: NVIDIA's device plugin is switched off on the node and gpufrac's agent serves
+      `nvidia.com/gpu` itself, with the same reservations, so the kubelet still accounts every GPU;
+    - `none`: no device plugin at all (`nvidia.com/gpu` is not a resource there); gpufrac alone hands out
+      GPUs. Only for nodes where nothing else asks for them.
+    """
+
+    COEXIST = "coexist"
+    MANAGED = "managed"
+    NONE = "none"
+
+
 class Enforcement(StrEnum):
     """How a memory limit is held on a node (or a GPU), strongest first.
 
-    - `native`: the driver enforces the limit (r615+ with NVIDIA's operator delivering it);
+    - `native`: the driver enforces the limit: a CUDA 13.4 driver with NVIDIA's operator, which shows on the
+      node that it is installed and ready there;
     - `mps`: an MPS control daemon runs, so sm-sharing clients get a hard pinned-memory ceiling; time-slicing
       shares on the node are held by the watchdog when it acts;
     - `watchdog`: no MPS; the agent kills or evicts a share that goes over its limit, within an interval;
@@ -73,13 +97,24 @@ class GpuInfo:
     model: str
     memory_mib: int
     healthy: bool
+    allocatable_mib: int | None = None
+    holder: str = ""
+
+    @property
+    def usable_mib(self) -> int:
+        """What portions are of: the allocatable memory where published, else the total."""
+        return self.allocatable_mib if self.allocatable_mib is not None else self.memory_mib
 
 
 def dump_gpus(gpus: Iterable[GpuInfo]) -> str:
     """The annotation value: compact JSON, sorted by index, so an unchanged inventory is an unchanged string
     and the agent patches nothing."""
     ordered = sorted(gpus, key=lambda gpu: gpu.index)
-    return json.dumps([asdict(gpu) for gpu in ordered], separators=(",", ":"))
+    items = [
+        {key: value for key, value in asdict(gpu).items() if key not in _OPTIONAL or value not in (None, "")}
+        for gpu in ordered
+    ]
+    return json.dumps(items, separators=(",", ":"))
 
 
 def load_gpus(text: str) -> tuple[GpuInfo, ...]:
@@ -108,14 +143,35 @@ def _gpu(item: object, position: int) -> GpuInfo:
         # bool is an int in Python; an index or a size given as true/false is still wrong.
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise ValueError(f"{where}.{name} must be {kind.__name__}, got {brief(repr(value))}")
+    allocatable = item.get("allocatable_mib")
+    holder = item.get("holder", "")
+    if allocatable is not None and (not isinstance(allocatable, int) or isinstance(allocatable, bool)):
+        raise ValueError(f"{where}.allocatable_mib must be int, got {brief(repr(allocatable))}")
+    if not isinstance(holder, str):
+        raise ValueError(f"{where}.holder must be str, got {brief(repr(holder))}")
     if not 1 <= item["memory_mib"] <= MAX_GPU_MEMORY_MIB:
         raise ValueError(
             f"{where}.memory_mib must be 1..{MAX_GPU_MEMORY_MIB}, got {brief(repr(item['memory_mib']))}"
         )
-    for name in ("uuid", "model"):
-        if len(item[name]) > MAX_NAME_LENGTH:
+    if allocatable is not None and not 1 <= allocatable <= item["memory_mib"]:
+        raise ValueError(f"{where}.allocatable_mib must be 1..memory_mib, got {brief(repr(allocatable))}")
+    for name, value in (("uuid", item["uuid"]), ("model", item["model"]), ("holder", holder)):
+        if len(value) > MAX_NAME_LENGTH:
             raise ValueError(f"{where}.{name} is longer than {MAX_NAME_LENGTH} characters")
-    return GpuInfo(item["index"], item["uuid"], item["model"], item["memory_mib"], item["healthy"])
+    return GpuInfo(
+        item["index"], item["uuid"], item["model"], item["memory_mib"], item["healthy"], allocatable, holder
+    )
+
+
+_OPTIONAL = ("allocatable_mib", "holder")
+
+
+def device_plugin_mode(labels: Mapping[str, str]) -> DevicePluginMode:
+    """The node's mode as its agent published it; `none` where no agent said (a node without one)."""
+    try:
+        return DevicePluginMode(labels.get(DEVICE_PLUGIN_LABEL, DevicePluginMode.NONE.value))
+    except ValueError:
+        return DevicePluginMode.NONE
 
 
 def driver_major(version: str) -> int | None:

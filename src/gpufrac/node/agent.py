@@ -203,7 +203,7 @@ class Agent:
             await asyncio.to_thread(self.supervisor.step, self._clock())
         mps_up = self.supervisor is not None and self.supervisor.healthy(SM_SHARING_DAEMON)
         level = inventory.enforcement(
-            driver_version=snapshot.driver_version,
+            native=False,
             nvml_ok=not snapshot.error and bool(snapshot.gpus),
             mps_healthy=mps_up,
             acting=self.settings.mode is not Mode.REPORT,

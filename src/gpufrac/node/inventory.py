@@ -53,10 +53,10 @@ def gpus(snapshot: Snapshot, previous: Sequence[GpuInfo]) -> tuple[GpuInfo, ...]
     return tuple(found)
 
 
-def enforcement(*, driver_version: str, nvml_ok: bool, mps_healthy: bool, acting: bool) -> Enforcement:
-    """The node's level (see `node_inventory.Enforcement`); `acting`: the watchdog kills or evicts."""
-    major = node_inventory.driver_major(driver_version)
-    if major is not None and major >= node_inventory.NATIVE_DRIVER_MAJOR:
+def enforcement(*, native: bool, nvml_ok: bool, mps_healthy: bool, acting: bool) -> Enforcement:
+    """The node's level (see `node_inventory.Enforcement`); `native`: NVIDIA's operator shows on the node
+    that the driver holds limits there; `acting`: the watchdog kills or evicts."""
+    if native:
         return Enforcement.NATIVE
     if not nvml_ok:
         return Enforcement.NONE  # nothing can be observed, so nothing is held
