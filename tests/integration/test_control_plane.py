@@ -49,7 +49,8 @@ async def test_fake_gpu_nodes_are_ready_and_untainted(
         node = await admin_client.get(Node, name)
         assert node.spec is not None and not node.spec.taints
         assert node.status is not None and node.status.conditions is not None
-        assert [(c.type, c.status) for c in node.status.conditions] == [("Ready", "True")]
+        conditions = [(c.type, c.status) for c in node.status.conditions]
+        assert conditions == [("Ready", "True"), (node_inventory.READY_CONDITION, "True")]
         assert node.status.allocatable is not None and node.status.allocatable["nvidia.com/gpu"] == gpus
         assert node.metadata is not None and node.metadata.labels is not None
         assert node.metadata.labels[node_inventory.GPU_COUNT_LABEL] == gpus

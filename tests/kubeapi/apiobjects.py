@@ -40,9 +40,11 @@ def node(
     annotations: Mapping[str, str] | None = None,
     taints: Sequence[Mapping[str, str]] = (),
     agent: Sequence[GpuInfo] | None = None,
+    gpu_ready: bool | None = True,
 ) -> dict[str, Any]:
     """A node with GPU Feature Discovery labels; `agent` adds the node agent's `gpufrac.io/gpus`;
-    `ready=None` leaves out the Ready condition."""
+    `ready=None` leaves out the Ready condition; `gpu_ready` is the agent's `gpufrac.io/Ready` (None: no
+    agent said anything)."""
     notes = dict(annotations or {})
     if agent is not None:
         notes[node_inventory.GPUS_ANNOTATION] = node_inventory.dump_gpus(agent)
@@ -54,6 +56,9 @@ def node(
     conditions = [{"type": "MemoryPressure", "status": "False"}]
     if ready is not None:
         conditions.append({"type": "Ready", "status": "True" if ready else "False"})
+    if gpu_ready is not None:
+        status = "True" if gpu_ready else "False"
+        conditions.append({"type": node_inventory.READY_CONDITION, "status": status, "reason": "Test"})
     return {
         "apiVersion": "v1",
         "kind": "Node",

@@ -11,8 +11,9 @@ Pure bookkeeping, no I/O: the loop and `gpufrac top` feed it API objects, and te
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,8 @@ import numpy as np
 from gpufrac import contract
 from gpufrac.cluster.model import NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState, PlacementRefused
-from gpufrac.scheduler import objects, problems
+from gpufrac.scheduler import objects, problems, reservations
+from gpufrac.scheduler.devices import Hold, NodeDevices, node_devices
 from gpufrac.scheduler.eligibility import Eligibility
 from gpufrac.scheduler.problems import NOT_ACCOUNTED, Problem
 
@@ -35,9 +37,12 @@ class SchedulerCache:
         *,
         node_selector: Mapping[str, str] | None = None,
         report: Callable[[Problem], None] = problems.log_problem,
+        require_ready: bool = True,
+        reservation_namespace: str = "gpufrac-system",
     ) -> None:
         self.state = ClusterState()
-        self.eligibility = Eligibility(node_selector or {})
+        self.eligibility = Eligibility(node_selector or {}, require_ready=require_ready)
+        self.reservation_namespace = reservation_namespace
         self.report = report  # told of every object skipped (`problems`); called often, it deduplicates
         self.nodes: dict[str, Obj] = {}  # name -> latest readable Node object
         self.bound: dict[str, Obj] = {}  # uid -> latest object of a pod accounted as bound
@@ -50,6 +55,13 @@ class SchedulerCache:
         self.gone_assumed: set[str] = set()  # assumed pods deleted while their bind runs
         self.names: dict[str, str] = {}  # uid -> namespace/name, for people: logs and `gpufrac top`
         self._node_views: dict[str, tuple[Any, ...]] = {}  # what placement reads of each node
+        # Device-plugin nodes (`devices`): their published GPUs with holders, the pods on them asking the
+        # kubelet for `nvidia.com/gpu` (node -> uid -> (namespace/name, GPUs not placed by index)), and the
+        # live reservation pods (uid -> object).
+        self.device_gpus: dict[str, tuple[Any, ...]] = {}
+        self.devices: dict[str, NodeDevices] = {}
+        self.claims: dict[str, dict[str, tuple[str, int]]] = {}
+        self.reservations: dict[str, Obj] = {}
 
     def snapshot(self) -> ClusterState:
         """The state the engine decides on. Not a copy: decisions run on the event loop between awaits, so
@@ -57,9 +69,9 @@ class SchedulerCache:
         decision itself."""
         return self.state
 
-    def eligible_rows(self, pod: Obj) -> tuple[np.ndarray, Any]:
+    def eligible_rows(self, pod: Obj, *, gpus: bool = True) -> tuple[np.ndarray, Any]:
         """The state rows `pod` may land on, and the other nodes counted by reason."""
-        return self.eligibility.rows_for(pod, self.state)
+        return self.eligibility.rows_for(pod, self.state, gpus=gpus)
 
     # ---- nodes --------------------------------------------------------------------------------------------
 
@@ -85,6 +97,8 @@ class SchedulerCache:
                 objects.node_ready(node),
                 objects.node_labels_of(node),
                 objects.node_taints(node),
+                objects.device_plugin_gpus(node),
+                objects.gpu_ready(node),
             )
         except contract.ContractError as error:
             message = f"cannot be read, so no pod is placed on it: {error}"
@@ -114,11 +128,19 @@ class SchedulerCache:
         for uid, pod in waiting.items():
             self._account_bound(uid, pod, name)
         self._hold_if_misfits(name)
+        if view[4] is None:
+            self.device_gpus.pop(name, None)
+            self.devices.pop(name, None)
+        else:
+            self.device_gpus[name] = view[4]
+            self._refresh_devices(name)
         return True
 
     def remove_node(self, name: str) -> None:
         self.nodes.pop(name, None)
         self._node_views.pop(name, None)
+        self.device_gpus.pop(name, None)
+        self.devices.pop(name, None)
         held = self.misfits.pop(name, {})
         if name in self.state.index and self.state.active[self.state.index[name]]:
             for placement in self.state.remove_node(name):
@@ -242,6 +264,7 @@ class SchedulerCache:
                 self.report(Problem.about("Pod", pod, NOT_ACCOUNTED, message))
             return
         self.bound[uid] = pod
+        self._claim(uid, pod, node)
         if held.pop(uid, None) is not None:
             if not held:
                 self.misfits.pop(node, None)
@@ -255,6 +278,7 @@ class SchedulerCache:
         self.state.apply(placement)
         self.assumed[uid] = placement
         self.names[uid] = objects.pod_key(pod)
+        self._claim(uid, pod, placement.node)
 
     def finish_binding(self, pod: Obj) -> bool:
         """The bind went through; False when the pod was deleted meanwhile (its memory is then freed)."""
@@ -295,11 +319,81 @@ class SchedulerCache:
                 self._hold_if_misfits(node)
         self.bound.pop(uid, None)
         self.names.pop(uid, None)
+        self.reservations.pop(uid, None)
         if uid in self.state.placements:
             self.state.release(uid)
+        for node, claimed in list(self.claims.items()):
+            if claimed.pop(uid, None) is not None:
+                if not claimed:
+                    del self.claims[node]
+                self._refresh_devices(node)
 
     def _name(self, uid: str) -> str:
         return self.names.get(uid, uid)
+
+    # ---- device-plugin nodes ------------------------------------------------------------------------------
+
+    def _claim(self, uid: str, pod: Obj, node: str) -> None:
+        """Note a pod on `node` that asks the kubelet for `nvidia.com/gpu`: its GPUs are the device plugin's
+        to choose, so they count as taken until published (`devices`). GPUs its placement names by index (a
+        whole-GPU pod gpufrac bound before the node had a device plugin) are counted there already."""
+        asked = objects.gpu_resource_count(pod)
+        if not asked:
+            return
+        placement = self.state.placements.get(uid)
+        placed = sum(
+            len(a.gpus) for a in (placement.assignments if placement else ()) if a.mode is None
+        )
+        if reservations.is_reservation(pod, self.reservation_namespace):
+            self.reservations[uid] = pod
+        if asked > placed:
+            self.claims.setdefault(node, {})[uid] = (objects.pod_key(pod), asked - placed)
+            self._refresh_devices(node)
+
+    def _refresh_devices(self, node: str) -> None:
+        gpus = self.device_gpus.get(node)
+        if gpus is None:
+            return
+        claimed = self.claims.get(node, {})
+        live = {
+            objects.pod_key(pod): 1
+            for uid, pod in self.reservations.items()
+            if uid in claimed and objects.node_name(pod) == node
+        }
+        self.devices[node] = node_devices(
+            gpus,
+            reservations=live,
+            claims=dict(claimed.values()),
+            ours=lambda holder: reservations.named_as_reservation(holder, self.reservation_namespace),
+        )
+
+    @contextlib.contextmanager
+    def device_view(self, *usable: Hold) -> Iterator[None]:
+        """Within the block, the engine sees on device-plugin nodes only the GPUs whose hold is one of
+        `usable` (shares: reserved ones; whole GPUs: free ones); the health NVML reports is back after it.
+        The rows' versions move both ways, so per-node memos recompute them."""
+        if not usable or not self.devices:
+            yield
+            return
+        state = self.state
+        rows, masks = [], []
+        for node, view in self.devices.items():
+            row = state.index.get(node)
+            if row is None or not state.active[row]:
+                continue
+            rows.append(row)
+            masks.append(view.mask(*usable))
+        saved = [state.gpu_healthy[row].copy() for row in rows]
+        try:
+            for row, mask in zip(rows, masks, strict=True):
+                width = min(len(mask), state.gpu_healthy.shape[1])
+                state.gpu_healthy[row, :width] &= mask[:width]
+                state.version[row] += 1
+            yield
+        finally:
+            for row, health in zip(rows, saved, strict=True):
+                state.gpu_healthy[row] = health
+                state.version[row] += 1
 
 
 def _same_shape(current: NodeSpec, new: NodeSpec) -> bool:

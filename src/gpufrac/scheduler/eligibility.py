@@ -34,9 +34,12 @@ def tolerates(tolerations: list[Mapping[str, Any]], taint: Mapping[str, Any]) ->
 
 
 class Eligibility:
-    def __init__(self, node_selector: Mapping[str, str]) -> None:
+    def __init__(self, node_selector: Mapping[str, str], *, require_ready: bool = True) -> None:
         self._selector = dict(node_selector)
+        self._require_ready = require_ready
         self._usable = np.zeros(0, bool)  # ready and managed, by state row
+        self._gpu_not_ready: dict[int, str] = {}  # rows whose agent has not said it is ready, with why
+        self._gpu_unready = np.zeros(0, bool)  # the same, by state row
         self._tainted = np.zeros(0, bool)
         self._labels: dict[int, Mapping[str, str]] = {}
         self._taints: dict[int, list[Mapping[str, Any]]] = {}
@@ -48,6 +51,7 @@ class Eligibility:
             extra = np.zeros(row + 1 - self._usable.shape[0] + 64, bool)
             self._usable = np.concatenate([self._usable, extra])
             self._tainted = np.concatenate([self._tainted, extra])
+            self._gpu_unready = np.concatenate([self._gpu_unready, extra])
         labels = objects.node_labels_of(node)
         self._labels[row] = labels
         self._taints[row] = objects.node_taints(node)
@@ -59,6 +63,12 @@ class Eligibility:
             self._why_not.pop(row, None)
         self._usable[row] = row not in self._why_not and row not in self._held
         self._tainted[row] = bool(self._taints[row])
+        not_ready = objects.gpu_ready(node) if self._require_ready else None
+        if not_ready is None:
+            self._gpu_not_ready.pop(row, None)
+        else:
+            self._gpu_not_ready[row] = not_ready
+        self._gpu_unready[row] = not_ready is not None
 
     def hold(self, row: int, reason: str | None) -> None:
         """Keep every pod off `row` for `reason` (the cache cannot account a pod there), or stop doing so."""
@@ -69,8 +79,11 @@ class Eligibility:
         if row < self._usable.shape[0]:
             self._usable[row] = row not in self._why_not and row not in self._held
 
-    def rows_for(self, pod: Mapping[str, Any], state: ClusterState) -> tuple[np.ndarray, Counter[str]]:
-        """Active nodes the pod may land on, and the others counted by reason."""
+    def rows_for(
+        self, pod: Mapping[str, Any], state: ClusterState, *, gpus: bool = True
+    ) -> tuple[np.ndarray, Counter[str]]:
+        """Active nodes the pod may land on, and the others counted by reason. A pod that asks for GPUs
+        (`gpus`) lands only where the node agent said the node is ready for them."""
         active = np.flatnonzero(state.active)
         known = min(self._usable.shape[0], state.active.shape[0])
         active = active[active < known]
@@ -79,6 +92,11 @@ class Eligibility:
         for row in active[~usable]:
             excluded[self._why_not.get(int(row)) or self._held[int(row)]] += 1
         rows = active[usable]
+        if gpus and self._gpu_not_ready:
+            waiting = self._gpu_unready[rows]
+            for row in rows[waiting]:
+                excluded[self._gpu_not_ready[int(row)]] += 1
+            rows = rows[~waiting]
         spec = pod.get("spec") or {}
         wanted = spec.get("nodeSelector") or {}
         tolerations = spec.get("tolerations") or []

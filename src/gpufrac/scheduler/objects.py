@@ -175,8 +175,10 @@ def node_spec(node: Obj) -> NodeSpec:
     node_meta_labels = node_labels_of(node)
     inventory, _ = _agent_inventory(node)
     if inventory is not None:
+        # Portions are of what a process can allocate where the agent published it (`usable_mib`), so two
+        # halves fit on a real GPU after the driver and the CUDA contexts have taken their part.
         gpus = tuple(
-            GpuSpec(gpu.index, gpu.uuid, gpu.model, gpu.memory_mib, healthy=gpu.healthy) for gpu in inventory
+            GpuSpec(gpu.index, gpu.uuid, gpu.model, gpu.usable_mib, healthy=gpu.healthy) for gpu in inventory
         )
     else:
         count = _int_label(node_meta_labels, node_inventory.GPU_COUNT_LABEL, node_inventory.MAX_GPUS_PER_NODE)
@@ -191,6 +193,29 @@ def node_spec(node: Obj) -> NodeSpec:
         memory_mib=memory_mib(allocatable.get("memory"), "status.allocatable.memory"),
         gpus=gpus,
     )
+
+
+def device_plugin_gpus(node: Obj) -> tuple[node_inventory.GpuInfo, ...] | None:
+    """The agent's GPUs, holders included, on a node where a device plugin hands out `nvidia.com/gpu`;
+    None on a node without one (`DevicePluginMode.NONE`, or no agent)."""
+    if node_inventory.device_plugin_mode(node_labels_of(node)) is node_inventory.DevicePluginMode.NONE:
+        return None
+    return _agent_inventory(node)[0] or ()
+
+
+def gpu_ready(node: Obj) -> str | None:
+    """Why the node takes no GPU pod now: its agent has not said it is ready (`READY_CONDITION`), with the
+    agent's reason; None when it has."""
+    conditions = _mapping(node.get("status")).get("conditions") or []
+    for condition in conditions:
+        if isinstance(condition, Mapping) and condition.get("type") == node_inventory.READY_CONDITION:
+            if condition.get("status") == "True":
+                return None
+            reason = condition.get("reason")
+            return f"gpufrac agent not ready ({reason})" if isinstance(reason, str) and reason else (
+                "gpufrac agent not ready"
+            )
+    return "no gpufrac agent ready on the node"
 
 
 def inventory_problem(node: Obj) -> str | None:
@@ -253,6 +278,25 @@ def node_taints(node: Obj) -> list[Obj]:
 def is_done(pod: Obj) -> bool:
     """A pod that holds nothing any more: finished, or being deleted."""
     return text_field(pod, "status", "phase") in _DONE_PHASES or bool(meta(pod).get("deletionTimestamp"))
+
+
+def gpu_resource_count(pod: Obj) -> int:
+    """The `nvidia.com/gpu` a pod asks the kubelet for, as the kubelet counts it (the sum over containers,
+    or the largest init container if more); 0 for anything unreadable, which the kubelet would refuse."""
+    spec = _mapping(pod.get("spec"))
+
+    def counts(kind: str) -> list[int]:
+        found = []
+        for container in spec.get(kind) or []:
+            resources = _mapping(_mapping(container).get("resources"))
+            value = _mapping(resources.get("limits")).get(keys.GPU_RESOURCE)
+            if value is None:
+                value = _mapping(resources.get("requests")).get(keys.GPU_RESOURCE)
+            text = str(value) if isinstance(value, str | int) and not isinstance(value, bool) else "0"
+            found.append(int(text) if text.isascii() and text.isdigit() and len(text) < 4 else 0)
+        return found
+
+    return max(sum(counts("containers")), max(counts("initContainers"), default=0))
 
 
 def node_name(pod: Obj) -> str:

@@ -3,7 +3,7 @@ plugin and GPU Feature Discovery on them. For clusters without kubelets: the int
 `benchmarks/scheduler.py`.
 
 There is no kubelet, so the caller does what a kubelet would: it reports capacity and a Ready condition
-through ``/status``, and then clears the ``node.kubernetes.io/not-ready`` taint that the apiserver puts on
+through ``/status`` (and the condition gpufrac's node agent would set, `gpufrac.io/Ready`), and then clears the ``node.kubernetes.io/not-ready`` taint that the apiserver puts on
 every new Node (a real node loses it once the node lifecycle controller sees it Ready; a test cluster
 runs no such controller).
 """
@@ -56,6 +56,7 @@ async def create_gpu_node(
         "lastHeartbeatTime": now,
         "lastTransitionTime": now,
     }
-    status = {"capacity": resources, "allocatable": resources, "conditions": [ready]}
+    agent = {**ready, "type": node_inventory.READY_CONDITION, "reason": "FakeNode"}
+    status = {"capacity": resources, "allocatable": resources, "conditions": [ready, agent]}
     await client.patch(Node.Status, name, {"status": status}, patch_type=PatchType.MERGE)
     return await client.patch(Node, name, {"spec": {"taints": None}}, patch_type=PatchType.MERGE)
