@@ -176,6 +176,13 @@ class FakeApi(RecordingClient, Mishaps):
             body = obj.to_dict()
             body["metadata"]["uid"] = f"cm-uid-{self._made}"
             self.objects[key] = body
+        elif kind == "Pod":
+            self._made += 1
+            body = obj.to_dict()
+            body["metadata"]["uid"] = f"pod-uid-{self._made}"
+            body.setdefault("status", {"phase": "Pending"})
+            self.objects["Pod", namespace, obj.metadata.name] = body
+            return Item(body)
         if lost == "reply":
             raise httpx2.ReadTimeout("the reply was lost")
         return obj

@@ -341,9 +341,7 @@ class SchedulerCache:
         if not asked:
             return
         placement = self.state.placements.get(uid)
-        placed = sum(
-            len(a.gpus) for a in (placement.assignments if placement else ()) if a.mode is None
-        )
+        placed = sum(len(a.gpus) for a in (placement.assignments if placement else ()) if a.mode is None)
         if reservations.is_reservation(pod, self.reservation_namespace):
             self.reservations[uid] = pod
         if asked > placed:

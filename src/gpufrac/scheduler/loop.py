@@ -17,12 +17,13 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 import lightkube
 import numpy as np
+from lightkube import ApiError
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
@@ -30,14 +31,16 @@ from gpufrac import contract
 from gpufrac.cluster.model import Placement, Unschedulable
 from gpufrac.cluster.state import PlacementRefused
 from gpufrac.kubeapi import events
-from gpufrac.kubeapi.client import API_ERRORS
+from gpufrac.kubeapi.client import API_ERRORS, build
 from gpufrac.kubeapi.reflector import reflect
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Workload
-from gpufrac.scheduler import objects
+from gpufrac.scheduler import objects, reservations
 from gpufrac.scheduler.binder import BindError, BoundElsewhere, PodGone, bind, read_back, unbind_misbound
 from gpufrac.scheduler.cache import SchedulerCache
+from gpufrac.scheduler.devices import Hold
+from gpufrac.scheduler.keeper import ReservationKeeper
 from gpufrac.scheduler.metrics import SchedulerMetrics
 from gpufrac.scheduler.problems import INVALID, Problem, Problems
 from gpufrac.scheduler.queue import SchedulingQueue
@@ -61,6 +64,13 @@ class SchedulerConfig:
     # scheduler CPU as connections grow (benchmarks/scheduler.py --profile: 3.9 ms of scheduler CPU per pod
     # at 16 on a quiet machine, 4.8 at 64 on a busy one), a price worth the rate.
     max_concurrent_binds: int = 64
+    # GPU pods only on nodes whose agent set `gpufrac.io/Ready` (off: nodes without an agent, e.g. tests).
+    require_ready: bool = True
+    # Where reservation pods live (the scheduler's own namespace, where tenants create nothing) and what
+    # they run; how long one whose GPU holds no share is kept before it goes back to the device plugin.
+    namespace: str = "gpufrac-system"
+    reservation_image: str = reservations.DEFAULT_IMAGE
+    reservation_idle_seconds: float = 10.0
 
 
 class Scheduler:
@@ -91,7 +101,12 @@ class Scheduler:
             on_new=lambda problem: self.metrics.invalid_objects.labels(problem.kind, problem.reason).inc()
         )
         if cache is None:
-            cache = SchedulerCache(node_selector=config.node_selector, report=self.problems.report)
+            cache = SchedulerCache(
+                node_selector=config.node_selector,
+                report=self.problems.report,
+                require_ready=config.require_ready,
+                reservation_namespace=config.namespace,
+            )
         self.cache = cache
         self.queue = SchedulingQueue(clock=clock) if queue is None else queue
         self.clock = clock
@@ -105,6 +120,7 @@ class Scheduler:
         self._wakeup = asyncio.Event()
         self.policy = self._policy(Workload.from_pods([]))
         self._workload_at: float | None = None
+        self.keeper = ReservationKeeper(idle_seconds=config.reservation_idle_seconds)
 
     # ---- events -------------------------------------------------------------------------------------------
 
@@ -138,6 +154,11 @@ class Scheduler:
 
     def on_pod_event(self, event: str, pod: dict[str, Any]) -> None:
         uid = objects.pod_uid(pod)
+        if reservations.is_reservation(pod, self.config.namespace):
+            if event == "DELETED":
+                self.keeper.deleted(uid)
+            elif objects.is_done(pod):
+                self.keeper.finished(pod)
         if event == "DELETED" or objects.is_done(pod):
             self._forget_pending(uid)
             self.misbound.pop(uid, None)
@@ -179,6 +200,7 @@ class Scheduler:
     def _forget_pending(self, uid: str) -> None:
         self.pending.pop(uid, None)
         self.queue.forget(uid)
+        self.keeper.forget_pod(uid)
 
     # ---- scheduling ---------------------------------------------------------------------------------------
 
@@ -210,6 +232,8 @@ class Scheduler:
         if POLICIES[self.config.policy].needs_workload:
             self.refresh_workload()
         self._unbind_misbound()
+        if self.leading and (self.cache.devices or self.keeper.failed):
+            await self._tend_reservations()
         tried = 0
         while self.leading and (uid := self.queue.pop()) is not None:
             pod = self.pending.get(uid)
@@ -229,9 +253,24 @@ class Scheduler:
             self.queue.park(uid, priority=_priority(pod), created=_created(pod))
             await self._report_failure(pod, f"invalid GPU request: {error}")
             return
-        rows, excluded = self.cache.eligible_rows(pod)
+        rows, excluded = self.cache.eligible_rows(pod, gpus=bool(demand.shares or demand.whole))
+        if demand.shares and demand.whole and self.cache.devices:
+            rows, excluded = self._off_device_plugin_nodes(rows, excluded)
+        if self.keeper.waits(self.cache, uid):
+            self.queue.park(uid, priority=_priority(pod), created=_created(pod))
+            return  # the node agent has not published which GPU its reservation got; a Node update wakes it
+        # Shares only on GPUs gpufrac reserved, whole GPUs only on GPUs the device plugin still has free.
+        usable = (Hold.RESERVED,) if demand.shares else (Hold.FREE,) if demand.whole else ()
         try:
-            outcome = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
+            with self.cache.device_view(*usable):
+                outcome = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
+            if isinstance(outcome, Unschedulable) and demand.shares and self.cache.devices:
+                # Would it fit with more GPUs reserved? Then reserve them, and decide again once they are.
+                with self.cache.device_view(Hold.RESERVED, Hold.FREE):
+                    trial = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
+                if not isinstance(trial, Unschedulable) and await self._reserve_for(uid, pod, trial):
+                    self.queue.park(uid, priority=_priority(pod), created=_created(pod))
+                    return
         except Exception:  # a bug, or a demand the contract let through that the engine cannot weigh
             log.exception("pod %s: the placement engine failed on it", objects.pod_key(pod))
             self.metrics.attempts.labels("error").inc()
@@ -247,6 +286,12 @@ class Scheduler:
             log.info("pod %s unschedulable: %s", objects.pod_key(pod), message)
             await self._report_failure(pod, message)
             return
+        if outcome.node in self.cache.devices:
+            # The kubelet's device plugin picks a whole GPU, not gpufrac: the pod counts as a claim on the
+            # node (`SchedulerCache._claim`) until the agent publishes which GPU it got.
+            outcome = replace(
+                outcome, assignments=tuple(a for a in outcome.assignments if a.mode is not None)
+            )
         try:
             self.cache.assume(pod, outcome)
         except PlacementRefused as error:  # the cache holds it already: a bind or the watch got there first
@@ -274,6 +319,7 @@ class Scheduler:
                 self.cache.snapshot().node_spec(placement.node),
                 mps_pipe_directory=self.config.mps_pipe_directory,
                 env_delivery=self.config.env_delivery,
+                kubelet_gpus=placement.node in self.cache.devices,
             )
             await bind(self.client, pod, placement.node, plan, gone=lambda: uid in self.cache.gone_assumed)
         except PodGone as error:
@@ -309,6 +355,92 @@ class Scheduler:
                 self._cluster_changed()
         finally:
             self._slots.release()
+
+    def _off_device_plugin_nodes(
+        self, rows: np.ndarray, excluded: Counter[str]
+    ) -> tuple[np.ndarray, Counter[str]]:
+        """A pod asking for a share and whole GPUs at once is kept off device-plugin nodes: its whole GPUs
+        would be the kubelet's pick, its share gpufrac's, and nothing would keep the two apart."""
+        index = self.cache.state.index
+        device_rows = np.array([index[node] for node in self.cache.devices if node in index], np.int64)
+        off = np.isin(rows, device_rows)
+        if off.any():
+            excluded = excluded + Counter(
+                {"node(s) where a device plugin runs (a share and whole GPUs in one pod)": int(off.sum())}
+            )
+        return rows[~off], excluded
+
+    async def _reserve_for(self, uid: str, pod: dict[str, Any], trial: Placement) -> bool:
+        """Create the reservations `trial` needs on its node (one per free GPU its shares would use), and
+        note that the pod waits for them; False when none was needed or none could be created."""
+        view = self.cache.devices.get(trial.node)
+        if view is None:
+            return False
+        free = {gpu for a in trial.assignments for gpu in a.gpus if view.holds[gpu] is Hold.FREE}
+        created = set()
+        for _ in free:
+            reservation = await self._create_reservation(trial.node)
+            if reservation is None:
+                break
+            created.add(objects.pod_uid(reservation))
+        if created:
+            self.keeper.awaiting[uid] = created
+            log.info(
+                "pod %s waits for %d GPU reservation(s) on %s", objects.pod_key(pod), len(created), trial.node
+            )
+        return bool(created)
+
+    async def _create_reservation(self, node: str) -> dict[str, Any] | None:
+        manifest = reservations.manifest(
+            node, namespace=self.config.namespace, image=self.config.reservation_image
+        )
+        try:
+            created = await self.client.create(build(Pod, manifest))
+        except API_ERRORS as error:
+            log.error("cannot create a GPU reservation on %s in %s: %s", node, self.config.namespace, error)
+            return None
+        body = created.to_dict()
+        self.cache.add_pod(body)  # counted at once, so the next decision sees the GPU claimed
+        log.info("reserving a GPU on %s with pod %s", node, objects.pod_key(body))
+        return body
+
+    async def _tend_reservations(self) -> None:
+        actions = self.keeper.tend(self.cache, self.clock())
+        for node, count in actions.create.items():
+            log.warning(
+                "GPU(s) on %s hold shares but no reservation: reserving its %d free GPU(s)", node, count
+            )
+            for _ in range(count):
+                await self._create_reservation(node)
+        for pod, why in [*((pod, "") for pod in actions.delete), *actions.evict]:
+            self._track(self._delete(pod, why))
+
+    async def _delete(self, pod: Mapping[str, Any], why: str) -> None:
+        """Delete a reservation (its GPU goes back to the device plugin) or a share pod that lost its GPU."""
+        namespace, name = objects.meta(pod)["namespace"], objects.meta(pod)["name"]
+        try:
+            await self.client.delete(Pod, name, namespace=namespace)
+        except API_ERRORS as error:
+            if not (isinstance(error, ApiError) and error.status.code == 404):
+                log.error("cannot delete pod %s/%s: %s", namespace, name, error)
+                self.keeper.deleted(objects.pod_uid(pod))  # asked again next round
+                return
+        if why:
+            log.warning("deleted pod %s/%s: %s", namespace, name, why)
+            involved = {
+                "kind": "Pod",
+                "name": name,
+                "namespace": namespace,
+                "uid": objects.meta(pod).get("uid"),
+            }
+            await events.record(
+                self.client,
+                events.warning(
+                    involved=involved, reason="GPUReservationLost", message=why, component=self.config.name
+                ),
+            )
+        else:
+            log.info("released GPU reservation %s/%s", namespace, name)
 
     def _unbind_misbound(self) -> None:
         """Start deleting each pod bound with another pod's contract; one not settled is tried next round."""

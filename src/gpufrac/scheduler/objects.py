@@ -212,8 +212,10 @@ def gpu_ready(node: Obj) -> str | None:
             if condition.get("status") == "True":
                 return None
             reason = condition.get("reason")
-            return f"gpufrac agent not ready ({reason})" if isinstance(reason, str) and reason else (
-                "gpufrac agent not ready"
+            return (
+                f"gpufrac agent not ready ({reason})"
+                if isinstance(reason, str) and reason
+                else ("gpufrac agent not ready")
             )
     return "no gpufrac agent ready on the node"
 
@@ -472,7 +474,11 @@ def bind_plan(
     *,
     mps_pipe_directory: str,
     env_delivery: contract.EnvDelivery,
+    kubelet_gpus: bool = False,
 ) -> BindPlan:
+    """What to write for `placement`. `kubelet_gpus`: the node's device plugin hands out whole GPUs, so a
+    whole-GPU container gets its GPU and its env from the kubelet, and from gpufrac only its (empty) env
+    ConfigMap, which its `envFrom` needs to start."""
     uuids = {gpu.index: gpu.uuid for gpu in node.gpus}
     shares = tuple(
         contract.SharePlacement(
@@ -490,7 +496,9 @@ def bind_plan(
     base = annotations_of(pod).get(keys.ENV_CONFIGMAP_ANNOTATION, "")
     configmaps: dict[str, dict[str, str]] = {}
     if env_delivery == contract.EnvDelivery.CONFIGMAP and base:
-        env = contract.render_env(placed, mps_pipe_directory=mps_pipe_directory)
+        env = dict(contract.render_env(placed, mps_pipe_directory=mps_pipe_directory))
+        if kubelet_gpus:
+            env.update({whole.container: {} for whole in contract.parse_pod(pod).whole})
         configmaps = {keys.env_configmap_name(base, container): dict(data) for container, data in env.items()}
     annotations = dict(contract.render_annotations(placed))
     # The marker goes with a contract only: a pod bound with no GPUs holds nothing another pod was granted.

@@ -1,0 +1,181 @@
+"""Beside a device plugin: shares only on GPUs gpufrac reserved from it, never on GPUs it gave to anyone
+else, whole GPUs left to the kubelet to pick, reservations made and released with the shares, and the
+gpufrac.io/Ready gate."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from gpufrac.contract import keys, node_inventory
+from gpufrac.contract.node_inventory import DevicePluginMode
+from gpufrac.scheduler import reservations
+from gpufrac.scheduler.devices import Hold
+from gpufrac.scheduler.loop import Scheduler
+
+from ..kubeapi.apiobjects import GPU_MIB, bound, inventory, key, node, pod
+from ..kubeapi.fakeapi import FakeApi, FakeClock
+from .schedulers import gpu_free, pod_nodes, scheduler, share_notes
+
+NAMESPACE = "gpufrac-system"
+ENV_BASE = "gpufrac-env-abc"
+
+
+def dp_node(
+    name: str = "n1", *, gpus: int = 2, holders: dict[int, str] | None = None, **settings: Any
+) -> dict[str, Any]:
+    """A node whose agent says NVIDIA's device plugin runs there, with the holders it published."""
+    published = tuple(
+        replace(gpu, holder=(holders or {}).get(gpu.index, "")) for gpu in inventory(name, gpus)
+    )
+    labels = {node_inventory.DEVICE_PLUGIN_LABEL: DevicePluginMode.COEXIST.value}
+    return node(name, agent=published, labels=labels, **settings)
+
+
+def share_pod(name: str, fraction: str = "0.5", **settings: Any) -> dict[str, Any]:
+    notes = {"gpu-fraction": fraction, keys.ENV_CONFIGMAP_ANNOTATION: f"{ENV_BASE}-{name}"}
+    return pod(name, annotations=notes, **settings)
+
+
+def setup(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tuple[Scheduler, FakeApi, FakeClock]:
+    client, clock = FakeApi(), FakeClock()
+    for item in pods:
+        client.put(item)
+    made = scheduler(client, clock, reservation_idle_seconds=5.0)
+    made.clock = clock
+    made.on_nodes_listed(nodes)
+    made.on_pods_listed(pods)
+    return made, client, clock
+
+
+def reservation_pods(client: FakeApi) -> list[dict[str, Any]]:
+    return [body for (kind, ns, _), body in client.objects.items() if kind == "Pod" and ns == NAMESPACE]
+
+
+def holder(reservation: dict[str, Any]) -> str:
+    return f"{NAMESPACE}/{reservation['metadata']['name']}"
+
+
+async def settle(made: Scheduler, clock: FakeClock | None = None) -> None:
+    """A scheduling round, after any backoff (`clock` moves past it)."""
+    if clock is not None:
+        clock.advance(31)
+    await made.schedule_pending()
+    await made.wait_for_binds()
+
+
+async def test_a_share_waits_for_a_reservation_then_lands_on_the_gpu_the_kubelet_gave_it() -> None:
+    made, client, clock = setup([dp_node()], [share_pod("p")])
+    await settle(made)
+    assert key("p") not in pod_nodes(made)
+    [reservation] = reservation_pods(client)
+    assert reservation["spec"]["nodeName"] == "n1"
+    assert reservation["spec"]["containers"][0]["resources"]["limits"][keys.GPU_RESOURCE] == "1"
+    assert reservations.is_reservation(reservation, NAMESPACE)
+    # Until the agent publishes which GPU the kubelet gave the reservation, a GPU counts as claimed, and the
+    # pod is not tried again (no second reservation).
+    assert made.cache.devices["n1"].holds == (Hold.CLAIMED, Hold.FREE)
+    made.queue.cluster_changed()
+    await settle(made, clock)
+    assert len(reservation_pods(client)) == 1 and client.stored("Pod", "p")["spec"].get("nodeName") is None
+    # The kubelet gave it GPU 1 (not the one counted as claimed): the share goes there.
+    made.on_node_event("MODIFIED", dp_node(holders={1: holder(reservation)}))
+    await settle(made, clock)
+    stored = client.stored("Pod", "p")
+    assert stored["spec"]["nodeName"] == "n1"
+    assert stored["metadata"]["annotations"][keys.container_key("main", keys.DEVICES)] == "GPU-n1-1"
+
+
+async def test_a_gpu_the_device_plugin_gave_to_another_pod_is_never_shared() -> None:
+    made, client, _ = setup([dp_node(gpus=1, holders={0: "ml/trainer"})], [share_pod("p")])
+    await settle(made)
+    assert reservation_pods(client) == [] and client.stored("Pod", "p")["spec"].get("nodeName") is None
+    assert made.cache.devices["n1"].holds == (Hold.HELD,)
+    condition = [c for c in client.calls if c.kind == "PodStatus"][-1].body["status"]["conditions"][0]
+    assert "0/1 nodes are available" in condition["message"]
+
+
+async def test_a_device_plugin_pod_not_yet_published_takes_a_free_gpu_from_the_count() -> None:
+    other = pod("trainer", scheduler="default-scheduler", whole=1, node_name="n1", phase="Running")
+    made, client, _ = setup([dp_node(gpus=1)], [other, share_pod("p")])
+    assert made.cache.devices["n1"].holds == (Hold.CLAIMED,)
+    await settle(made)
+    assert reservation_pods(client) == []  # no free GPU to reserve: the kubelet would refuse it anyway
+
+
+async def test_a_whole_gpu_pod_gets_its_gpu_from_the_kubelet_and_counts_as_a_claim() -> None:
+    notes = {keys.ENV_CONFIGMAP_ANNOTATION: ENV_BASE}
+    made, client, _ = setup([dp_node(gpus=1)], [pod("w", whole=1, annotations=notes), pod("x", whole=1)])
+    await settle(made)
+    stored = client.stored("Pod", "w")
+    assert stored["spec"]["nodeName"] == "n1"
+    assert keys.container_key("main", keys.DEVICES) not in stored["metadata"]["annotations"]
+    configmap = client.stored("ConfigMap", f"{ENV_BASE}-main")
+    assert configmap is not None and not configmap.get("data")  # the device plugin's env stands
+    assert made.cache.devices["n1"].holds == (Hold.CLAIMED,)
+    assert client.stored("Pod", "x")["spec"].get("nodeName") is None  # the only GPU is taken
+
+
+async def test_reservations_go_when_their_last_share_leaves_and_not_before() -> None:
+    made, client, clock = setup([dp_node()], [share_pod("p")])
+    await settle(made)
+    [reservation] = reservation_pods(client)
+    made.on_pod_event("ADDED", reservation)
+    made.on_node_event("MODIFIED", dp_node(holders={0: holder(reservation)}))
+    await settle(made, clock)
+    assert gpu_free(made, "n1") == [GPU_MIB // 2, GPU_MIB]
+    clock.advance(60)
+    await settle(made)
+    assert reservation_pods(client) == [reservation]  # its GPU holds a share
+    made.on_pod_event("DELETED", client.stored("Pod", "p"))
+    await settle(made)
+    clock.advance(4)
+    await settle(made)
+    assert reservation_pods(client) == [reservation]  # idle for less than reservation_idle_seconds
+    clock.advance(2)
+    await settle(made)
+    assert reservation_pods(client) == []
+
+
+async def test_a_restarted_scheduler_keeps_reservations_with_shares_and_makes_no_new_one() -> None:
+    reservation = reservations.manifest("n1", namespace=NAMESPACE, image="pause")
+    reservation["metadata"]["uid"] = "uid-reservation"
+    reservation["status"] = {"phase": "Running"}
+    share = bound(share_pod("p"), "n1", share_notes("main", "GPU-n1-1", f"{GPU_MIB // 2}Mi"))
+    made, client, clock = setup([dp_node(holders={1: holder(reservation)})], [reservation, share])
+    client.put(reservation)
+    for _ in range(3):
+        clock.advance(60)
+        await settle(made)
+    assert [c for c in client.calls if c.verb in ("create", "delete")] == []
+    assert made.cache.devices["n1"].holds == (Hold.FREE, Hold.RESERVED)
+
+
+async def test_shares_on_a_gpu_whose_reservation_was_deleted_are_held_again() -> None:
+    share = bound(share_pod("p"), "n1", share_notes("main", "GPU-n1-1", f"{GPU_MIB // 2}Mi"))
+    made, client, _ = setup([dp_node(gpus=3, holders={0: "ml/trainer"})], [share])
+    await settle(made)
+    # Every free GPU is reserved at once, since the kubelet picks which GPU each reservation gets.
+    assert len(reservation_pods(client)) == 2
+    await settle(made)
+    assert len(reservation_pods(client)) == 2  # not again while those are unpublished
+
+
+async def test_shares_on_a_gpu_the_device_plugin_gave_away_are_deleted() -> None:
+    share = bound(share_pod("p"), "n1", share_notes("main", "GPU-n1-1", f"{GPU_MIB // 2}Mi"))
+    made, client, _ = setup([dp_node(holders={1: "ml/trainer"})], [share])
+    client.put(share)
+    await settle(made)
+    assert client.stored("Pod", "p") is None
+    [event] = [c for c in client.calls if c.kind == "Event"]
+    assert event.body.reason == "GPUReservationLost"
+
+
+async def test_gpu_pods_wait_for_the_agents_ready_condition() -> None:
+    made, client, clock = setup([node("n1", agent=inventory("n1", 1), gpu_ready=False)], [share_pod("p")])
+    await settle(made)
+    condition = [c for c in client.calls if c.kind == "PodStatus"][-1].body["status"]["conditions"][0]
+    assert "gpufrac agent not ready (Test)" in condition["message"]
+    made.on_node_event("MODIFIED", node("n1", agent=inventory("n1", 1), gpu_ready=True))
+    await settle(made, clock)
+    assert client.stored("Pod", "p")["spec"]["nodeName"] == "n1"
