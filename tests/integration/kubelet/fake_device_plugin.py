@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from . import kubelet_api
+from gpufrac.node.kubelet import protos as kubelet_api
 
 RESOURCE = "nvidia.com/gpu"
 _M = kubelet_api.deviceplugin
