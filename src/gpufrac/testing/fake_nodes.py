@@ -3,9 +3,10 @@ plugin and GPU Feature Discovery on them. For clusters without kubelets: the int
 `benchmarks/scheduler.py`.
 
 There is no kubelet, so the caller does what a kubelet would: it reports capacity and a Ready condition
-through ``/status`` (and the condition gpufrac's node agent would set, `gpufrac.io/Ready`), and then clears the ``node.kubernetes.io/not-ready`` taint that the apiserver puts on
-every new Node (a real node loses it once the node lifecycle controller sees it Ready; a test cluster
-runs no such controller).
+through ``/status``, with the one gpufrac's node agent would set (`gpufrac.io/Ready`), and then clears the
+``node.kubernetes.io/not-ready`` taint that the apiserver puts on every new Node (a real node loses it once
+the node lifecycle controller sees it Ready; a test cluster runs no such controller). No agent publishes a
+device-plugin mode, so the scheduler hands out their GPUs itself.
 """
 
 from __future__ import annotations
