@@ -6,6 +6,7 @@ pays for matplotlib and a broken optional piece cannot break the others.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Sequence
 from functools import wraps
@@ -175,9 +176,23 @@ def scheduler(
     leader_elect: Annotated[
         bool, typer.Option(help="Run several replicas; only the Lease holder binds.")
     ] = False,
-    lease_namespace: Annotated[
-        str, typer.Option(help="Namespace of the leader-election Lease.")
+    namespace: Annotated[
+        str,
+        typer.Option(
+            help="The scheduler's own namespace: its leader-election Lease and its GPU reservation pods."
+        ),
     ] = "gpufrac-system",
+    reservation_image: Annotated[
+        str, typer.Option(help="Image of the reservation pods that hold shared GPUs from a device plugin.")
+    ] = "registry.k8s.io/pause:3.9",
+    reservation_idle_seconds: Annotated[
+        float,
+        typer.Option(help="How long a reservation whose GPU holds no share is kept, 0 to 3600 seconds."),
+    ] = 10.0,
+    require_ready: Annotated[
+        bool,
+        typer.Option(help="Place GPU pods only on nodes whose agent set the gpufrac.io/Ready condition."),
+    ] = True,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Schedule pods that ask for GPU shares: place them with the engine, write the contract, bind."""
@@ -189,12 +204,20 @@ def scheduler(
 
     if policy not in POLICIES:
         raise UserError(f"--policy {policy}: unknown; choose one of {', '.join(POLICIES)}")
+    if not 0 <= reservation_idle_seconds <= 3600:  # NaN fails both
+        raise UserError(f"--reservation-idle-seconds {reservation_idle_seconds}: must be 0 to 3600")
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
+        raise UserError(f"--namespace {namespace!r}: not a namespace name (lowercase letters, digits, '-')")
     setup_logging(log_level)
     config = SchedulerConfig(
         name=scheduler_name,
         policy=policy,
         node_selector=parse_labels(node_selector, option="--node-selector"),
         env_delivery=env_delivery,
+        require_ready=require_ready,
+        namespace=namespace,
+        reservation_image=reservation_image,
+        reservation_idle_seconds=reservation_idle_seconds,
     )
     asyncio.run(
         serve.serve(
@@ -202,7 +225,6 @@ def scheduler(
             kubeconfig=kubeconfig,
             metrics_port=metrics_port,
             leader_elect=leader_elect,
-            lease_namespace=lease_namespace,
         )
     )
 

@@ -37,7 +37,7 @@ def test_the_scheduler_deployment_runs_two_leader_elected_replicas() -> None:
     assert deployment["spec"]["replicas"] == 2
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[0] == "scheduler" and "--leader-elect" in args
-    assert f"--lease-namespace={controlplane.SCHEDULER_NAMESPACE}" in args
+    assert f"--namespace={controlplane.SCHEDULER_NAMESPACE}" in args
     single = [
         d
         for d in helm_template("scheduler.replicas=1")

@@ -56,6 +56,13 @@ def test_a_broken_kubeconfig_and_bad_options_are_one_line(tmp_path: Path) -> Non
     assert policy.returncode == 2 and "--policy nope: unknown" in policy.stderr
     selector = gpufrac("scheduler", "--kubeconfig", str(kubeconfig), "--node-selector", "novalue")
     assert selector.returncode == 2 and "expected key=value pairs" in selector.stderr
+    for option, value, said in [
+        ("--namespace", "Not_A_Namespace", "--namespace 'Not_A_Namespace': not a namespace name"),
+        ("--reservation-idle-seconds", "nan", "--reservation-idle-seconds nan: must be 0 to 3600"),
+        ("--reservation-idle-seconds", "-1", "--reservation-idle-seconds -1.0: must be 0 to 3600"),
+    ]:
+        refused = gpufrac("scheduler", "--kubeconfig", str(kubeconfig), option, value)
+        assert refused.returncode == 2 and said in refused.stderr and len(refused.stderr.splitlines()) == 1
 
 
 @pytest.mark.parametrize("command", [["scheduler"], ["agent", "--node-name", "n1"]])

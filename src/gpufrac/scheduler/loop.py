@@ -66,8 +66,8 @@ class SchedulerConfig:
     max_concurrent_binds: int = 64
     # GPU pods only on nodes whose agent set `gpufrac.io/Ready` (off: nodes without an agent, e.g. tests).
     require_ready: bool = True
-    # Where reservation pods live (the scheduler's own namespace, where tenants create nothing) and what
-    # they run; how long one whose GPU holds no share is kept before it goes back to the device plugin.
+    # The scheduler's own namespace, where tenants create nothing: its Lease and its reservation pods; what
+    # those run, and how long one whose GPU holds no share is kept before it goes back to the device plugin.
     namespace: str = "gpufrac-system"
     reservation_image: str = reservations.DEFAULT_IMAGE
     reservation_idle_seconds: float = 10.0

@@ -38,7 +38,6 @@ async def serve(
     kubeconfig: Path | None,
     metrics_port: int,
     leader_elect: bool,
-    lease_namespace: str,
     lease: LeaseTiming = DEFAULT_TIMING,
 ) -> None:
     kube = kube_client.load_config(kubeconfig)
@@ -62,9 +61,9 @@ async def serve(
     if leader_elect:
         identity = f"{socket.gethostname()}_{os.getpid()}"
         elector = LeaderElector(
-            client, name=config.name, namespace=lease_namespace, identity=identity, timing=lease
+            client, name=config.name, namespace=config.namespace, identity=identity, timing=lease
         )
-        log.info("waiting to lead (Lease %s/%s) as %s", lease_namespace, config.name, identity)
+        log.info("waiting to lead (Lease %s/%s) as %s", config.namespace, config.name, identity)
     try:
         lost = await run_replica(scheduler, elector, stop=stop_on_signals())
     finally:
