@@ -27,6 +27,7 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod
 from gpufrac import contract
 from gpufrac.contract import keys
 from gpufrac.node.agent import Agent, Settings, SignalKiller, TickReport
+from gpufrac.node.kubelet.podresources import PodResourcesClient
 from gpufrac.node.nvml import FakeBackend
 from gpufrac.node.procfs import ProcFS
 from gpufrac.node.watchdog import Mode
@@ -527,12 +528,17 @@ async def test_a_device_plugin_pod_gets_a_gpu_visible_in_pod_resources(
     }
     kubectl_apply(real_node, control_plane, namespace, yaml.safe_dump(for_the_node(pod)))
     [running] = await running_pods(admin_client, namespace, 1)
-    answer = await asyncio.to_thread(kubelet_api.list_pod_resources, str(real_node.podresources_socket))
-    [listed] = [p for p in answer.pod_resources if (p.namespace, p.name) == (namespace, "whole")]
-    [container] = listed.containers
-    [devices] = container.devices
-    assert devices.resource_name == "nvidia.com/gpu" and len(devices.device_ids) == 1
-    assert devices.device_ids[0] in GPUS
+    client = PodResourcesClient(real_node.podresources_socket, timeout=10)
+    try:
+        listed = await asyncio.to_thread(client.list)
+        # Kubernetes 1.20's kubelet has no GetAllocatableResources (1.21 and later).
+        assert await asyncio.to_thread(client.allocatable) is None
+    finally:
+        client.close()
+    [devices] = [d for d in listed if (d.namespace, d.pod) == (namespace, "whole")]
+    assert devices.container == "cuda" and devices.resource == "nvidia.com/gpu"
+    assert len(devices.device_ids) == 1 and devices.device_ids[0] in GPUS
+    assert device_plugin.registered
     assert device_plugin.allocations == [list(devices.device_ids)]
     env = container_env(real_node, control_plane, running, "cuda")
     assert env[keys.ENV_VISIBLE_DEVICES] == devices.device_ids[0]
