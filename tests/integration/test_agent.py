@@ -30,25 +30,14 @@ from gpufrac.contract import ComputeMode, PodPlacement, SharePlacement, node_inv
 from gpufrac.node import mps, procfs
 from gpufrac.node.agent import Agent, Settings
 from gpufrac.node.mps import DaemonSpec, Supervisor
-from gpufrac.node.watchdog import Kind, Mode, Process
-from gpufrac.testing.fakehost import FakeHost, container_id
+from gpufrac.node.watchdog import Kind, Mode
+from gpufrac.testing.fakehost import FakeHost, RecordingKiller, container_id
 
 from . import controlplane, fakenodes
 from .scheduling import gpu_pod, running_scheduler, wait_bound
 
 FAKE_MPS = Path(__file__).parents[1] / "node" / "fake-mps-control"
 GIB = 1024
-
-
-class RecordingKiller:
-    """Kills nothing; remembers whom it was asked to kill."""
-
-    def __init__(self) -> None:
-        self.calls: list[int] = []
-
-    def kill(self, process: Process) -> str:
-        self.calls.append(process.pid)
-        return "killed"
 
 
 class Clock:
@@ -186,7 +175,7 @@ async def test_inventory_appears_on_the_node_and_the_scheduler_places_by_its_uui
     ]
     assert report.gpus == published
     assert meta.labels[node_inventory.ENFORCEMENT_LABEL] == "watchdog"
-    assert meta.labels[node_inventory.DRIVER_MAJOR_LABEL] == "535"
+    assert meta.labels[node_inventory.DEVICE_PLUGIN_LABEL] == "none"
     assert meta.annotations[node_inventory.DRIVER_VERSION_ANNOTATION] == "535.104.05"
     assert (meta.labels[node_inventory.GPU_COUNT_LABEL], meta.labels[node_inventory.GPU_MEMORY_LABEL]) == (
         "4",
