@@ -63,6 +63,7 @@ def run(
         )
     if not (math.isfinite(interval) and 0 < interval <= MAX_INTERVAL):
         raise UserError(f"--interval {interval}: must be more than 0 and at most {MAX_INTERVAL:g} seconds")
+    native = parse_label(native_label)
     try:
         backend = nvml.open_backend(nvml_spec)
     except ValueError as error:
@@ -96,7 +97,7 @@ def run(
         interval=interval,
         proc_root=proc_root,
         device_plugin=device_plugin,
-        native_label=parse_label(native_label),
+        native_label=native,
         cuda_context_mib=cuda_context_mib,
     )
     kubelet = _Kubelet(
