@@ -349,7 +349,10 @@ def webhook(
     ] = ",".join(admission_settings.DEFAULT_EXEMPT_NAMESPACES),
     env_delivery: Annotated[
         contract.EnvDelivery,
-        typer.Option(help="configmap: add each GPU container's env ConfigMap; annotations-only on CUDA 13.4 + NVIDIA's operator."),
+        typer.Option(
+            help="configmap: add each GPU container's env ConfigMap; "
+            "annotations-only with a CUDA 13.4 driver and NVIDIA's operator."
+        ),
     ] = contract.EnvDelivery.CONFIGMAP,
     mps_host_directory: Annotated[
         str, typer.Option(help="The node's MPS pipe directory, mounted into sm-sharing containers.")
