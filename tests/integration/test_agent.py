@@ -492,6 +492,8 @@ async def test_the_agent_command_runs_once_with_its_own_identity(
             "",
             "--metrics-port",
             "0",
+            "--device-plugin",
+            "none",  # no kubelet here
         ],
         env={**os.environ, "NODE_NAME": node},
         capture_output=True,
@@ -501,6 +503,11 @@ async def test_the_agent_command_runs_once_with_its_own_identity(
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["enforcement"] == "watchdog" and len(summary["gpus"]) == 4
+    assert (summary["ready"], summary["ready_reason"], summary["device_plugin"]) == (
+        True,
+        "AgentReady",
+        "none",
+    )
     assert summary["findings"] == ["process 55 on GPU 0 (" + host.uuid(0) + ") runs in no container"]
     meta = (await admin_client.get(Node, node)).metadata
     assert (
@@ -508,6 +515,11 @@ async def test_the_agent_command_runs_once_with_its_own_identity(
         and meta.annotations is not None
         and node_inventory.GPUS_ANNOTATION in meta.annotations
     )
+    # The agent's own identity may set its condition on the Node's status; --once leaves it there.
+    status = (await admin_client.get(Node, node)).status
+    assert status is not None and status.conditions is not None
+    (ready,) = [c for c in status.conditions if c.type == node_inventory.READY_CONDITION]
+    assert (ready.status, ready.reason) == ("True", "AgentReady")
 
 
 async def test_the_agents_rights_are_least_privilege(
