@@ -18,6 +18,7 @@ from rich.console import Console
 
 from gpufrac import contract
 from gpufrac.admission import settings as admission_settings  # pure, cheap: the webhook's defaults
+from gpufrac.contract import node_inventory  # pure, cheap: the agent's defaults
 from gpufrac.errors import UserError
 
 try:  # recent Typer carries its own copy of Click
@@ -276,6 +277,25 @@ def agent(
     mode: Annotated[
         Literal["kill", "evict", "report"], typer.Option(help="What the watchdog does about a breach.")
     ] = "kill",
+    device_plugin: Annotated[
+        Literal["auto", "coexist", "managed", "none"],
+        typer.Option(
+            help="Who hands out nvidia.com/gpu: coexist (NVIDIA's device plugin), managed (gpufrac's), none; "
+            "auto: managed where the Node has nvidia.com/gpu.deploy.device-plugin=false, else coexist."
+        ),
+    ] = "auto",
+    pod_resources_socket: Annotated[Path, typer.Option(help="The kubelet's PodResources API socket.")] = Path(
+        "/var/lib/kubelet/pod-resources/kubelet.sock"
+    ),
+    device_plugin_dir: Annotated[
+        Path, typer.Option(help="The kubelet's device-plugin folder (managed mode serves from it).")
+    ] = Path("/var/lib/kubelet/device-plugins"),
+    cuda_context_mib: Annotated[
+        int, typer.Option(min=0, help="MiB of each GPU kept for a CUDA context's own allocations.")
+    ] = 512,
+    native_label: Annotated[
+        str, typer.Option(help="KEY=VALUE: the Node label that shows NVIDIA's operator enforces limits.")
+    ] = f"{node_inventory.NATIVE_LABEL}={node_inventory.NATIVE_LABEL_VALUE}",
     interval: Annotated[float, typer.Option(help="Seconds between checks.")] = 10.0,
     metrics_port: Annotated[int, PortOption("Port for /metrics; 0 turns it off.")] = 9400,
     once: Annotated[bool, typer.Option(help="Run one check, print a JSON summary, and exit.")] = False,
@@ -322,6 +342,11 @@ def agent(
             mps_log_directory=mps_log_directory,
             mps_thread_percentage=mps_thread_percentage,
             mps_pinned_limit_mib=mps_pinned_limit_mib,
+            device_plugin=device_plugin,
+            pod_resources_socket=pod_resources_socket,
+            device_plugin_dir=device_plugin_dir,
+            cuda_context_mib=cuda_context_mib,
+            native_label=native_label,
         )
     )
 
@@ -346,7 +371,10 @@ def webhook(
     ] = ",".join(admission_settings.DEFAULT_EXEMPT_NAMESPACES),
     env_delivery: Annotated[
         contract.EnvDelivery,
-        typer.Option(help="configmap: add each GPU container's env ConfigMap; annotations-only on r615+."),
+        typer.Option(
+            help="configmap: add each GPU container's env ConfigMap; "
+            "annotations-only with a CUDA 13.4 driver and NVIDIA's operator."
+        ),
     ] = contract.EnvDelivery.CONFIGMAP,
     mps_host_directory: Annotated[
         str, typer.Option(help="The node's MPS pipe directory, mounted into sm-sharing containers.")

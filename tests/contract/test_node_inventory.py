@@ -53,13 +53,6 @@ def test_bad_annotations_say_what_is_wrong(text: str, message: str) -> None:
         node_inventory.load_gpus(text)
 
 
-def test_driver_major() -> None:
-    assert node_inventory.driver_major("535.104.05") == 535
-    assert node_inventory.driver_major("615.01") == 615
-    assert node_inventory.driver_major("") is None
-    assert node_inventory.driver_major("N/A") is None
-
-
 @pytest.mark.parametrize(
     ("model", "value"),
     [

@@ -30,25 +30,14 @@ from gpufrac.contract import ComputeMode, PodPlacement, SharePlacement, node_inv
 from gpufrac.node import mps, procfs
 from gpufrac.node.agent import Agent, Settings
 from gpufrac.node.mps import DaemonSpec, Supervisor
-from gpufrac.node.watchdog import Kind, Mode, Process
-from gpufrac.testing.fakehost import FakeHost, container_id
+from gpufrac.node.watchdog import Kind, Mode
+from gpufrac.testing.fakehost import FakeHost, RecordingKiller, container_id
 
 from . import controlplane, fakenodes
 from .scheduling import gpu_pod, running_scheduler, wait_bound
 
 FAKE_MPS = Path(__file__).parents[1] / "node" / "fake-mps-control"
 GIB = 1024
-
-
-class RecordingKiller:
-    """Kills nothing; remembers whom it was asked to kill."""
-
-    def __init__(self) -> None:
-        self.calls: list[int] = []
-
-    def kill(self, process: Process) -> str:
-        self.calls.append(process.pid)
-        return "killed"
 
 
 class Clock:
@@ -186,7 +175,7 @@ async def test_inventory_appears_on_the_node_and_the_scheduler_places_by_its_uui
     ]
     assert report.gpus == published
     assert meta.labels[node_inventory.ENFORCEMENT_LABEL] == "watchdog"
-    assert meta.labels[node_inventory.DRIVER_MAJOR_LABEL] == "535"
+    assert meta.labels[node_inventory.DEVICE_PLUGIN_LABEL] == "none"
     assert meta.annotations[node_inventory.DRIVER_VERSION_ANNOTATION] == "535.104.05"
     assert (meta.labels[node_inventory.GPU_COUNT_LABEL], meta.labels[node_inventory.GPU_MEMORY_LABEL]) == (
         "4",
@@ -503,6 +492,8 @@ async def test_the_agent_command_runs_once_with_its_own_identity(
             "",
             "--metrics-port",
             "0",
+            "--device-plugin",
+            "none",  # no kubelet here
         ],
         env={**os.environ, "NODE_NAME": node},
         capture_output=True,
@@ -512,6 +503,11 @@ async def test_the_agent_command_runs_once_with_its_own_identity(
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["enforcement"] == "watchdog" and len(summary["gpus"]) == 4
+    assert (summary["ready"], summary["ready_reason"], summary["device_plugin"]) == (
+        True,
+        "AgentReady",
+        "none",
+    )
     assert summary["findings"] == ["process 55 on GPU 0 (" + host.uuid(0) + ") runs in no container"]
     meta = (await admin_client.get(Node, node)).metadata
     assert (
@@ -519,6 +515,11 @@ async def test_the_agent_command_runs_once_with_its_own_identity(
         and meta.annotations is not None
         and node_inventory.GPUS_ANNOTATION in meta.annotations
     )
+    # The agent's own identity may set its condition on the Node's status; --once leaves it there.
+    status = (await admin_client.get(Node, node)).status
+    assert status is not None and status.conditions is not None
+    (ready,) = [c for c in status.conditions if c.type == node_inventory.READY_CONDITION]
+    assert (ready.status, ready.reason) == ("True", "AgentReady")
 
 
 async def test_the_agents_rights_are_least_privilege(

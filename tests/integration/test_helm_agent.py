@@ -24,7 +24,11 @@ def test_the_agent_daemonset() -> None:
     (container,) = pod["containers"]
     assert container["securityContext"]["privileged"] is True
     args = container["args"]
-    assert args[:2] == ["agent", "--mode=kill"] and "--proc-root=/host/proc" in args
+    # Safe defaults: report only, on nodes that opted in, beside whichever device plugin runs.
+    assert args[:2] == ["agent", "--mode=report"] and "--proc-root=/host/proc" in args
+    assert "--device-plugin=auto" in args and "--cuda-context-mib=512" in args
+    assert not any(a.startswith("--native-label") for a in args)
+    assert pod["nodeSelector"] == {"gpufrac.io/enabled": "true"}
     assert f"--mps-pipe-directory={contract.DEFAULT_MPS_PIPE_DIRECTORY}" in args
     node_name = next(e for e in container["env"] if e["name"] == "NODE_NAME")
     assert node_name["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
@@ -32,17 +36,36 @@ def test_the_agent_daemonset() -> None:
     volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
     assert (mounts["host-proc"], volumes["host-proc"]) == ("/host/proc", "/proc")
     assert mounts["mps-pipe"] == volumes["mps-pipe"] == contract.DEFAULT_MPS_PIPE_DIRECTORY
+    # The kubelet's PodResources socket read-only, and its device-plugin folder (auto may mean managed).
+    assert mounts["pod-resources"] == volumes["pod-resources"] == "/var/lib/kubelet/pod-resources"
+    assert next(m for m in container["volumeMounts"] if m["name"] == "pod-resources")["readOnly"] is True
+    assert mounts["device-plugins"] == volumes["device-plugins"] == "/var/lib/kubelet/device-plugins"
 
 
 def test_agent_values() -> None:
-    daemonset = _daemonset("agent.mode=report", "agent.mps.enabled=false", "agent.runtimeClassName=nvidia")
+    daemonset = _daemonset(
+        "agent.mode=kill",
+        "agent.mps.enabled=false",
+        "agent.runtimeClassName=nvidia",
+        "agent.devicePlugin=none",
+        "agent.nativeLabel=example.com/fractions=ready",
+    )
     assert daemonset is not None
     pod = daemonset["spec"]["template"]["spec"]
     args = pod["containers"][0]["args"]
-    assert "--mode=report" in args and "--mps-control=" in args
+    assert "--mode=kill" in args and "--mps-control=" in args and "--device-plugin=none" in args
+    assert "--native-label=example.com/fractions=ready" in args
     assert not any(a.startswith("--mps-pipe-directory") for a in args)
     assert pod["runtimeClassName"] == "nvidia"
     assert {v["name"] for v in pod["volumes"]} == {"host-proc"}
+    coexist = _daemonset("agent.devicePlugin=coexist")
+    assert coexist is not None
+    assert {v["name"] for v in coexist["spec"]["template"]["spec"]["volumes"]} == {
+        "host-proc",
+        "pod-resources",
+        "mps-pipe",
+        "mps-log",
+    }
     limited = _daemonset("agent.mps.pinnedMemoryLimitMiB=2048")
     assert limited is not None
     assert "--mps-pinned-limit-mib=2048" in limited["spec"]["template"]["spec"]["containers"][0]["args"]

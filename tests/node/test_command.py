@@ -21,6 +21,8 @@ from gpufrac.cli import app
         (["--node-name", "n", "--interval", "0"], "--interval 0.0: must be more than 0 and at most 3600"),
         (["--node-name", "n", "--interval", "nan"], "--interval nan: must be more than 0"),
         (["--node-name", "n", "--kubeconfig", "no-such-file"], "--kubeconfig no-such-file: no such file"),
+        (["--node-name", "n", "--native-label", "novalue"], "--native-label 'novalue': give KEY=VALUE"),
+        (["--node-name", "n", "--native-label", "=x"], "--native-label '=x': give KEY=VALUE"),
     ],
 )
 def test_bad_flags(args: list[str], message: str) -> None:

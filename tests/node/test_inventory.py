@@ -7,11 +7,12 @@ import json
 import pytest
 
 from gpufrac.contract import node_inventory
-from gpufrac.contract.node_inventory import Enforcement, GpuInfo
+from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement, GpuInfo
 from gpufrac.node import inventory
 from gpufrac.node.nvml import GpuSample, Snapshot
 
 A100 = "NVIDIA A100-SXM4-80GB"
+COEXIST = DevicePluginMode.COEXIST
 
 
 def _snapshot(*healthy: bool, driver: str = "535.104.05") -> Snapshot:
@@ -25,10 +26,100 @@ def _snapshot(*healthy: bool, driver: str = "535.104.05") -> Snapshot:
 
 
 def test_gpus_from_a_snapshot() -> None:
+    """Allocatable: the total less what the driver reserves (unknown: none) and one CUDA context."""
     assert inventory.gpus(_snapshot(True, True), ()) == (
-        GpuInfo(0, "GPU-0", A100, 81920, True),
-        GpuInfo(1, "GPU-1", A100, 81920, True),
+        GpuInfo(0, "GPU-0", A100, 81920, True, 81920 - 512),
+        GpuInfo(1, "GPU-1", A100, 81920, True, 81920 - 512),
     )
+    reserved = Snapshot("535.1", (GpuSample(0, "GPU-0", A100, 81920, True, reserved_mib=600),))
+    assert inventory.gpus(reserved, (), context_mib=400)[0].allocatable_mib == 81920 - 1000
+    assert inventory.allocatable_mib(100, 90, 512) == 1  # never below 1: the annotation stays readable
+
+
+def test_holders_come_from_the_kubelets_gpu_grants() -> None:
+    snapshot = _snapshot(True, True, True)
+    grants = {("ml", "a", "app"): ("GPU-1",), ("ml", "b", "app"): ("2",), ("ml", "c", "app"): ("GPU-9",)}
+    holders = inventory.holders(grants, snapshot)
+    assert holders == {0: "", 1: "ml/a", 2: "ml/b"}
+    published = inventory.gpus(snapshot, (), holders=holders)
+    assert [gpu.holder for gpu in published] == ["", "ml/a", "ml/b"]
+    # The kubelet unreadable (None): the holders published before stay, NVML down or not.
+    assert [gpu.holder for gpu in inventory.gpus(snapshot, published)] == ["", "ml/a", "ml/b"]
+    down = inventory.gpus(Snapshot(error="gone"), published, holders={1: ""})
+    assert [(gpu.holder, gpu.healthy) for gpu in down] == [("", False)] * 3
+
+
+def test_resolve_mode() -> None:
+    off = {node_inventory.OPERATOR_DEVICE_PLUGIN_LABEL: "false"}
+    assert inventory.resolve_mode("auto", {}) is DevicePluginMode.COEXIST
+    assert inventory.resolve_mode("auto", off) is DevicePluginMode.MANAGED
+    assert inventory.resolve_mode("none", off) is DevicePluginMode.NONE
+    assert inventory.kubelet_gpus({"nvidia.com/gpu": "4"}) == 4
+    assert inventory.kubelet_gpus({"nvidia.com/gpu": "4k"}) == inventory.kubelet_gpus(None) == 0
+
+
+def _facts(**changes: object) -> inventory.Facts:
+    base: dict[str, object] = {
+        "mode": DevicePluginMode.COEXIST,
+        "nvml_error": "",
+        "gpu_count": 2,
+        "published": True,
+        "kubelet_gpus": 2,
+    }
+    return inventory.Facts(**{**base, **changes})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({}, "AgentReady"),
+        ({"nvml_error": "NVML unavailable: gone", "gpu_count": 0}, "NVMLUnavailable"),
+        ({"gpu_count": 0}, "NoGPUs"),
+        ({"published": False}, "InventoryNotPublished"),
+        ({"mps_supervised": True}, "MPSUnhealthy"),
+        ({"mps_supervised": True, "mps_healthy": True}, "AgentReady"),
+        ({"pod_resources_error": "socket gone"}, "PodResourcesUnreadable"),
+        ({"kubelet_gpus": 0}, "NoDevicePlugin"),
+        ({"mode": DevicePluginMode.NONE, "kubelet_gpus": 0, "pod_resources_error": "x"}, "AgentReady"),
+        ({"mode": DevicePluginMode.MANAGED, "plugin_conflict": "another plugin"}, "DevicePluginConflict"),
+        ({"mode": DevicePluginMode.MANAGED}, "DevicePluginNotRegistered"),
+        ({"mode": DevicePluginMode.MANAGED, "plugin_registered": True, "kubelet_gpus": 0}, "AgentReady"),
+    ],
+)
+def test_readiness_names_the_first_prerequisite_that_fails(changes: dict[str, object], reason: str) -> None:
+    ready = inventory.readiness(_facts(**changes))
+    assert ready.reason == reason and ready.ready is (reason == "AgentReady")
+    assert "\n" not in ready.message and ready.message
+
+
+def test_condition_patch_writes_only_changes_and_moves_the_transition_only_with_the_status() -> None:
+    up = inventory.Readiness(True, "AgentReady", "2 GPUs")
+    first = inventory.condition_patch(None, up, "t1")
+    assert first is not None
+    (condition,) = first["status"]["conditions"]
+    assert condition == {
+        "type": node_inventory.READY_CONDITION,
+        "status": "True",
+        "reason": "AgentReady",
+        "message": "2 GPUs",
+        "lastHeartbeatTime": "t1",
+        "lastTransitionTime": "t1",
+    }
+    assert inventory.condition_patch(condition, up, "t2") is None
+    again = inventory.condition_patch(condition, inventory.Readiness(True, "AgentReady", "3 GPUs"), "t2")
+    assert again is not None and again["status"]["conditions"][0]["lastTransitionTime"] == "t1"
+    down = inventory.condition_patch(condition, inventory.Readiness(False, "NoGPUs", "none"), "t3")
+    assert down is not None and down["status"]["conditions"][0]["lastTransitionTime"] == "t3"
+    other = [{"type": "Ready", "status": "True"}, condition]
+    assert inventory.find_condition(other) == condition and inventory.find_condition(None) is None
+
+
+def test_plugin_conflict() -> None:
+    off = {node_inventory.OPERATOR_DEVICE_PLUGIN_LABEL: "false"}
+    assert "label it nvidia.com/gpu.deploy.device-plugin=false" in inventory.plugin_conflict({}, 0, None)
+    assert "already advertises 8 nvidia.com/gpu" in inventory.plugin_conflict(off, 8, None)
+    assert "already advertises 1 nvidia.com/gpu" in inventory.plugin_conflict(off, 0, ("GPU-a",))
+    assert inventory.plugin_conflict(off, 0, ()) == inventory.plugin_conflict(off, 0, None) == ""
 
 
 def test_a_failing_gpu_keeps_what_was_published_for_it() -> None:
@@ -72,11 +163,13 @@ def test_gpu_enforcement() -> None:
 
 def test_patch_fills_gfd_labels_only_where_absent() -> None:
     gpus = inventory.gpus(_snapshot(True, True), ())
-    patch = inventory.node_patch({}, gpus=gpus, driver_version="535.104.05", level=Enforcement.WATCHDOG)
+    patch = inventory.node_patch(
+        {}, gpus=gpus, driver_version="535.104.05", level=Enforcement.WATCHDOG, mode=COEXIST
+    )
     assert patch is not None
     assert patch["metadata"]["labels"] == {
         node_inventory.ENFORCEMENT_LABEL: "watchdog",
-        node_inventory.DRIVER_MAJOR_LABEL: "535",
+        node_inventory.DEVICE_PLUGIN_LABEL: "coexist",
         node_inventory.GPU_COUNT_LABEL: "2",
         node_inventory.GPU_MEMORY_LABEL: "81920",
         node_inventory.GPU_PRODUCT_LABEL: "NVIDIA-A100-SXM4-80GB",
@@ -93,24 +186,30 @@ def test_patch_fills_gfd_labels_only_where_absent() -> None:
         node_inventory.GPU_MEMORY_LABEL: "81559",
         node_inventory.GPU_PRODUCT_LABEL: "H100",
     }
-    patch = inventory.node_patch({"labels": gfd}, gpus=gpus, driver_version="535.1", level=Enforcement.MPS)
+    patch = inventory.node_patch(
+        {"labels": gfd}, gpus=gpus, driver_version="535.1", level=Enforcement.MPS, mode=COEXIST
+    )
     assert patch is not None and set(patch["metadata"]["labels"]) == {
         node_inventory.ENFORCEMENT_LABEL,
-        node_inventory.DRIVER_MAJOR_LABEL,
+        node_inventory.DEVICE_PLUGIN_LABEL,
     }
 
 
 def test_an_up_to_date_node_needs_no_patch() -> None:
     gpus = inventory.gpus(_snapshot(True), ())
-    patch = inventory.node_patch({}, gpus=gpus, driver_version="535.1", level=Enforcement.MPS)
+    patch = inventory.node_patch({}, gpus=gpus, driver_version="535.1", level=Enforcement.MPS, mode=COEXIST)
     assert patch is not None
     assert (
-        inventory.node_patch(patch["metadata"], gpus=gpus, driver_version="535.1", level=Enforcement.MPS)
+        inventory.node_patch(
+            patch["metadata"], gpus=gpus, driver_version="535.1", level=Enforcement.MPS, mode=COEXIST
+        )
         is None
     )
-    # NVML down: the driver labels stay, the GPUs turn unhealthy and the level drops.
+    # NVML down: the driver annotation stays, the GPUs turn unhealthy and the level drops.
     down = inventory.gpus(Snapshot(error="gone"), inventory.published_gpus(patch["metadata"]["annotations"]))
-    again = inventory.node_patch(patch["metadata"], gpus=down, driver_version="", level=Enforcement.NONE)
+    again = inventory.node_patch(
+        patch["metadata"], gpus=down, driver_version="", level=Enforcement.NONE, mode=COEXIST
+    )
     assert again is not None and again["metadata"]["labels"] == {node_inventory.ENFORCEMENT_LABEL: "none"}
     assert json.loads(again["metadata"]["annotations"][node_inventory.GPUS_ANNOTATION])[0]["healthy"] is False
 

@@ -88,10 +88,12 @@ class _NVMLError(Exception):
     pass
 
 
-def _fake_pynvml(broken: set[int]) -> Any:
-    """A pynvml stand-in with two GPUs; `broken` GPUs fail their memory query."""
+def _fake_pynvml(broken: set[int], v2: int | None = None) -> Any:
+    """A pynvml stand-in with two GPUs; `broken` GPUs fail their memory query; `v2`: the reserved MiB
+    memory info v2 gives, None for a driver without it."""
     module: Any = types.ModuleType("pynvml")
     module.NVMLError = _NVMLError
+    module.nvmlMemory_v2 = 0x2000028
     module.nvmlInit = lambda: None
     module.nvmlShutdown = lambda: None
     module.nvmlSystemGetDriverVersion = lambda: b"550.54.15"
@@ -100,10 +102,14 @@ def _fake_pynvml(broken: set[int]) -> Any:
     module.nvmlDeviceGetUUID = lambda handle: f"GPU-{handle}"
     module.nvmlDeviceGetName = lambda handle: "NVIDIA L4"
 
-    def memory(handle: int) -> Any:
+    def memory(handle: int, version: int | None = None) -> Any:
         if handle in broken:
             raise _NVMLError("Unknown Error")
-        return types.SimpleNamespace(total=24 * 1024 * MIB)
+        if version is None:
+            return types.SimpleNamespace(total=24 * 1024 * MIB)
+        if v2 is None:
+            raise _NVMLError("Function Not Found")  # a driver without memory info v2
+        return types.SimpleNamespace(total=24 * 1024 * MIB, reserved=v2 * MIB)
 
     def processes(handle: int) -> list[Any]:
         return [
@@ -130,6 +136,7 @@ def test_real_backend_degrades_one_failing_gpu(monkeypatch: pytest.MonkeyPatch) 
     assert snapshot.driver_version == "550.54.15" and snapshot.error == ""
     good, bad = snapshot.gpus
     assert (good.uuid, good.model, good.memory_mib, good.healthy) == ("GPU-0", "NVIDIA L4", 24576, True)
+    assert good.reserved_mib is None
     # MPS clients listed apart are merged in, with the memory the MPS listing knows.
     assert good.processes == (GpuProcess(7, MIB), GpuProcess(8, 3 * MIB))
     assert good.utilization is None
@@ -150,3 +157,18 @@ def test_real_backend_retries_after_nvml_fails(monkeypatch: pytest.MonkeyPatch) 
     backend = nvml.RealBackend()
     assert backend.sample().error == "NVML unavailable: Driver Not Loaded"
     assert len(backend.sample().gpus) == 2
+
+
+def test_real_backend_reads_reserved_memory_where_the_driver_has_v2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(broken=set(), v2=423))
+    gpu = nvml.RealBackend().sample().gpus[0]
+    assert (gpu.memory_mib, gpu.reserved_mib) == (24576, 423)
+
+
+def test_fake_scenario_reserved_memory(tmp_path: Path) -> None:
+    path = tmp_path / "nvml.yaml"
+    path.write_text(
+        "gpus: [{index: 0, uuid: GPU-0, memory_mib: 16384, reserved_mib: 300}, {index: 1, uuid: GPU-1}]"
+    )
+    first, second = nvml.FakeBackend(path).sample().gpus
+    assert (first.reserved_mib, second.reserved_mib) == (300, None)

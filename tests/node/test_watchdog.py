@@ -276,3 +276,40 @@ _pods = st.recursive(
 def test_any_pod_shape_is_read_without_raising(pods: list[dict[str, Any]]) -> None:
     containers = watchdog.containers_on_node(pods)
     watchdog.assess([proc(1, GPU0, 10, 1)], containers)
+
+
+def test_a_device_plugin_grant_is_that_containers_whole_gpu_contract() -> None:
+    """A container the device plugin gave a GPU to (no gpufrac annotation at all) may use all of it."""
+    pods = [bound_pod("trainer", None, {"app": 1}, whole={"app": 1})]
+    containers = watchdog.containers_on_node(pods, device_plugin={("ns", "trainer", "app"): ("GPU-0",)})
+    assert containers[container_id(1)].plugin_devices == ("GPU-0",)
+    on_its_gpu = watchdog.assess([proc(10, GPU0, 80000, 1)], containers, gpus=[GPU0, GPU1])
+    assert on_its_gpu.findings == () and on_its_gpu.usages == ()
+    # Only the GPU it was given: the other one is still outside its contract.
+    (finding,) = watchdog.assess([proc(11, GPU1, 1, 1)], containers).findings
+    assert finding.kind is Kind.NO_CONTRACT and "grants GPUs GPU-0, not this one" in finding.detail
+    # Without the grant, the same process is a finding.
+    (finding,) = watchdog.assess([proc(10, GPU0, 1, 1)], watchdog.containers_on_node(pods)).findings
+    assert finding.kind is Kind.NO_CONTRACT
+
+
+def test_device_plugin_grants_name_gpus_by_index_too() -> None:
+    pods = [bound_pod("trainer", None, {"app": 1})]
+    containers = watchdog.containers_on_node(pods, device_plugin={("ns", "trainer", "app"): ("1",)})
+    assert watchdog.assess([proc(10, GPU1, 1, 1)], containers).findings == ()
+
+
+def test_a_device_plugin_grant_merges_with_an_annotation_contract() -> None:
+    """A share on GPU 0 keeps its limit there; the GPU the device plugin gave it is whole."""
+    pods = [bound_pod("mixed", share("app", "GPU-0", limit=2048), {"app": 1})]
+    containers = watchdog.containers_on_node(pods, device_plugin={("ns", "mixed", "app"): ("GPU-1",)})
+    assessment = watchdog.assess([proc(10, GPU0, 4096, 1), proc(11, GPU1, 70000, 1)], containers)
+    (breach,) = assessment.findings
+    assert breach.kind is Kind.BREACH and breach.gpu == GPU0
+    assert [(u.gpu, u.used_bytes) for u in assessment.usages] == [(GPU0, 4096 * MIB)]
+    # Another pod's container is not covered by that grant.
+    other = watchdog.containers_on_node(
+        [*pods, bound_pod("other", None, {"app": 2})], device_plugin={("ns", "mixed", "app"): ("GPU-1",)}
+    )
+    (finding,) = watchdog.assess([proc(12, GPU1, 1, 2)], other).findings
+    assert finding.kind is Kind.NO_CONTRACT

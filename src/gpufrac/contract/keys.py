@@ -47,7 +47,8 @@ class EnvDelivery(StrEnum):
 
     - `configmap` (gpufrac delivery): the webhook adds an `envFrom` to an env ConfigMap per GPU container,
       and the scheduler creates it at bind, so any driver gets the limits;
-    - `annotations-only`: NVIDIA's operator reads the annotations and injects the env (r615+ drivers).
+    - `annotations-only`: NVIDIA's operator reads the annotations and injects the env (a CUDA 13.4 driver
+      with NVIDIA's operator).
     """
 
     CONFIGMAP = "configmap"

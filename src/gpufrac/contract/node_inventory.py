@@ -18,7 +18,6 @@ On each GPU node the agent writes:
 - node condition `gpufrac.io/Ready`: True once the agent has published all of this and the node's mode has
   what it needs (`READY_CONDITION`); the scheduler places GPU pods only on nodes where it is True.
 - annotation `gpufrac.io/driver-version`: the driver version string NVML reports, e.g. `535.104.05`;
-- label `gpufrac.io/driver-major`: its major number, e.g. `535`;
 - label `gpufrac.io/enforcement`: how memory limits are held on this node, one of `Enforcement`;
 - labels `nvidia.com/gpu.count`, `nvidia.com/gpu.memory` (MiB) and `nvidia.com/gpu.product`, only where
   GPU Feature Discovery has not set them already.
@@ -36,7 +35,6 @@ from gpufrac.contract.errors import brief
 
 GPUS_ANNOTATION = "gpufrac.io/gpus"
 DRIVER_VERSION_ANNOTATION = "gpufrac.io/driver-version"
-DRIVER_MAJOR_LABEL = "gpufrac.io/driver-major"
 ENFORCEMENT_LABEL = "gpufrac.io/enforcement"
 
 # As GPU Feature Discovery writes them; the agent fills them in only where they are absent.
@@ -46,6 +44,21 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 DEVICE_PLUGIN_LABEL = "gpufrac.io/device-plugin"
 READY_CONDITION = "gpufrac.io/Ready"
+
+# The extended resource NVIDIA's device plugin (or gpufrac's, in managed mode) hands out, one per GPU.
+GPU_RESOURCE = "nvidia.com/gpu"
+# How NVIDIA's GPU operator is told not to run its device plugin on a node (its operand labels are
+# `nvidia.com/gpu.deploy.<component>`; "false" keeps that component off the node).
+OPERATOR_DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+
+# The label that shows NVIDIA's operator delivers driver-enforced memory limits (CUDA 13.4 with its
+# gpu-fractioning components) on a node, ready. No such label is public: NVIDIA's docs and code were
+# searched (GPU operator operand labels, GPU Feature Discovery labels, KAI's gpu-fractioning node agents)
+# and none says "installed and ready". This follows the operator's `nvidia.com/gpu.deploy.<component>`
+# convention and is a guess; the agent's `--native-label KEY=VALUE` replaces it. Until a node carries it,
+# no node claims `native`, which is the safe side.
+NATIVE_LABEL = "nvidia.com/gpu.deploy.gpu-fractioning"
+NATIVE_LABEL_VALUE = "true"
 
 # Bounds on what a Node may claim. Real nodes have at most 16 GPUs of at most a few hundred GiB; the scheduler
 # sizes its arrays by the widest node and adds memory in int64, so an annotation or label listing a million
@@ -172,12 +185,6 @@ def device_plugin_mode(labels: Mapping[str, str]) -> DevicePluginMode:
         return DevicePluginMode(labels.get(DEVICE_PLUGIN_LABEL, DevicePluginMode.NONE.value))
     except ValueError:
         return DevicePluginMode.NONE
-
-
-def driver_major(version: str) -> int | None:
-    """535 for "535.104.05"; None for a version NVML did not give or that does not start with a number."""
-    head = version.split(".", 1)[0]
-    return int(head) if head.isascii() and head.isdigit() else None
 
 
 _LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -16,8 +16,15 @@ A kill hits only the process the watchdog judged (see `SignalKiller`): the pid i
 the process's start time and container checked, before and after NVML is asked again whether it still
 holds the GPU.
 
-A tick says what it could not do (`TickReport.problems`): NVML unreadable, the Node or the pods not read.
-`gpufrac agent --once` exits non-zero on any.
+A tick says what it could not do (`TickReport.problems`): NVML unreadable, the Node or the pods not read,
+the kubelet's PodResources API unreadable. `gpufrac agent --once` exits non-zero on any, and when the node
+is not Ready.
+
+Who hands out `nvidia.com/gpu` (`Settings.device_plugin`, see `node_inventory.DevicePluginMode`): where a
+device plugin runs, each tick reads the kubelet's PodResources API to publish which pod holds each GPU, and
+gives the watchdog those grants as contracts. In managed mode the agent serves `nvidia.com/gpu` itself,
+and refuses to while another device plugin advertises it. Each tick ends by setting the Node's
+`gpufrac.io/Ready` condition (`inventory.readiness`), written only when it changes.
 
 A process without a contract is handled only once it is seen in two consecutive intervals: a container
 that just started may run before the kubelet reports its ID in the pod's status.
@@ -27,11 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,11 +49,13 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from gpufrac.contract import node_inventory
-from gpufrac.contract.node_inventory import Enforcement
+from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement
 from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS
 from gpufrac.node import eviction, inventory, procfs, watchdog
 from gpufrac.node.exporter import Exporter, GpuView, Observation
+from gpufrac.node.kubelet.device_plugin import DevicePluginError
+from gpufrac.node.kubelet.podresources import PodResourcesError
 from gpufrac.node.mps import Supervisor
 from gpufrac.node.nvml import Backend, Snapshot
 from gpufrac.node.watchdog import Finding, Kind, Mode
@@ -54,6 +64,7 @@ log = logging.getLogger(__name__)
 
 COMPONENT = "gpufrac-agent"
 SM_SHARING_DAEMON = "sm-sharing"
+PLUGIN_ENDPOINT = "gpufrac-gpu.sock"  # managed mode: gpufrac's device plugin socket in the kubelet's folder
 
 
 class Killer(Protocol):
@@ -121,12 +132,42 @@ class DryRunKiller:
         return "not signalled (fake NVML)"
 
 
+class PodResources(Protocol):
+    """The kubelet's PodResources API (`kubelet.podresources.PodResourcesClient`)."""
+
+    def list(self) -> Sequence[inventory.Granted]: ...
+
+    def allocatable(self) -> Mapping[str, Sequence[str]] | None: ...
+
+    def close(self) -> None: ...
+
+
+class PluginServer(Protocol):
+    """gpufrac's own `nvidia.com/gpu` device plugin (`kubelet.device_plugin.DevicePluginServer`)."""
+
+    @property
+    def registered(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def set_health(self, healthy: Mapping[str, bool]) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Settings:
+    """`device_plugin`: a `DevicePluginMode` value or `auto` (resolved from the Node's labels at the first
+    tick that reads it). `native_label`: the label (key, value) that shows NVIDIA's operator holds limits
+    on the node. `cuda_context_mib`: taken from each GPU's allocatable memory for a CUDA context."""
+
     node_name: str
     mode: Mode = Mode.KILL
     interval: float = 10.0
     proc_root: Path = Path("/proc")
+    device_plugin: str = DevicePluginMode.NONE.value
+    native_label: tuple[str, str] = (node_inventory.NATIVE_LABEL, node_inventory.NATIVE_LABEL_VALUE)
+    cuda_context_mib: int = inventory.DEFAULT_CUDA_CONTEXT_MIB
 
 
 @dataclass
@@ -147,6 +188,11 @@ class TickReport:
     handled: list[Handled] = field(default_factory=list)
     usages: tuple[watchdog.Usage, ...] = ()
     problems: list[str] = field(default_factory=list)  # what this tick could not do, one line each
+    mode: DevicePluginMode | None = None  # None until the Node was read once (for `auto`)
+    ready: inventory.Readiness | None = None  # None when the Node could not be read
+    # Device IDs the kubelet's device plugins advertise for nvidia.com/gpu; None where the kubelet cannot
+    # say (before Kubernetes 1.23's GetAllocatableResources) or nothing was asked.
+    advertised: tuple[str, ...] | None = None
 
 
 class Agent:
@@ -161,7 +207,12 @@ class Agent:
         exporter: Exporter | None = None,
         own_container: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        pod_resources: PodResources | None = None,
+        plugin_server: Callable[[Sequence[str]], PluginServer] | None = None,
+        wall_clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
     ) -> None:
+        """`pod_resources`: needed in modes coexist and managed; `plugin_server` makes gpufrac's device
+        plugin for the GPUs' UUIDs, in managed mode."""
         self.settings = settings
         self.client = client
         self.nvml = nvml
@@ -176,6 +227,17 @@ class Agent:
         self._health: dict[int, bool] = {}
         self._nvml_error = ""
         self._broken_pods: set[str] = set()
+        self._pod_resources = pod_resources
+        self._make_plugin = plugin_server
+        self._plugin: PluginServer | None = None
+        self._plugin_devices: tuple[str, ...] = ()
+        self._wall_clock = wall_clock
+        self._mode: DevicePluginMode | None = None
+        self._registered_once = False  # gpufrac's device plugin registered in this process
+        if settings.device_plugin != DevicePluginMode.NONE and pod_resources is None:
+            raise ValueError(f"--device-plugin {settings.device_plugin} needs the kubelet's PodResources API")
+        self._condition: Mapping[str, Any] | None = None  # gpufrac.io/Ready as last read or written
+        self._conflict = ""  # the device plugin conflict last logged
 
     # --- the loop ------------------------------------------------------------------------------------
 
@@ -191,7 +253,17 @@ class Agent:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=wait)
 
-    async def close(self) -> None:
+    async def close(self, *, stopping: bool = True) -> None:
+        """A clean stop: the node stops being Ready (nothing will keep its inventory true), then gpufrac's
+        device plugin, the MPS daemons and NVML stop. `stopping` False (a one-off check beside the node's
+        running agent) leaves the condition as the check found it."""
+        if stopping:
+            stopped = inventory.Readiness(False, "AgentStopped", "the gpufrac agent on this node stopped")
+            await self._set_condition(stopped, self._condition, [])
+        if self._plugin is not None:
+            await asyncio.to_thread(self._plugin.stop)
+        if self._pod_resources is not None:
+            self._pod_resources.close()
         if self.supervisor is not None:
             await asyncio.to_thread(self.supervisor.stop)
         self.nvml.close()
@@ -202,22 +274,56 @@ class Agent:
         if self.supervisor is not None:
             await asyncio.to_thread(self.supervisor.step, self._clock())
         mps_up = self.supervisor is not None and self.supervisor.healthy(SM_SHARING_DAEMON)
-        level = inventory.enforcement(
-            native=False,
+        report = TickReport(snapshot)
+        if snapshot.error:
+            report.problems.append(snapshot.error)
+        node = await self._node(report.problems)
+        metadata: dict[str, Any] = (node.get("metadata") or {}) if node else {}
+        status: dict[str, Any] = (node.get("status") or {}) if node else {}
+        labels: dict[str, str] = metadata.get("labels") or {}
+        if node is not None and self._mode is None:
+            self._mode = inventory.resolve_mode(self.settings.device_plugin, labels)
+            log.info(
+                "device plugin mode %s (--device-plugin %s)", self._mode.value, self.settings.device_plugin
+            )
+        report.mode = self._mode
+        grants, grants_error = await self._grants(report)
+        report.level = inventory.enforcement(
+            native=inventory.native(labels, self.settings.native_label),
             nvml_ok=not snapshot.error and bool(snapshot.gpus),
             mps_healthy=mps_up,
             acting=self.settings.mode is not Mode.REPORT,
         )
-        report = TickReport(snapshot, level=level)
-        if snapshot.error:
-            report.problems.append(snapshot.error)
-        report.gpus = await self._publish(snapshot, level, report.problems)
+        if node is not None and self._mode is not None:
+            kubelet_gpus = inventory.kubelet_gpus(status.get("allocatable"))
+            conflict, plugin_error = "", ""
+            if self._mode is DevicePluginMode.MANAGED:
+                conflict, plugin_error = await self._serve_gpus(snapshot, labels, kubelet_gpus, report)
+            holders = None if grants is None else inventory.holders(grants, snapshot)
+            report.gpus, published = await self._publish(metadata, snapshot, report, holders)
+            facts = inventory.Facts(
+                mode=self._mode,
+                nvml_error=snapshot.error,
+                gpu_count=len(snapshot.gpus),
+                published=published,
+                mps_supervised=self.supervisor is not None,
+                mps_healthy=mps_up,
+                pod_resources_error=grants_error,
+                plugin_conflict=conflict,
+                plugin_error=plugin_error,
+                plugin_registered=self._plugin is not None and self._plugin.registered,
+                kubelet_gpus=kubelet_gpus,
+            )
+            report.ready = inventory.readiness(facts)
+            current = inventory.find_condition(status.get("conditions"))
+            await self._set_condition(report.ready, current, report.problems)
         pods = await self._pods(report.problems)
-        if pods is None:
-            # No pods, no judgement: acting blind could kill a process that has a contract.
-            self._observe(snapshot, (), (), level)
+        if pods is None or grants_error:
+            # No pods or no device grants, no judgement: acting blind could kill a process that has a
+            # contract.
+            self._observe(snapshot, (), (), report.level)
             return report
-        containers = watchdog.containers_on_node(pods)
+        containers = watchdog.containers_on_node(pods, device_plugin=grants)
         self._log_broken_contracts(containers)
         gpus = [watchdog.Gpu(gpu.index, gpu.uuid) for gpu in snapshot.gpus]
         assessment = watchdog.assess(self._processes(snapshot), containers, gpus=gpus)
@@ -234,32 +340,134 @@ class Agent:
             handled = await self._handle(finding)
             if handled is not None:
                 report.handled.append(handled)
-        self._observe(snapshot, assessment.usages, containers.values(), level)
+        self._observe(snapshot, assessment.usages, containers.values(), report.level)
         return report
 
     # --- inventory -----------------------------------------------------------------------------------
 
-    async def _publish(
-        self, snapshot: Snapshot, level: Enforcement, problems: list[str]
-    ) -> tuple[node_inventory.GpuInfo, ...]:
+    async def _node(self, problems: list[str]) -> dict[str, Any] | None:
         name = self.settings.node_name
         try:
-            node = await self.client.get(Node, name)
+            return (await self.client.get(Node, name)).to_dict()
         except API_ERRORS as error:
-            problems.append(f"cannot read Node {name} ({error}); inventory not published")
+            problems.append(f"cannot read Node {name} ({error}); inventory and readiness not published")
             log.error("%s this interval", problems[-1])
-            return ()
-        metadata = node.metadata.to_dict() if node.metadata is not None else {}
-        gpus = inventory.gpus(snapshot, inventory.published_gpus(metadata.get("annotations") or {}))
-        patch = inventory.node_patch(metadata, gpus=gpus, driver_version=snapshot.driver_version, level=level)
+            return None
+
+    async def _publish(
+        self,
+        metadata: Mapping[str, Any],
+        snapshot: Snapshot,
+        report: TickReport,
+        holders: Mapping[int, str] | None,
+    ) -> tuple[tuple[node_inventory.GpuInfo, ...], bool]:
+        """The GPUs published, and whether the Node now says what it should."""
+        assert self._mode is not None
+        name = self.settings.node_name
+        gpus = inventory.gpus(
+            snapshot,
+            inventory.published_gpus(metadata.get("annotations") or {}),
+            holders=holders,
+            context_mib=self.settings.cuda_context_mib,
+        )
+        patch = inventory.node_patch(
+            metadata, gpus=gpus, driver_version=snapshot.driver_version, level=report.level, mode=self._mode
+        )
         if patch is not None:
             try:
                 await self.client.patch(Node, name, patch, patch_type=PatchType.MERGE)
                 log.info("Node %s: published %s", name, patch["metadata"])
             except API_ERRORS as error:
-                problems.append(f"cannot patch Node {name} ({error})")
-                log.error("%s; will try again next interval", problems[-1])
-        return gpus
+                report.problems.append(f"cannot patch Node {name} ({error})")
+                log.error("%s; will try again next interval", report.problems[-1])
+                return gpus, False
+        return gpus, True
+
+    async def _set_condition(
+        self, want: inventory.Readiness, current: Mapping[str, Any] | None, problems: list[str]
+    ) -> None:
+        """Write `gpufrac.io/Ready` on the Node's status where it changed."""
+        self._condition = current
+        now = self._wall_clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        patch = inventory.condition_patch(current, want, now)
+        if patch is None:
+            return
+        name = self.settings.node_name
+        try:
+            await self.client.patch(Node.Status, name, patch, patch_type=PatchType.STRATEGIC)
+        except API_ERRORS as error:
+            problems.append(
+                f"cannot set the {node_inventory.READY_CONDITION} condition on Node {name} ({error})"
+            )
+            log.error("%s; will try again next interval", problems[-1])
+            return
+        self._condition = patch["status"]["conditions"][0]
+        say = log.info if want.ready else log.warning
+        say(
+            "Node %s: %s=%s (%s: %s)",
+            name,
+            node_inventory.READY_CONDITION,
+            want.ready,
+            want.reason,
+            want.message,
+        )
+
+    # --- the kubelet ---------------------------------------------------------------------------------
+
+    async def _grants(
+        self, report: TickReport
+    ) -> tuple[dict[inventory.ContainerKey, tuple[str, ...]] | None, str]:
+        """The `nvidia.com/gpu` devices the kubelet gave each container, and why they could not be read
+        (empty when they were). ({}, "") where no device plugin runs (mode none)."""
+        if self._mode is DevicePluginMode.NONE or self.settings.device_plugin == DevicePluginMode.NONE:
+            return {}, ""
+        assert self._pod_resources is not None  # checked in __init__
+        try:
+            listing = await asyncio.to_thread(self._pod_resources.list)
+            advertised = await asyncio.to_thread(self._pod_resources.allocatable)
+        except PodResourcesError as error:
+            report.problems.append(f"{error}; holders stay as published and the watchdog did not judge")
+            log.error("%s this interval", report.problems[-1])
+            return None, str(error)
+        if advertised is not None:
+            report.advertised = tuple(advertised.get(node_inventory.GPU_RESOURCE, ()))
+        return inventory.gpu_grants(listing), ""
+
+    async def _serve_gpus(
+        self, snapshot: Snapshot, labels: Mapping[str, str], kubelet_gpus: int, report: TickReport
+    ) -> tuple[str, str]:
+        """Managed mode: serve `nvidia.com/gpu` from gpufrac's device plugin, unless another device plugin
+        advertises it; (the conflict, why it could not start), each empty when there is none."""
+        registered_before = self._registered_once
+        conflict = inventory.plugin_conflict(
+            labels,
+            0 if registered_before else kubelet_gpus,  # once gpufrac registered, the count is its own
+            None if registered_before else report.advertised,
+        )
+        if conflict:
+            if conflict != self._conflict:
+                log.warning("not serving %s: %s", node_inventory.GPU_RESOURCE, conflict)
+            self._conflict = conflict
+            return conflict, ""
+        self._conflict = ""
+        if self._plugin is None:
+            devices = tuple(gpu.uuid for gpu in snapshot.gpus if gpu.uuid)
+            if snapshot.error or not devices:
+                return "", f"not serving {node_inventory.GPU_RESOURCE}: NVML lists no GPU to serve"
+            assert self._make_plugin is not None, "managed mode needs a device plugin server"
+            self._plugin, self._plugin_devices = self._make_plugin(devices), devices
+        if not self._plugin.registered:
+            try:
+                await asyncio.to_thread(self._plugin.start)
+                self._registered_once = True
+                log.info("serving %s for %s", node_inventory.GPU_RESOURCE, ", ".join(self._plugin_devices))
+            except DevicePluginError as error:
+                report.problems.append(str(error))
+                log.error("%s; will try again next interval", error)
+                return "", str(error)
+        healthy = {gpu.uuid: gpu.healthy and not snapshot.error for gpu in snapshot.gpus}
+        self._plugin.set_health({device: healthy.get(device, False) for device in self._plugin_devices})
+        return "", ""
 
     def _log_health(self, snapshot: Snapshot) -> None:
         if snapshot.error != self._nvml_error:

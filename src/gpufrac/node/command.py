@@ -1,7 +1,8 @@
 """`gpufrac agent`: build the agent from its flags and run it until SIGTERM (or for one tick, `--once`).
 
-`--once` prints the tick's JSON summary and exits 0 only when the tick did its whole job; NVML (or the fake
-scenario) unreadable, or the Node or the pods not read, is one line on stderr and exit status 1.
+`--once` prints the tick's JSON summary and exits 0 only when the tick did its whole job and the node is
+Ready; NVML (or the fake scenario) unreadable, the Node, the pods or the kubelet not read, or the node not
+Ready (its condition's reason and message), is one line on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -12,16 +13,21 @@ import logging
 import math
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import lightkube
 
 from gpufrac import contract
+from gpufrac.contract import node_inventory
+from gpufrac.contract.node_inventory import DevicePluginMode
 from gpufrac.errors import UserError
 from gpufrac.kubeapi import client as kube_client
 from gpufrac.node import agent as node_agent
 from gpufrac.node import mps, nvml, procfs
 from gpufrac.node.exporter import Exporter
+from gpufrac.node.kubelet.device_plugin import DevicePluginServer
+from gpufrac.node.kubelet.podresources import PodResourcesClient
 from gpufrac.node.watchdog import Mode
 from gpufrac.stopping import stop_on_signals
 
@@ -45,6 +51,11 @@ def run(
     mps_log_directory: Path | None,
     mps_thread_percentage: int | None,
     mps_pinned_limit_mib: int | None,
+    device_plugin: str,
+    pod_resources_socket: Path,
+    device_plugin_dir: Path,
+    cuda_context_mib: int,
+    native_label: str,
 ) -> int:
     if not node_name.strip():
         raise UserError(
@@ -52,6 +63,7 @@ def run(
         )
     if not (math.isfinite(interval) and 0 < interval <= MAX_INTERVAL):
         raise UserError(f"--interval {interval}: must be more than 0 and at most {MAX_INTERVAL:g} seconds")
+    native = parse_label(native_label)
     try:
         backend = nvml.open_backend(nvml_spec)
     except ValueError as error:
@@ -79,8 +91,43 @@ def run(
             raise UserError(f"--metrics-port {metrics_port}: cannot listen ({error.strerror})") from None
         log.info("serving /metrics on port %d", metrics_port)
     own = procfs.ProcFS().process(os.getpid())
-    settings = node_agent.Settings(node_name=node_name, mode=mode, interval=interval, proc_root=proc_root)
-    return asyncio.run(_main(settings, config, backend, killer, supervisor, exporter, own, once=once))
+    settings = node_agent.Settings(
+        node_name=node_name,
+        mode=mode,
+        interval=interval,
+        proc_root=proc_root,
+        device_plugin=device_plugin,
+        native_label=native,
+        cuda_context_mib=cuda_context_mib,
+    )
+    kubelet = _Kubelet(
+        PodResourcesClient(pod_resources_socket) if device_plugin != DevicePluginMode.NONE else None,
+        device_plugin_dir,
+    )
+    return asyncio.run(
+        _main(settings, config, backend, killer, supervisor, exporter, own, kubelet, once=once)
+    )
+
+
+def parse_label(text: str) -> tuple[str, str]:
+    """`--native-label KEY=VALUE`."""
+    key, equals, value = text.partition("=")
+    if not key.strip() or not equals:
+        raise UserError(f"--native-label {text!r}: give KEY=VALUE, e.g. {node_inventory.NATIVE_LABEL}=true")
+    return key.strip(), value.strip()
+
+
+class _Kubelet:
+    """The kubelet's APIs the agent uses: PodResources, and (managed mode) its device-plugin folder."""
+
+    def __init__(self, pod_resources: PodResourcesClient | None, plugin_dir: Path) -> None:
+        self.pod_resources = pod_resources
+        self.plugin_dir = plugin_dir
+
+    def plugin_server(self, devices: Sequence[str]) -> DevicePluginServer:
+        return DevicePluginServer(
+            self.plugin_dir, node_inventory.GPU_RESOURCE, devices, endpoint=node_agent.PLUGIN_ENDPOINT
+        )
 
 
 async def _main(
@@ -91,6 +138,7 @@ async def _main(
     supervisor: mps.Supervisor | None,
     exporter: Exporter,
     own: procfs.ProcessInfo | None,
+    kubelet: _Kubelet,
     *,
     once: bool,
 ) -> int:
@@ -103,6 +151,8 @@ async def _main(
             supervisor=supervisor,
             exporter=exporter,
             own_container=own.container_id if own else None,
+            pod_resources=kubelet.pod_resources,
+            plugin_server=kubelet.plugin_server,
         )
         try:
             if once:
@@ -112,19 +162,24 @@ async def _main(
                     raise UserError(
                         f"the check did not do its job: {'; '.join(report.problems)}", exit_code=1
                     )
+                if report.ready is not None and not report.ready.ready:
+                    raise UserError(
+                        f"node not Ready: {report.ready.reason}: {report.ready.message}", exit_code=1
+                    )
                 return 0
             stop = stop_on_signals()
             log.info(
-                "agent on node %s: mode %s, every %gs",
+                "agent on node %s: mode %s, device plugin %s, every %gs",
                 settings.node_name,
                 settings.mode.value,
+                settings.device_plugin,
                 settings.interval,
             )
             await agent.run(stop)
             log.info("stopping")
             return 0
         finally:
-            await agent.close()
+            await agent.close(stopping=not once)
 
 
 def _supervisor(
@@ -161,7 +216,14 @@ def _summary(report: node_agent.TickReport) -> dict[str, object]:
         "nvml_error": report.snapshot.error,
         "driver_version": report.snapshot.driver_version,
         "enforcement": report.level.value,
-        "gpus": [{"index": g.index, "uuid": g.uuid, "healthy": g.healthy} for g in report.gpus],
+        "device_plugin": report.mode.value if report.mode else None,
+        "ready": None if report.ready is None else report.ready.ready,
+        "ready_reason": None if report.ready is None else report.ready.reason,
+        "ready_message": None if report.ready is None else report.ready.message,
+        "advertised": None if report.advertised is None else list(report.advertised),
+        "gpus": [
+            {"index": g.index, "uuid": g.uuid, "healthy": g.healthy, "holder": g.holder} for g in report.gpus
+        ],
         "findings": [f.detail for f in report.findings],
         "handled": [f"{h.action}: {h.outcome}" for h in report.handled],
         "problems": report.problems,

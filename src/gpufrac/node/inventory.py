@@ -1,20 +1,30 @@
-"""The node's GPU inventory as the scheduler reads it (format in `contract.node_inventory`), and how
-strongly limits hold.
+"""The node's GPU inventory as the scheduler reads it (format in `contract.node_inventory`), how strongly
+limits hold, who hands out `nvidia.com/gpu`, and whether the node is ready for gpufrac.
 
-Pure: the agent hands in the NVML snapshot and the Node's current labels and annotations, and gets back the
-merge patch to send, or None when the Node already says it all, so a steady node costs no writes.
+Pure: the agent hands in the NVML snapshot, the kubelet's device grants and the Node as read, and gets back
+the patches to send, or None when the Node already says it all, so a steady node costs no writes.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 from gpufrac.contract import node_inventory
-from gpufrac.contract.node_inventory import Enforcement, GpuInfo
-from gpufrac.node.nvml import Snapshot
+from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement, GpuInfo
+from gpufrac.node.nvml import GpuSample, Snapshot
+
+# What a CUDA context takes before its process allocates anything: the context's own allocations (its
+# code modules, stack and printf/malloc heaps), a few hundred MiB on current GPUs, outside any share. A
+# share's memory is of what is left, so a tenant granted its portion can allocate all of it.
+DEFAULT_CUDA_CONTEXT_MIB = 512
+
+# `--device-plugin`: a mode, or `auto` (see `resolve_mode`).
+AUTO = "auto"
+
+ContainerKey = tuple[str, str, str]  # namespace, pod, container
 
 log = logging.getLogger(__name__)
 
@@ -31,26 +41,124 @@ def published_gpus(annotations: Mapping[str, str]) -> tuple[GpuInfo, ...]:
         return ()
 
 
-def gpus(snapshot: Snapshot, previous: Sequence[GpuInfo]) -> tuple[GpuInfo, ...]:
+def gpus(
+    snapshot: Snapshot,
+    previous: Sequence[GpuInfo],
+    *,
+    holders: Mapping[int, str] | None = None,
+    context_mib: int = DEFAULT_CUDA_CONTEXT_MIB,
+) -> tuple[GpuInfo, ...]:
     """The GPUs to publish. With NVML down, the ones published before, all unhealthy: the scheduler must
-    stop placing on them, but the pods already there still count. A GPU whose UUID or model NVML could not
-    read keeps what was published for its index."""
-    if snapshot.error:
-        return tuple(replace(gpu, healthy=False) for gpu in previous)
+    stop placing on them, but the pods already there still count. A GPU whose UUID, model or memory NVML
+    could not read keeps what was published for its index. `holders` (GPU index -> `namespace/pod`, from
+    the kubelet) replaces every GPU's holder; None (the kubelet unreadable, or no device plugin) keeps the
+    holders published before."""
     known = {gpu.index: gpu for gpu in previous}
-    found = []
-    for sample in snapshot.gpus:
-        before = known.get(sample.index)
-        found.append(
-            GpuInfo(
-                index=sample.index,
-                uuid=sample.uuid or (before.uuid if before else f"unknown-{sample.index}"),
-                model=sample.model or (before.model if before else "unknown"),
-                memory_mib=sample.memory_mib or (before.memory_mib if before else 0),
-                healthy=sample.healthy,
-            )
-        )
+    if snapshot.error:
+        found = [replace(gpu, healthy=False) for gpu in previous]
+    else:
+        found = [_gpu(sample, known.get(sample.index), context_mib) for sample in snapshot.gpus]
+    if holders is not None:
+        found = [replace(gpu, holder=holders.get(gpu.index, "")) for gpu in found]
     return tuple(found)
+
+
+def _gpu(sample: GpuSample, before: GpuInfo | None, context_mib: int) -> GpuInfo:
+    if sample.memory_mib:
+        allocatable: int | None = allocatable_mib(sample.memory_mib, sample.reserved_mib, context_mib)
+    else:
+        allocatable = before.allocatable_mib if before else None
+    return GpuInfo(
+        index=sample.index,
+        uuid=sample.uuid or (before.uuid if before else f"unknown-{sample.index}"),
+        model=sample.model or (before.model if before else "unknown"),
+        memory_mib=sample.memory_mib or (before.memory_mib if before else 0),
+        healthy=sample.healthy,
+        allocatable_mib=allocatable,
+        holder=before.holder if before else "",
+    )
+
+
+def allocatable_mib(total_mib: int, reserved_mib: int | None, context_mib: int) -> int:
+    """What processes can allocate on a GPU: its total, less what the driver reserves (unknown counts as
+    none) and one CUDA context's allowance; at least 1, so the annotation stays readable."""
+    return max(1, total_mib - (reserved_mib or 0) - context_mib)
+
+
+class Granted(Protocol):
+    """A container's devices as the kubelet's PodResources API lists them."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def pod(self) -> str: ...
+    @property
+    def container(self) -> str: ...
+    @property
+    def resource(self) -> str: ...
+    @property
+    def device_ids(self) -> tuple[str, ...]: ...
+
+
+def gpu_grants(listing: Iterable[Granted]) -> dict[ContainerKey, tuple[str, ...]]:
+    """(namespace, pod, container) -> the `nvidia.com/gpu` devices the kubelet gave that container."""
+    found: dict[ContainerKey, tuple[str, ...]] = {}
+    for entry in listing:
+        if entry.resource == node_inventory.GPU_RESOURCE and entry.device_ids:
+            key = (entry.namespace, entry.pod, entry.container)
+            found[key] = found.get(key, ()) + tuple(entry.device_ids)
+    return found
+
+
+def holders(grants: Mapping[ContainerKey, Sequence[str]], snapshot: Snapshot) -> dict[int, str]:
+    """GPU index -> the `namespace/pod` the device plugin gave it to ("" for none). Device IDs are GPU
+    UUIDs as NVIDIA's plugin names them, or indices."""
+    names = {gpu.uuid: gpu.index for gpu in snapshot.gpus if gpu.uuid}
+    names.update({str(gpu.index): gpu.index for gpu in snapshot.gpus})
+    found = {gpu.index: "" for gpu in snapshot.gpus}
+    for (namespace, pod, _), devices in sorted(grants.items()):
+        for device in devices:
+            index = names.get(device)
+            if index is not None and not found[index]:
+                found[index] = f"{namespace}/{pod}"
+    return found
+
+
+def resolve_mode(setting: str, labels: Mapping[str, str]) -> DevicePluginMode:
+    """`--device-plugin`: a mode as given, or for `auto`, `managed` where NVIDIA's GPU operator was told
+    not to run its device plugin on the node, else `coexist`."""
+    if setting != AUTO:
+        return DevicePluginMode(setting)
+    if labels.get(node_inventory.OPERATOR_DEVICE_PLUGIN_LABEL) == "false":
+        return DevicePluginMode.MANAGED
+    return DevicePluginMode.COEXIST
+
+
+def kubelet_gpus(allocatable: Mapping[str, str] | None) -> int:
+    """`nvidia.com/gpu` in the Node's status.allocatable: what some device plugin advertises."""
+    text = (allocatable or {}).get(node_inventory.GPU_RESOURCE, "0")
+    return int(text) if text.isascii() and text.isdigit() else 0
+
+
+def plugin_conflict(labels: Mapping[str, str], kubelet_count: int, advertised: Sequence[str] | None) -> str:
+    """Why gpufrac must not serve `nvidia.com/gpu` itself (managed mode, before it registered); empty when
+    nothing else does. Two plugins for one resource would each hand out every GPU."""
+    label = node_inventory.OPERATOR_DEVICE_PLUGIN_LABEL
+    if labels.get(label) != "false":
+        return f"NVIDIA's device plugin is not switched off on this node: label it {label}=false"
+    if kubelet_count > 0 or advertised:
+        count = kubelet_count or len(advertised or ())
+        return (
+            f"another device plugin already advertises {count} {node_inventory.GPU_RESOURCE}: stop it on "
+            f"this node (GPU operator: {label}=false), or run the agent with --device-plugin coexist"
+        )
+    return ""
+
+
+def native(labels: Mapping[str, str], label: tuple[str, str]) -> bool:
+    """NVIDIA's operator shows on the node that the driver holds limits there (`--native-label`)."""
+    key, value = label
+    return labels.get(key) == value
 
 
 def enforcement(*, native: bool, nvml_ok: bool, mps_healthy: bool, acting: bool) -> Enforcement:
@@ -77,21 +185,27 @@ def gpu_enforcement(node: Enforcement, *, healthy: bool, sm_sharing: bool, actin
 
 
 def node_patch(
-    metadata: Mapping[str, Any], *, gpus: Sequence[GpuInfo], driver_version: str, level: Enforcement
+    metadata: Mapping[str, Any],
+    *,
+    gpus: Sequence[GpuInfo],
+    driver_version: str,
+    level: Enforcement,
+    mode: DevicePluginMode,
 ) -> dict[str, Any] | None:
     """The merge patch that brings the Node's labels and annotations up to date; None if nothing changes.
 
     The `nvidia.com/gpu.*` labels are written only where absent: GPU Feature Discovery owns them where it
-    runs. An unknown driver version (NVML down) leaves the driver labels as they were.
+    runs. An unknown driver version (NVML down) leaves the driver annotation as it was.
     """
     have_labels: Mapping[str, str] = metadata.get("labels") or {}
     have_annotations: Mapping[str, str] = metadata.get("annotations") or {}
     want_annotations = {node_inventory.GPUS_ANNOTATION: node_inventory.dump_gpus(gpus)}
-    want_labels = {node_inventory.ENFORCEMENT_LABEL: level.value}
-    major = node_inventory.driver_major(driver_version)
-    if major is not None:
+    want_labels = {
+        node_inventory.ENFORCEMENT_LABEL: level.value,
+        node_inventory.DEVICE_PLUGIN_LABEL: mode.value,
+    }
+    if driver_version:
         want_annotations[node_inventory.DRIVER_VERSION_ANNOTATION] = driver_version
-        want_labels[node_inventory.DRIVER_MAJOR_LABEL] = str(major)
     if gpus:
         first = min(gpus, key=lambda gpu: gpu.index)
         defaults = {
@@ -110,3 +224,108 @@ def node_patch(
     if changed_annotations:
         patch["annotations"] = changed_annotations
     return {"metadata": patch} if patch else None
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What one tick found that decides readiness. `pod_resources_error`, `plugin_*` and `kubelet_gpus`
+    matter only in the modes that need them."""
+
+    mode: DevicePluginMode
+    nvml_error: str
+    gpu_count: int
+    published: bool = False  # the inventory patch went through (or was not needed)
+    mps_supervised: bool = False  # the agent runs the sm-sharing MPS daemon, so sm-sharing is offered
+    mps_healthy: bool = False
+    pod_resources_error: str = ""
+    plugin_conflict: str = ""
+    plugin_error: str = ""
+    plugin_registered: bool = False
+    kubelet_gpus: int = 0
+
+
+@dataclass(frozen=True)
+class Readiness:
+    ready: bool
+    reason: str  # CamelCase, as a condition's reason
+    message: str  # one line
+
+
+def readiness(facts: Facts) -> Readiness:
+    """`gpufrac.io/Ready`: True only when every prerequisite of the node's mode holds; else False with
+    the first that fails, so the scheduler never places on a node whose GPUs it cannot account for."""
+    failed = _first_failure(facts)
+    if failed is not None:
+        return Readiness(False, *failed)
+    return Readiness(
+        True, "AgentReady", f"{facts.gpu_count} GPUs published; device plugin mode {facts.mode.value}"
+    )
+
+
+def _first_failure(facts: Facts) -> tuple[str, str] | None:
+    mode = facts.mode
+    checks = (
+        (bool(facts.nvml_error), "NVMLUnavailable", facts.nvml_error),
+        (facts.gpu_count == 0, "NoGPUs", "NVML sees no GPU on this node"),
+        (not facts.published, "InventoryNotPublished", "the GPU inventory could not be written to the Node"),
+        (
+            facts.mps_supervised and not facts.mps_healthy,
+            "MPSUnhealthy",
+            "the sm-sharing MPS control daemon is not running",
+        ),
+        (
+            mode is not DevicePluginMode.NONE and bool(facts.pod_resources_error),
+            "PodResourcesUnreadable",
+            f"cannot tell which GPUs the device plugin gave to whom: {facts.pod_resources_error}",
+        ),
+        (
+            mode is DevicePluginMode.MANAGED and bool(facts.plugin_conflict),
+            "DevicePluginConflict",
+            facts.plugin_conflict,
+        ),
+        (
+            mode is DevicePluginMode.MANAGED and not facts.plugin_registered,
+            "DevicePluginNotRegistered",
+            facts.plugin_error or f"gpufrac's {node_inventory.GPU_RESOURCE} device plugin is not registered",
+        ),
+        (
+            mode is DevicePluginMode.COEXIST and facts.kubelet_gpus == 0,
+            "NoDevicePlugin",
+            f"the Node's allocatable has no {node_inventory.GPU_RESOURCE}: no device plugin runs here",
+        ),
+    )
+    for failed, reason, message in checks:
+        if failed:
+            return reason, " ".join(message.split())
+    return None
+
+
+def find_condition(conditions: Iterable[Mapping[str, Any]] | None) -> Mapping[str, Any] | None:
+    """The Node's `gpufrac.io/Ready` condition, as read."""
+    for condition in conditions or ():
+        if condition.get("type") == node_inventory.READY_CONDITION:
+            return condition
+    return None
+
+
+def condition_patch(current: Mapping[str, Any] | None, want: Readiness, now: str) -> dict[str, Any] | None:
+    """The strategic merge patch for `nodes/status` that sets the condition (keyed by type, so the
+    kubelet's conditions stay), or None when status, reason and message are already what they should be:
+    a steady node costs no writes. `lastTransitionTime` moves only when the status does."""
+    status = "True" if want.ready else "False"
+    if current is not None and (current.get("status"), current.get("reason"), current.get("message")) == (
+        status,
+        want.reason,
+        want.message,
+    ):
+        return None
+    same = current is not None and current.get("status") == status and current.get("lastTransitionTime")
+    condition = {
+        "type": node_inventory.READY_CONDITION,
+        "status": status,
+        "reason": want.reason,
+        "message": want.message,
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": current["lastTransitionTime"] if same and current is not None else now,
+    }
+    return {"status": {"conditions": [condition]}}

@@ -15,6 +15,7 @@ scenario by rewriting the file between ticks::
         uuid: GPU-00000000-0000-0000-0000-000000000000
         model: NVIDIA A100-SXM4-80GB
         memory_mib: 81920
+        reserved_mib: 512        # optional: what the driver keeps (NVML's memory info v2)
         utilization: 0.25        # optional, 0 to 1
         error: "GPU is lost"     # optional: every call on this GPU fails
         processes:
@@ -49,7 +50,9 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class GpuSample:
-    """One GPU at one moment. Unhealthy GPUs carry `error`, and whatever NVML still answered."""
+    """One GPU at one moment. Unhealthy GPUs carry `error`, and whatever NVML still answered.
+    `reserved_mib`: the memory the driver keeps for itself, None where NVML cannot tell (before memory
+    info v2)."""
 
     index: int
     uuid: str
@@ -59,6 +62,7 @@ class GpuSample:
     utilization: float | None = None
     processes: tuple[GpuProcess, ...] = ()
     error: str = ""
+    reserved_mib: int | None = None
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,7 @@ class RealBackend:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
             model = _text(pynvml.nvmlDeviceGetName(handle))
-            memory_mib = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // MIB
+            memory_mib, reserved_mib = _memory(pynvml, handle)
             processes = _processes(pynvml, handle)
         except pynvml.NVMLError as error:
             return GpuSample(index, uuid, model, memory_mib, healthy=False, error=str(error))
@@ -122,7 +126,7 @@ class RealBackend:
             utilization: float | None = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100
         except pynvml.NVMLError:
             utilization = None  # not supported on every GPU; not a health problem
-        return GpuSample(index, uuid, model, memory_mib, True, utilization, processes)
+        return GpuSample(index, uuid, model, memory_mib, True, utilization, processes, "", reserved_mib)
 
     def close(self) -> None:
         if self._ready:
@@ -133,6 +137,16 @@ class RealBackend:
                 pynvml.nvmlShutdown()
             except Exception:
                 pass
+
+
+def _memory(pynvml: Any, handle: Any) -> tuple[int, int | None]:
+    """Total and reserved MiB. Memory info v2 has `reserved` (what the driver keeps: a process can never
+    allocate it); a driver or nvidia-ml-py without v2 gives the total alone."""
+    try:
+        info = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+        return int(info.total) // MIB, int(info.reserved) // MIB
+    except (pynvml.NVMLError, AttributeError, TypeError):
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // MIB, None
 
 
 def _processes(pynvml: Any, handle: Any) -> tuple[GpuProcess, ...]:
@@ -198,6 +212,7 @@ def _scenario(data: Any) -> Snapshot:
         )
         error = str(item.get("error") or "")
         utilization = item.get("utilization")
+        reserved = item.get("reserved_mib")
         gpus.append(
             GpuSample(
                 index=int(item["index"]),
@@ -208,6 +223,7 @@ def _scenario(data: Any) -> Snapshot:
                 utilization=None if utilization is None or error else float(utilization),
                 processes=() if error else processes,
                 error=error,
+                reserved_mib=None if reserved is None else int(reserved),
             )
         )
     return Snapshot(str(data.get("driver_version", "")), tuple(gpus))

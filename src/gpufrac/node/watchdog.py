@@ -15,6 +15,10 @@ kinds of finding:
   GPU its contract does not grant. This is how the watchdog sees GPUs claimed through routes the webhook
   cannot see (docs/architecture.md, threat model).
 
+A container the kubelet's device plugin gave GPUs to (`nvidia.com/gpu`, read from the PodResources API)
+holds them whole: that grant is its contract on those GPUs, beside any annotation contract, so its
+processes there are never findings.
+
 A pod is read defensively: one that cannot be read (a poison object) gives containers with a `problem`,
 whose GPU processes are findings like any without a contract; it never stops the others being read.
 """
@@ -60,7 +64,8 @@ class PodRef:
 @dataclass(frozen=True)
 class Container:
     """A container on the node, and the GPUs its pod's contract gives it; `limit_mib` None for whole GPUs,
-    `devices` empty for a container with no GPU contract."""
+    `devices` empty for a container with no GPU contract. `plugin_devices`: the GPUs the device plugin gave
+    it, whole (no limit there)."""
 
     pod: PodRef
     name: str
@@ -71,6 +76,7 @@ class Container:
     problem: str = ""  # why the pod has no usable contract, when it has a broken one
     kind: str = "container"  # or "init container", "sidecar container", "ephemeral container"
     pod_has_shares: bool = False  # the pod's contract grants GPUs, to other containers if not this one
+    plugin_devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -138,9 +144,15 @@ _STATUS_LISTS = (
 MAX_PROBLEM = 300  # characters of a broken contract quoted in a finding: values are the tenant's
 
 
-def containers_on_node(pods: Iterable[Mapping[str, Any]]) -> dict[str, Container]:
+def containers_on_node(
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    device_plugin: Mapping[tuple[str, str, str], tuple[str, ...]] | None = None,
+) -> dict[str, Container]:
     """Container ID -> container, for every container of the pods on the node (plain dicts as the API
-    returns them), init, sidecar and ephemeral containers included."""
+    returns them), init, sidecar and ephemeral containers included. `device_plugin`: (namespace, pod,
+    container) -> the `nvidia.com/gpu` device IDs the kubelet gave it (GPU UUIDs, or indices)."""
+    plugin = device_plugin or {}
     found: dict[str, Container] = {}
     for pod in pods:
         metadata = _map(pod.get("metadata"))
@@ -171,6 +183,7 @@ def containers_on_node(pods: Iterable[Mapping[str, Any]]) -> dict[str, Container
                     problem,
                     kind="sidecar container" if kind == "init container" and name in sidecars else kind,
                     pod_has_shares=bool(grants),
+                    plugin_devices=plugin.get((ref.namespace, ref.name, name), ()),
                 )
     return found
 
@@ -240,7 +253,7 @@ def assess(
     by_share: dict[tuple[str, Gpu], list[Process]] = {}
     for gpu in gpus:
         for container_id, held in containers.items():
-            if held.limit_mib is not None and _holds(held, gpu):
+            if _limited(held, gpu):
                 by_share[container_id, gpu] = []
     findings: list[Finding] = []
     for process in processes:
@@ -255,7 +268,7 @@ def assess(
     for (container_id, gpu), members in by_share.items():
         container = containers[container_id]
         used = sum(p.used_bytes or 0 for p in members)
-        if container.limit_mib is None:
+        if not _limited(container, gpu) or container.limit_mib is None:
             continue  # whole GPUs: no limit below the GPU itself
         usages.append(Usage(container, gpu, used, tuple(members)))
         limit = container.limit_mib * MIB
@@ -281,16 +294,32 @@ def _no_contract(process: Process, container: Container | None) -> str:
     if container is None:
         return f"{where} runs in container {process.container_id[:12]}, which is in no pod on this node"
     owner = f"{container.kind} {container.name} of pod {container.pod.namespace}/{container.pod.name}"
+    if _holds_by_plugin(container, process.gpu):
+        return ""
     if not container.devices and container.pod_has_shares:
         return f"{where} runs in {owner}, which is not one of the pod's GPU containers"
-    if not container.devices:
+    if not container.devices and not container.plugin_devices:
         return f"{where} runs in {owner}, " + (container.problem or "which has no GPU contract")
     if not _holds(container, process.gpu):
-        granted = ",".join(container.devices)
+        granted = ",".join(container.devices + container.plugin_devices)
         return f"{where} runs in {owner}, whose contract grants GPUs {granted}, not this one"
     return ""
 
 
-def _holds(container: Container, gpu: Gpu) -> bool:
+def _names(devices: tuple[str, ...], gpu: Gpu) -> bool:
     """Devices name GPUs by UUID, or by index where UUIDs were unknown."""
-    return gpu.uuid in container.devices or str(gpu.index) in container.devices
+    return gpu.uuid in devices or str(gpu.index) in devices
+
+
+def _holds(container: Container, gpu: Gpu) -> bool:
+    return _names(container.devices, gpu)
+
+
+def _holds_by_plugin(container: Container, gpu: Gpu) -> bool:
+    return _names(container.plugin_devices, gpu)
+
+
+def _limited(container: Container, gpu: Gpu) -> bool:
+    """The container's share on `gpu` has a limit: its contract grants the GPU with one, and the device
+    plugin did not give it the whole GPU."""
+    return container.limit_mib is not None and _holds(container, gpu) and not _holds_by_plugin(container, gpu)

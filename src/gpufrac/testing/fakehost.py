@@ -11,9 +11,12 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from gpufrac.node.watchdog import Process
 
 LAYOUTS = {
     "containerd": "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{pod}.slice/"
@@ -104,3 +107,14 @@ class FakeHost:
         partial = self.nvml_file.with_suffix(".tmp")
         partial.write_text(yaml.safe_dump(data, sort_keys=False))
         os.replace(partial, self.nvml_file)
+
+
+class RecordingKiller:
+    """Kills nothing; remembers whom it was asked to kill."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def kill(self, process: Process) -> str:
+        self.calls.append(process.pid)
+        return "killed"
