@@ -325,3 +325,17 @@ async def test_an_unwritable_inventory_is_not_ready(host: FakeHost) -> None:
 def test_a_device_plugin_mode_needs_pod_resources(host: FakeHost) -> None:
     with pytest.raises(ValueError, match="needs the kubelet's PodResources API"):
         Agent(Settings("n1", device_plugin="coexist"), client=None, nvml=None, killer=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("label", "acts"), [(None, False), ("kill", True), ("report", False), ("explode", False)]
+)
+async def test_acting_is_opted_into_per_node_by_label(host: FakeHost, label: str | None, acts: bool) -> None:
+    labels = {} if label is None else {node_inventory.WATCHDOG_MODE_LABEL: label}
+    r = rig(host, node(labels), device_plugin="none", mode=Mode.REPORT)
+    host.add_process(100, container=None)
+    host.write({0: [(100, 10)]})
+    for _ in range(2):
+        report = await r.agent.tick()
+    assert [h.action for h in report.handled] == ["kill" if acts else "report"]
+    assert r.killer.calls == ([100] if acts else [])

@@ -43,6 +43,9 @@ GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 DEVICE_PLUGIN_LABEL = "gpufrac.io/device-plugin"
+# Set by the operator, not the agent: `kill` or `evict` on a node pool's nodes makes the watchdog act there;
+# anything else (or nothing) leaves the agent's --mode, `report` by default in the chart.
+WATCHDOG_MODE_LABEL = "gpufrac.io/watchdog"
 READY_CONDITION = "gpufrac.io/Ready"
 
 # The extended resource NVIDIA's device plugin (or gpufrac's, in managed mode) hands out, one per GPU.

@@ -238,6 +238,8 @@ class Agent:
             raise ValueError(f"--device-plugin {settings.device_plugin} needs the kubelet's PodResources API")
         self._condition: Mapping[str, Any] | None = None  # gpufrac.io/Ready as last read or written
         self._conflict = ""  # the device plugin conflict last logged
+        # --mode, or the node's `gpufrac.io/watchdog` label once the Node was read (`inventory.watchdog_mode`)
+        self.watchdog_mode = settings.mode
 
     # --- the loop ------------------------------------------------------------------------------------
 
@@ -287,12 +289,14 @@ class Agent:
                 "device plugin mode %s (--device-plugin %s)", self._mode.value, self.settings.device_plugin
             )
         report.mode = self._mode
+        if node is not None:
+            self.watchdog_mode = inventory.watchdog_mode(self.settings.mode, labels)
         grants, grants_error = await self._grants(report)
         report.level = inventory.enforcement(
             native=inventory.native(labels, self.settings.native_label),
             nvml_ok=not snapshot.error and bool(snapshot.gpus),
             mps_healthy=mps_up,
-            acting=self.settings.mode is not Mode.REPORT,
+            acting=self.watchdog_mode is not Mode.REPORT,
         )
         if node is not None and self._mode is not None:
             kubelet_gpus = inventory.kubelet_gpus(status.get("allocatable"))
@@ -532,7 +536,7 @@ class Agent:
                 log.warning("pod %s/%s: %s", container.pod.namespace, container.pod.name, container.problem)
 
     def _action(self, finding: Finding) -> str:
-        mode = self.settings.mode
+        mode = self.watchdog_mode
         if mode is Mode.EVICT and finding.container is None:
             return Mode.REPORT.value  # a process in no pod cannot be evicted
         return mode.value
@@ -558,7 +562,7 @@ class Agent:
             log.error("%s: %s failed: %s; trying again next interval", finding.detail, action, outcome)
             return Handled(finding, action, outcome)
         self._done.add(key)
-        message = f"{outcome}: {finding.detail} (mode {self.settings.mode.value})"
+        message = f"{outcome}: {finding.detail} (mode {self.watchdog_mode.value})"
         log.warning("%s: %s", finding.kind.value, message)
         event = events.warning(
             involved=self._involved(finding),
@@ -601,7 +605,7 @@ class Agent:
         containers: Iterable[watchdog.Container],
         level: Enforcement,
     ) -> None:
-        acting = self.settings.mode is not Mode.REPORT
+        acting = self.watchdog_mode is not Mode.REPORT
         sm_devices = {device for c in containers if c.sm_sharing for device in c.devices}
         gpus = tuple(
             GpuView(

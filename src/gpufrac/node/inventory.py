@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from gpufrac.contract import node_inventory
 from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement, GpuInfo
+from gpufrac.node.watchdog import Mode
 from gpufrac.node.nvml import GpuSample, Snapshot
 
 # What a CUDA context takes before its process allocates anything: the context's own allocations (its
@@ -132,6 +133,15 @@ def resolve_mode(setting: str, labels: Mapping[str, str]) -> DevicePluginMode:
     if labels.get(node_inventory.OPERATOR_DEVICE_PLUGIN_LABEL) == "false":
         return DevicePluginMode.MANAGED
     return DevicePluginMode.COEXIST
+
+
+def watchdog_mode(default: Mode, labels: Mapping[str, str]) -> Mode:
+    """The node's watchdog mode: its `gpufrac.io/watchdog` label where that names a mode, so that acting is
+    opted into per node pool by labelling its nodes; else the agent's own `--mode`."""
+    try:
+        return Mode(labels.get(node_inventory.WATCHDOG_MODE_LABEL, default.value))
+    except ValueError:
+        return default
 
 
 def kubelet_gpus(allocatable: Mapping[str, str] | None) -> int:
