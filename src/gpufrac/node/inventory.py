@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 from gpufrac.contract import node_inventory
 from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement, GpuInfo
-from gpufrac.node.watchdog import Mode
 from gpufrac.node.nvml import GpuSample, Snapshot
+from gpufrac.node.watchdog import Mode
 
 # What a CUDA context takes before its process allocates anything: the context's own allocations (its
 # code modules, stack and printf/malloc heaps), a few hundred MiB on current GPUs, outside any share. A
