@@ -72,9 +72,9 @@ async def test_a_share_waits_for_a_reservation_then_lands_on_the_gpu_the_kubelet
     assert reservation["spec"]["nodeName"] == "n1"
     assert reservation["spec"]["containers"][0]["resources"]["limits"][keys.GPU_RESOURCE] == "1"
     assert reservations.is_reservation(reservation, NAMESPACE)
-    # Until the agent publishes which GPU the kubelet gave the reservation, a GPU counts as claimed, and the
+    # Until the agent publishes which GPU the kubelet gave the reservation, a GPU counts as pending, and the
     # pod is not tried again (no second reservation).
-    assert made.cache.devices["n1"].holds == (Hold.CLAIMED, Hold.FREE)
+    assert made.cache.devices["n1"].holds == (Hold.PENDING, Hold.FREE)
     made.queue.cluster_changed()
     await settle(made, clock)
     assert len(reservation_pods(client)) == 1 and client.stored("Pod", "p")["spec"].get("nodeName") is None
@@ -84,6 +84,18 @@ async def test_a_share_waits_for_a_reservation_then_lands_on_the_gpu_the_kubelet
     stored = client.stored("Pod", "p")
     assert stored["spec"]["nodeName"] == "n1"
     assert stored["metadata"]["annotations"][keys.container_key("main", keys.DEVICES)] == "GPU-n1-1"
+
+
+async def test_shares_that_fit_together_wait_for_one_reservation() -> None:
+    made, client, clock = setup([dp_node()], [share_pod("p"), share_pod("q")])
+    await settle(made)
+    [reservation] = reservation_pods(client)
+    assert made.keeper.awaiting[key("q")] == made.keeper.awaiting[key("p")]
+    made.on_node_event("MODIFIED", dp_node(holders={1: holder(reservation)}))
+    await settle(made, clock)
+    for name in ("p", "q"):
+        annotations = client.stored("Pod", name)["metadata"]["annotations"]
+        assert annotations[keys.container_key("main", keys.DEVICES)] == "GPU-n1-1"
 
 
 async def test_a_gpu_the_device_plugin_gave_to_another_pod_is_never_shared() -> None:

@@ -8,7 +8,8 @@ from the holders its agent publishes (`GpuInfo.holder`, read from the kubelet's 
   will give it to no one else while the reservation lives;
 - a GPU the device plugin gave to any other pod is never shared;
 - a pod bound to the node and asking for `nvidia.com/gpu` whose GPU is not published yet holds *some* free
-  GPU; until the agent says which, the lowest-indexed free GPUs are counted as taken, so that nothing
+  GPU; until the agent says which, the lowest-indexed free GPUs are counted as taken (`PENDING` for
+  gpufrac's own reservations, which shares may wait for, `CLAIMED` for anyone else's), so that nothing
   gpufrac places can need more GPUs than the kubelet has left;
 - a whole-GPU pod gpufrac places there gets its GPU from the kubelet, like anyone's: gpufrac picks only the
   node, on the count of free GPUs.
@@ -31,6 +32,7 @@ class Hold(StrEnum):
     FREE = "free"  # the device plugin gave it to nobody: a whole-GPU pod or a new reservation may have it
     RESERVED = "reserved"  # a live gpufrac reservation holds it: shares go here
     HELD = "held"  # the device plugin gave it to another pod: never shared
+    PENDING = "pending"  # free as published, counted as what a gpufrac reservation not yet published got
     CLAIMED = "claimed"  # free as published, but counted as taken by a pod whose GPU is not published yet
     RELEASING = "releasing"  # published as held by a gpufrac reservation that is gone: free once republished
 
@@ -79,11 +81,15 @@ def node_devices(
             holds.append(Hold.RELEASING)
         else:
             holds.append(Hold.HELD)
-    unpublished = sum(max(0, count - published.get(key, 0)) for key, count in claims.items())
-    for position, hold in enumerate(holds):
-        if unpublished == 0:
-            break
-        if hold is Hold.FREE:
-            holds[position] = Hold.CLAIMED
-            unpublished -= 1
+    ours_unpublished = sum(
+        max(0, count - published.get(key, 0)) for key, count in claims.items() if key in reservations
+    )
+    others_unpublished = sum(
+        max(0, count - published.get(key, 0)) for key, count in claims.items() if key not in reservations
+    )
+    free = [position for position, hold in enumerate(holds) if hold is Hold.FREE]
+    for position in free[:ours_unpublished]:
+        holds[position] = Hold.PENDING
+    for position in free[ours_unpublished : ours_unpublished + others_unpublished]:
+        holds[position] = Hold.CLAIMED
     return NodeDevices(tuple(holds), reserved)

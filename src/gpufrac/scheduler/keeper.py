@@ -104,7 +104,7 @@ class ReservationKeeper:
                 continue
             row = found
             shared = [gpu for gpu in range(len(view.holds)) if cache.state.gpu_tenants[row, gpu]]
-            unheld = [gpu for gpu in shared if view.holds[gpu] in (Hold.FREE, Hold.CLAIMED)]
+            unheld = [gpu for gpu in shared if view.holds[gpu] in (Hold.FREE, Hold.PENDING, Hold.CLAIMED)]
             pending = any(
                 objects.node_name(pod) == node and _reserved_gpu(cache, uid) is None
                 for uid, pod in cache.reservations.items()

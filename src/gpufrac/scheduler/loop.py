@@ -266,7 +266,7 @@ class Scheduler:
                 outcome = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
             if isinstance(outcome, Unschedulable) and demand.shares and self.cache.devices:
                 # Would it fit with more GPUs reserved? Then reserve them, and decide again once they are.
-                with self.cache.device_view(Hold.RESERVED, Hold.FREE):
+                with self.cache.device_view(Hold.RESERVED, Hold.PENDING, Hold.FREE):
                     trial = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
                 if not isinstance(trial, Unschedulable) and await self._reserve_for(uid, pod, trial):
                     self.queue.park(uid, priority=_priority(pod), created=_created(pod))
@@ -371,24 +371,32 @@ class Scheduler:
         return rows[~off], excluded
 
     async def _reserve_for(self, uid: str, pod: dict[str, Any], trial: Placement) -> bool:
-        """Create the reservations `trial` needs on its node (one per free GPU its shares would use), and
-        note that the pod waits for them; False when none was needed or none could be created."""
+        """Make the pod wait for the reservations `trial` needs on its node: the ones not yet published there
+        (whichever GPU each gets, they are alike), and new ones for the free GPUs its shares would use.
+        False when it needs none, or none could be made."""
         view = self.cache.devices.get(trial.node)
         if view is None:
             return False
-        free = {gpu for a in trial.assignments for gpu in a.gpus if view.holds[gpu] is Hold.FREE}
-        created = set()
-        for _ in free:
+        used = [view.holds[gpu] for a in trial.assignments for gpu in set(a.gpus)]
+        waits = set()
+        if Hold.PENDING in used:
+            waits |= {
+                reservation
+                for reservation, body in self.cache.reservations.items()
+                if objects.node_name(body) == trial.node
+                and objects.pod_key(body) not in view.reservations.values()
+            }
+        for _ in range(used.count(Hold.FREE)):
             reservation = await self._create_reservation(trial.node)
             if reservation is None:
                 break
-            created.add(objects.pod_uid(reservation))
-        if created:
-            self.keeper.awaiting[uid] = created
+            waits.add(objects.pod_uid(reservation))
+        if waits:
+            self.keeper.awaiting[uid] = waits
             log.info(
-                "pod %s waits for %d GPU reservation(s) on %s", objects.pod_key(pod), len(created), trial.node
+                "pod %s waits for %d GPU reservation(s) on %s", objects.pod_key(pod), len(waits), trial.node
             )
-        return bool(created)
+        return bool(waits)
 
     async def _create_reservation(self, node: str) -> dict[str, Any] | None:
         manifest = reservations.manifest(
