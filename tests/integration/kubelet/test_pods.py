@@ -65,6 +65,7 @@ def run_agent(plane: controlplane.ControlPlane, file: Path) -> dict[str, Any]:
     command = [sys.executable, "-m", "gpufrac.cli", "agent", "--once"]
     command += ["--nvml", f"fake:{file}"]
     command += ["--kubeconfig", str(plane.kubeconfig("agent")), "--mps-control", "", "--metrics-port", "0"]
+    command += ["--device-plugin", "none"]  # these tests give the scheduler the GPUs without a device plugin
     done = subprocess.run(
         command,
         env={**os.environ, "NODE_NAME": realnode.NAME},
@@ -331,7 +332,7 @@ async def tick(plane: controlplane.ControlPlane, file: Path, mode: Mode) -> Tick
         try:
             return await agent.tick()
         finally:
-            await agent.close()
+            await agent.close(stopping=False)  # one tick, not the node's agent going away
 
 
 def host_pid(node: realnode.RealNode, pod: dict[str, Any], container: str) -> int:
