@@ -23,7 +23,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod, ServiceAccount
 
 from gpufrac import contract
-from gpufrac.contract import keys
+from gpufrac.contract import keys, node_inventory
 from gpufrac.node.agent import Agent, Settings, SignalKiller
 from gpufrac.node.kubelet.podresources import PodResourcesClient
 from gpufrac.node.nvml import FakeBackend
@@ -183,6 +183,14 @@ async def agent_runs(
         await start()
 
     await start()
+
+    async def ready() -> bool:
+        async with control_plane.client("admin") as admin:
+            node = (await admin.get(Node, realnode.NAME)).to_dict()
+        conditions = node["status"].get("conditions") or []
+        return any(c["type"] == node_inventory.READY_CONDITION and c["status"] == "True" for c in conditions)
+
+    await pods.wait_for("the agent's gpufrac.io/Ready condition", ready)
     yield restart
     await halt()
 
@@ -243,17 +251,25 @@ async def create(client: lightkube.AsyncClient, namespace: str, *bodies: dict[st
 async def settled(
     client: lightkube.AsyncClient, namespace: str, timeout: float = 90
 ) -> dict[str, dict[str, Any]]:
-    """The namespace's pods once none is left pending on the node: each runs, failed admission, or waits
-    for the scheduler with a reason."""
+    """The namespace's pods once none is left pending on the node (each runs, failed admission, or waits
+    for the scheduler with a reason) and nothing has changed for three seconds."""
     deadline = time.monotonic() + timeout
+    last: dict[str, tuple[str, str]] = {}
+    since = time.monotonic()
     while True:
         listed = [item.to_dict() async for item in client.list(Pod, namespace=namespace)]
         found = {pod["metadata"]["name"]: pod for pod in listed}
         unsettled = [name for name, pod in found.items() if not _settled(pod)]
-        if not unsettled:
+        now = {
+            name: (pod["spec"].get("nodeName", ""), pod["status"].get("phase", ""))
+            for name, pod in found.items()
+        }
+        if now != last or unsettled:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= 3:
             return found
         if time.monotonic() > deadline:
-            raise AssertionError(f"pods not settled after {timeout:.0f}s: {unsettled}")
+            raise AssertionError(f"pods not settled after {timeout:.0f}s: {unsettled or now}")
         await asyncio.sleep(0.5)
 
 
