@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -436,3 +437,16 @@ def test_bind_plan_of_a_cpu_only_placement_writes_nothing() -> None:
         env_delivery=contract.EnvDelivery.CONFIGMAP,
     )
     assert plan == objects.BindPlan({}, {})
+
+
+def test_portions_are_of_the_memory_a_process_can_allocate_where_the_agent_published_it() -> None:
+    published = (replace(inventory("n1", 1)[0], memory_mib=81920, allocatable_mib=80000),)
+    spec = objects.node_spec(node("n1", agent=published))
+    assert [gpu.memory_mib for gpu in spec.gpus] == [80000]
+    state = ClusterState()
+    state.add_node(spec)
+    half = pod("p", annotations={"gpu-fraction": "0.5"})
+    placed = decide(state, objects.pod_demand(half), POLICIES["binpack"](CONTEXT), rows=np.array([0]))
+    assert isinstance(placed, Placement)
+    # Half of what can be allocated, not half of the total: two halves fit in practice.
+    assert [a.request_mib for a in placed.assignments] == [40000]
