@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,8 @@ from lightkube.resources.core_v1 import Node, Pod, ServiceAccount
 
 from gpufrac import contract
 from gpufrac.contract import keys, node_inventory
-from gpufrac.node.agent import Agent, Settings, SignalKiller
+from gpufrac.node.agent import PLUGIN_ENDPOINT, Agent, Settings, SignalKiller
+from gpufrac.node.kubelet.device_plugin import DevicePluginServer
 from gpufrac.node.kubelet.podresources import PodResourcesClient
 from gpufrac.node.nvml import FakeBackend
 from gpufrac.node.procfs import ProcFS
@@ -145,60 +146,89 @@ def device_plugin(real_node: realnode.RealNode) -> Iterator[FakeDevicePlugin]:
     plugin.stop()
 
 
-@pytest.fixture
-async def agent_runs(
-    real_node: realnode.RealNode,
-    control_plane: controlplane.ControlPlane,
-    device_plugin: FakeDevicePlugin,
-    tmp_path: Path,
-) -> AsyncIterator[Callable[[], Any]]:
-    """Starts the node agent (coexist, kill mode, every half second) on the real node; returns a function
-    that restarts it. The fake NVML scenario is `tmp_path/scenario.yaml`."""
-    file = tmp_path / "scenario.yaml"
-    file.write_text(pods.scenario())
-    running: list[tuple[asyncio.Task[None], asyncio.Event, Agent, lightkube.AsyncClient]] = []
+class AgentRunner:
+    """The node agent (kill mode, every half second) on the real node, in this process, as its service
+    account; its fake NVML scenario is `file`. `plugins` are the device plugins it served (managed)."""
 
-    async def start() -> None:
-        client = control_plane.client("agent")
-        backend = FakeBackend(file)
+    def __init__(self, plane: controlplane.ControlPlane, node: realnode.RealNode, file: Path) -> None:
+        self.plane, self.node, self.file = plane, node, file
+        self.plugins: list[DevicePluginServer] = []
+        self._running: list[tuple[asyncio.Task[None], asyncio.Event, Agent, lightkube.AsyncClient]] = []
+
+    async def start(self, device_plugin: str = "coexist") -> None:
+        client = self.plane.client("agent")
+        backend = FakeBackend(self.file)
+
+        def plugin(devices: Sequence[str]) -> DevicePluginServer:
+            made = DevicePluginServer(
+                self.node.device_plugin_dir, keys.GPU_RESOURCE, devices, endpoint=PLUGIN_ENDPOINT
+            )
+            self.plugins.append(made)
+            return made
+
         agent = Agent(
-            Settings(node_name=realnode.NAME, mode=Mode.KILL, interval=0.5, device_plugin="coexist"),
+            Settings(node_name=realnode.NAME, mode=Mode.KILL, interval=0.5, device_plugin=device_plugin),
             client=client,
             nvml=backend,
             killer=SignalKiller(ProcFS(), backend),
-            pod_resources=PodResourcesClient(real_node.podresources_socket, timeout=10),
+            pod_resources=PodResourcesClient(self.node.podresources_socket, timeout=10),
+            plugin_server=plugin,
         )
         stop = asyncio.Event()
-        running.append((asyncio.create_task(agent.run(stop)), stop, agent, client))
+        self._running.append((asyncio.create_task(agent.run(stop)), stop, agent, client))
 
-    async def halt() -> None:
-        task, stop, agent, client = running.pop()
+    async def halt(self) -> None:
+        task, stop, agent, client = self._running.pop()
         stop.set()
         await task
         await agent.close(stopping=False)
         await client.close()
 
-    async def restart() -> None:
-        await halt()
-        await start()
+    async def stop(self) -> None:
+        while self._running:
+            await self.halt()
 
-    await start()
+    async def restart(self, device_plugin: str = "coexist") -> None:
+        await self.halt()
+        await self.start(device_plugin)
 
-    async def ready() -> bool:
-        async with control_plane.client("admin") as admin:
+    async def condition(self) -> dict[str, Any]:
+        async with self.plane.client("admin") as admin:
             node = (await admin.get(Node, realnode.NAME)).to_dict()
-        conditions = node["status"].get("conditions") or []
-        return any(c["type"] == node_inventory.READY_CONDITION and c["status"] == "True" for c in conditions)
+        found = [
+            c for c in node["status"].get("conditions") or [] if c["type"] == node_inventory.READY_CONDITION
+        ]
+        return found[0] if found else {}
 
-    await pods.wait_for("the agent's gpufrac.io/Ready condition", ready)
-    yield restart
-    await halt()
+    async def ready(self) -> None:
+        async def ready() -> bool:
+            return (await self.condition()).get("status") == "True"
+
+        await pods.wait_for("the agent's gpufrac.io/Ready condition", ready)
 
 
 @pytest.fixture
-async def scheduler_runs(
-    control_plane: controlplane.ControlPlane, agent_runs: Callable[[], Any]
+def agent_runner(
+    real_node: realnode.RealNode, control_plane: controlplane.ControlPlane, tmp_path: Path
+) -> AgentRunner:
+    file = tmp_path / "scenario.yaml"
+    file.write_text(pods.scenario())
+    return AgentRunner(control_plane, real_node, file)
+
+
+@pytest.fixture
+async def agent_runs(
+    agent_runner: AgentRunner, device_plugin: FakeDevicePlugin
 ) -> AsyncIterator[Callable[[], Any]]:
+    """The agent in coexist mode beside the fake device plugin, Ready; returns a function that restarts it."""
+    await agent_runner.start()
+    await agent_runner.ready()
+    yield agent_runner.restart
+    await agent_runner.stop()
+
+
+@pytest.fixture
+async def scheduler_runs(control_plane: controlplane.ControlPlane) -> AsyncIterator[Callable[[], Any]]:
     """Runs gpufrac's scheduler in this process, as its service account; returns a function that restarts
     it (a new process would rebuild the same state from the API)."""
     async with control_plane.client("admin") as admin:
@@ -303,6 +333,7 @@ ORDERS = {
 @pytest.mark.parametrize("order", ORDERS)
 async def test_shares_and_device_plugin_pods_never_share_a_gpu_in_any_order(
     order: str,
+    agent_runs: Callable[[], Any],
     scheduler_runs: Callable[[], Any],
     watcher: Watcher,
     admin_client: lightkube.AsyncClient,
@@ -384,3 +415,56 @@ async def test_reservations_follow_the_shares_through_restarts_and_a_deletion_by
         return not await names(admin_client, RESERVATIONS)
 
     await pods.wait_for("every reservation released", released, timeout=60)
+
+
+async def test_managed_mode_serves_the_gpus_itself_and_refuses_beside_another_device_plugin(
+    real_node: realnode.RealNode,
+    agent_runner: AgentRunner,
+    device_plugin: FakeDevicePlugin,
+    scheduler_runs: Callable[[], Any],
+    admin_client: lightkube.AsyncClient,
+    namespace: str,
+) -> None:
+    """NVIDIA's plugin switched off by the operator's label: `auto` is managed, and gpufrac's agent serves
+    `nvidia.com/gpu`; but not while another plugin still advertises it."""
+    label = node_inventory.OPERATOR_DEVICE_PLUGIN_LABEL
+    await admin_client.patch(Node, realnode.NAME, {"metadata": {"labels": {label: "false"}}})
+    try:
+        await agent_runner.start("auto")
+
+        async def refused() -> bool:
+            return (await agent_runner.condition()).get("reason") == "DevicePluginConflict"
+
+        await pods.wait_for("managed mode refused beside the fake plugin", refused)
+        assert agent_runner.plugins == []
+        await agent_runner.halt()
+        device_plugin.stop()
+
+        async def gone() -> bool:
+            node = (await admin_client.get(Node, realnode.NAME)).to_dict()
+            return node["status"]["allocatable"].get(keys.GPU_RESOURCE, "0") == "0"
+
+        await pods.wait_for("the fake plugin's GPUs gone from the Node's allocatable", gone)
+        await agent_runner.start("auto")
+        await agent_runner.ready()
+        [served] = agent_runner.plugins
+        assert served.registered
+        gpufrac_whole = _busybox("g0", {"schedulerName": "gpufrac"}, limits={keys.GPU_RESOURCE: "1"})
+        await create(admin_client, namespace, share("s0"), whole("w0"), gpufrac_whole)
+        found = await settled(admin_client, namespace)
+        assert {name: pod["status"]["phase"] for name, pod in found.items()} == {
+            "s0": "Running",
+            "w0": "Running",
+            "g0": "Running",
+        }
+        # Three GPUs handed out by gpufrac's own plugin: the reservation's and the two whole pods'.
+        assert sorted(len(ids) for ids in served.allocations) == [1, 1, 1]
+        watching = Watcher(real_node, admin_client, namespace)
+        try:
+            await watching.check()
+            assert watching.violations == [] and len(await reserved_gpus(watching)) == 1
+        finally:
+            watching.kubelet.close()
+    finally:
+        await agent_runner.stop()
+        await admin_client.patch(Node, realnode.NAME, {"metadata": {"labels": {label: None}}})
