@@ -140,7 +140,8 @@ async def test_reservations_go_when_their_last_share_leaves_and_not_before() -> 
     await settle(made)
     assert reservation_pods(client) == [reservation]  # its GPU holds a share
     made.on_pod_event("DELETED", client.stored("Pod", "p"))
-    await settle(made)
+    clock.advance(1)
+    await settle(made)  # the keeper sees it idle from now
     clock.advance(4)
     await settle(made)
     assert reservation_pods(client) == [reservation]  # idle for less than reservation_idle_seconds

@@ -46,6 +46,15 @@ class ReservationKeeper:
         self._first_seen: dict[str, float] = {}  # reservation uid -> when the keeper first saw it
         self._idle_since: dict[str, float] = {}
         self._asked: set[str] = set()  # reservation and share pod uids whose deletion is under way
+        self._tended_at: float | None = None
+
+    def due(self, now: float, *, every: float = 0.5) -> bool:
+        """Whether to tend now: at most every `every` seconds, since a burst runs many rounds a second and
+        each tend reads every reservation and device-plugin node."""
+        if self._tended_at is not None and now - self._tended_at < every:
+            return False
+        self._tended_at = now
+        return True
 
     def waits(self, cache: SchedulerCache, uid: str) -> bool:
         """Whether pending pod `uid` still waits for a reservation of its own to be given a GPU; forgets the
@@ -81,10 +90,13 @@ class ReservationKeeper:
                 self._asked.add(uid)
         self._first_seen = {uid: self._first_seen.get(uid, now) for uid in cache.reservations}
         self._idle_since = {uid: t for uid, t in self._idle_since.items() if uid in cache.reservations}
+        unpublished_on: set[str] = set()  # nodes with a reservation the kubelet's answer is awaited for
         for uid, pod in cache.reservations.items():
+            held = _reserved_gpu(cache, uid)
+            if held is None:
+                unpublished_on.add(objects.node_name(pod))
             if uid in self._asked:
                 continue
-            held = _reserved_gpu(cache, uid)
             if held is None:
                 stuck = now - self._first_seen[uid] >= self.stuck_seconds
                 if stuck and uid not in awaited:
@@ -105,11 +117,7 @@ class ReservationKeeper:
             row = found
             shared = [gpu for gpu in range(len(view.holds)) if cache.state.gpu_tenants[row, gpu]]
             unheld = [gpu for gpu in shared if view.holds[gpu] in (Hold.FREE, Hold.PENDING, Hold.CLAIMED)]
-            pending = any(
-                objects.node_name(pod) == node and _reserved_gpu(cache, uid) is None
-                for uid, pod in cache.reservations.items()
-            )
-            if unheld and not pending and view.count(Hold.FREE):
+            if unheld and node not in unpublished_on and view.count(Hold.FREE):
                 actions.create[node] = view.count(Hold.FREE)
             for gpu in shared:
                 if view.holds[gpu] is Hold.HELD:

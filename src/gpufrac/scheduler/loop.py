@@ -232,7 +232,7 @@ class Scheduler:
         if POLICIES[self.config.policy].needs_workload:
             self.refresh_workload()
         self._unbind_misbound()
-        if self.leading and (self.cache.devices or self.keeper.failed):
+        if self.leading and (self.cache.devices or self.keeper.failed) and self.keeper.due(self.clock()):
             await self._tend_reservations()
         tried = 0
         while self.leading and (uid := self.queue.pop()) is not None:
