@@ -192,3 +192,12 @@ async def test_gpu_pods_wait_for_the_agents_ready_condition() -> None:
     made.on_node_event("MODIFIED", node("n1", agent=inventory("n1", 1), gpu_ready=True))
     await settle(made, clock)
     assert client.stored("Pod", "p")["spec"]["nodeName"] == "n1"
+
+
+async def test_a_device_plugin_node_without_the_agents_gpus_shares_nothing() -> None:
+    """Its GPUs are known from GPU Feature Discovery's labels only, so none has a reservation."""
+    labels = {node_inventory.DEVICE_PLUGIN_LABEL: DevicePluginMode.COEXIST.value}
+    made, client, _ = setup([node("n1", gpus=2, labels=labels)], [share_pod("p")])
+    await settle(made)
+    assert client.stored("Pod", "p")["spec"].get("nodeName") is None
+    assert reservation_pods(client) == []  # nor can it reserve: no GPU it could name is known

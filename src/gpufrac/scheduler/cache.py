@@ -384,8 +384,11 @@ class SchedulerCache:
         saved = [state.gpu_healthy[row].copy() for row in rows]
         try:
             for row, mask in zip(rows, masks, strict=True):
-                width = min(len(mask), state.gpu_healthy.shape[1])
-                state.gpu_healthy[row, :width] &= mask[:width]
+                # A GPU the agent did not publish (GPUs read from labels, say) has no hold: unusable.
+                usable_here = np.zeros(state.gpu_healthy.shape[1], bool)
+                width = min(len(mask), usable_here.shape[0])
+                usable_here[:width] = mask[:width]
+                state.gpu_healthy[row] &= usable_here
                 state.version[row] += 1
             yield
         finally:

@@ -31,7 +31,7 @@ from gpufrac import contract
 from gpufrac.cluster.model import Placement, Unschedulable
 from gpufrac.cluster.state import PlacementRefused
 from gpufrac.kubeapi import events
-from gpufrac.kubeapi.client import API_ERRORS, build
+from gpufrac.kubeapi.client import API_ERRORS, build, delete_exactly
 from gpufrac.kubeapi.reflector import reflect
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
@@ -427,9 +427,10 @@ class Scheduler:
         """Delete a reservation (its GPU goes back to the device plugin) or a share pod that lost its GPU."""
         namespace, name = objects.meta(pod)["namespace"], objects.meta(pod)["name"]
         try:
-            await self.client.delete(Pod, name, namespace=namespace)
+            # Only the pod judged: one recreated under its name since is another pod (409, left alone).
+            await delete_exactly(self.client, Pod, name, namespace=namespace, uid=objects.pod_uid(pod))
         except API_ERRORS as error:
-            if not (isinstance(error, ApiError) and error.status.code == 404):
+            if not (isinstance(error, ApiError) and error.status.code in (404, 409)):
                 log.error("cannot delete pod %s/%s: %s", namespace, name, error)
                 self.keeper.deleted(objects.pod_uid(pod))  # asked again next round
                 return
