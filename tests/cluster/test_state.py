@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
@@ -91,6 +92,11 @@ REFUSALS = [
     pytest.param(share_at("p", "a", (0,), 1_000, mode=SM), "time-slicing mode", id="sm-on-time-sliced"),
     pytest.param(share_at("p", "b", (0,), 1_000, mode=TS), "sm-sharing mode", id="time-sliced-on-sm"),
     pytest.param(whole_at("p", "a", (0,)), "must be empty", id="whole-on-used-gpu"),
+    pytest.param(
+        replace(share_at("p", "b", (0,), 1_000, mode=SM), fault_domain="other"),
+        "another fault domain",
+        id="sm-sharing-across-fault-domains",
+    ),
     pytest.param(share_at("p", "b", (1,), 1_000), "held whole", id="share-on-whole-gpu"),
     pytest.param(whole_at("p", "b", (1,)), "held whole", id="whole-on-whole-gpu"),
     pytest.param(share_at("p", "a", (1,), 1_000, limit=GPU_MIB + 1), "limit", id="limit-above-gpu-memory"),
@@ -280,3 +286,18 @@ def test_free_milli_is_zero_for_missing_gpus(state: ClusterState) -> None:
     state.apply(share_at("s", "a", (0,), 4_000))
     assert state.free_milli()[0].tolist() == [750, 1000, 0, 0]
     assert np.array_equal(state.gpu_mem[0] > 0, [True, True, False, False])
+
+
+def test_a_gpus_fault_domain_is_its_sm_sharing_shares_and_goes_with_the_last(state: ClusterState) -> None:
+    first = replace(share_at("s1", "b", (0,), 1_000, mode=SM), fault_domain="team-a")
+    second = replace(share_at("s2", "b", (0,), 1_000, mode=SM), fault_domain="team-a")
+    state.apply(first)
+    state.apply(second)
+    code = state.domains["team-a"]
+    assert state.gpu_domain[1, 0] == code and violations(state) == []
+    state.release("s1")
+    assert state.gpu_domain[1, 0] == code
+    state.release("s2")
+    assert state.gpu_domain[1, 0] == 0
+    state.apply(replace(share_at("s3", "b", (0,), 1_000, mode=SM), fault_domain="team-b"))
+    assert state.gpu_domain[1, 0] == state.domains["team-b"]

@@ -467,3 +467,21 @@ def test_a_pod_is_unschedulable_exactly_when_no_node_can_take_it(
         assert outcome.node in expected
         state.apply(outcome)
         assert violations(state) == []
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_sm_sharing_shares_share_a_gpu_only_within_one_fault_domain(name: str) -> None:
+    """One MPS server per GPU merges its clients' fault domains: another tenant's sm-sharing share goes to
+    another GPU, or nowhere; time-slicing shares and the same tenant's are not held back."""
+    state = ClusterState([node("n", 2)])
+    chosen = policy(name)
+    a1 = place(state, dataclasses.replace(share_pod("a1", 250, mode=SM), fault_domain="team-a"), chosen)
+    b1 = place(state, dataclasses.replace(share_pod("b1", 250, mode=SM), fault_domain="team-b"), chosen)
+    assert a1.assignments[0].gpus != b1.assignments[0].gpus
+    a2 = place(state, dataclasses.replace(share_pod("a2", 250, mode=SM), fault_domain="team-a"), chosen)
+    assert a2.assignments[0].gpus == a1.assignments[0].gpus
+    outcome = refused(
+        state, dataclasses.replace(share_pod("c1", 250, mode=SM), fault_domain="team-c"), chosen
+    )
+    assert outcome.reasons == {"sm-sharing GPUs hold another fault domain's shares": 1}
+    assert violations(state) == []

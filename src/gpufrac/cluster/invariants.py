@@ -10,6 +10,7 @@ from collections import defaultdict
 
 from gpufrac.cluster.model import Placement
 from gpufrac.cluster.state import ClusterState
+from gpufrac.contract.model import ComputeMode
 
 
 def violations(state: ClusterState) -> list[str]:
@@ -18,6 +19,7 @@ def violations(state: ClusterState) -> list[str]:
     requested: dict[tuple[str, int], int] = defaultdict(int)
     modes: dict[tuple[str, int], set[object]] = defaultdict(set)
     tenants: dict[tuple[str, int], int] = defaultdict(int)
+    domains: dict[tuple[str, int], set[str]] = defaultdict(set)  # fault domains of sm-sharing shares
     whole: set[tuple[str, int]] = set()
     cpu: dict[str, int] = defaultdict(int)
     memory: dict[str, int] = defaultdict(int)
@@ -28,6 +30,9 @@ def violations(state: ClusterState) -> list[str]:
         for assignment in placement.assignments:
             if assignment.mode is None:
                 whole.update((placement.node, gpu) for gpu in assignment.gpus)
+            if assignment.mode is ComputeMode.SM_SHARING:
+                for gpu in assignment.gpus:
+                    domains[placement.node, gpu].add(placement.fault_domain)
     for node, used in cpu.items():
         row = state.index[node]
         if used > state.cpu_cap[row] or memory[node] > state.mem_cap[row]:
@@ -39,6 +44,11 @@ def violations(state: ClusterState) -> list[str]:
         if len(modes[node, gpu]) > 1:
             problems.append(f"{node} GPU {gpu}: mixes compute modes {sorted(map(str, modes[node, gpu]))}")
     problems += [f"{node} GPU {gpu}: a whole GPU is shared" for node, gpu in whole if tenants[node, gpu] > 1]
+    problems += [
+        f"{node} GPU {gpu}: sm-sharing across fault domains {sorted(groups)}"
+        for (node, gpu), groups in domains.items()
+        if len(groups) > 1
+    ]
     return problems
 
 

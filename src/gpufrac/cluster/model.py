@@ -92,6 +92,9 @@ class PodDemand:
     shares: tuple[ShareRequest, ...] = ()
     models: frozenset[str] | None = None
     priority: int = 0
+    # sm-sharing merges the fault domains of the processes on a GPU (one MPS server), so its shares share a
+    # GPU only with shares of the same group: the pod's namespace, or the group an admin's label names.
+    fault_domain: str = ""
 
     @property
     def whole_gpus(self) -> int:
@@ -140,6 +143,7 @@ class Placement:
     cpu_milli: int = 0
     memory_mib: int = 0
     assignments: tuple[Assignment, ...] = field(default=())
+    fault_domain: str = ""  # whose sm-sharing shares may share a GPU with these (`PodDemand.fault_domain`)
 
 
 @dataclass(frozen=True, slots=True)

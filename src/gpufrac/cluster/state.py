@@ -19,6 +19,7 @@ from gpufrac.contract.model import ComputeMode
 MODE_NONE = 0
 MODE_CODE = {ComputeMode.TIME_SLICING: 1, ComputeMode.SM_SHARING: 2}
 MODE_OF_CODE = {code: mode for mode, code in MODE_CODE.items()}
+DOMAIN_NONE = 0  # `gpu_domain` of a GPU without sm-sharing shares
 _serials = itertools.count()
 
 
@@ -34,6 +35,7 @@ class ClusterState:
         self.models: list[str] = [""]
         self.uuids: list[list[str]] = []
         self.placements: dict[str, Placement] = {}
+        self.domains: dict[str, int] = {}  # fault domain -> its code in `gpu_domain` (from 1)
         self.pods_on: list[set[str]] = []
         # Ties between equally scored nodes go to the lowest rank: insertion order unless the caller
         # (the simulator, with a seeded permutation) sets another.
@@ -57,9 +59,10 @@ class ClusterState:
         self.gpu_tenants = np.zeros((rows, width), np.int32)
         self.gpu_whole = np.zeros((rows, width), bool)
         self.gpu_healthy = np.zeros((rows, width), bool)
+        self.gpu_domain = np.zeros((rows, width), np.int32)  # the fault domain of its sm-sharing shares
 
     _ROW_ARRAYS = ("active", "cpu_free", "mem_free", "cpu_cap", "mem_cap", "model_id", "gpu_count", "version")
-    _GPU_ARRAYS = ("gpu_mem", "gpu_free", "gpu_mode", "gpu_tenants", "gpu_whole", "gpu_healthy")
+    _GPU_ARRAYS = ("gpu_mem", "gpu_free", "gpu_mode", "gpu_tenants", "gpu_whole", "gpu_healthy", "gpu_domain")
 
     def _grow(self, rows: int, width: int) -> None:
         old = {name: getattr(self, name) for name in self._ROW_ARRAYS + self._GPU_ARRAYS}
@@ -106,7 +109,7 @@ class ClusterState:
         self.mem_cap[row] = self.mem_free[row] = spec.memory_mib
         self.model_id[row] = self.models.index(spec.model)
         self.gpu_count[row] = len(gpus)
-        for array in (self.gpu_mem, self.gpu_free, self.gpu_mode, self.gpu_tenants):
+        for array in (self.gpu_mem, self.gpu_free, self.gpu_mode, self.gpu_tenants, self.gpu_domain):
             array[row] = 0
         self.gpu_whole[row] = False
         self.gpu_healthy[row] = False
@@ -147,6 +150,8 @@ class ClusterState:
                 else:
                     self.gpu_free[row, gpu] -= assignment.request_mib
                     self.gpu_mode[row, gpu] = MODE_CODE[assignment.mode]
+                    if assignment.mode is ComputeMode.SM_SHARING:
+                        self.gpu_domain[row, gpu] = self.domain_code(placement.fault_domain)
         self.placements[placement.pod] = placement
         self.pods_on[row].add(placement.pod)
         self.version[row] += 1
@@ -167,6 +172,7 @@ class ClusterState:
                     self.gpu_free[row, gpu] += assignment.request_mib
                 if self.gpu_tenants[row, gpu] == 0:
                     self.gpu_mode[row, gpu] = MODE_NONE
+                    self.gpu_domain[row, gpu] = DOMAIN_NONE
         self.version[row] += 1
         return placement
 
@@ -221,10 +227,20 @@ class ClusterState:
             current = modes.get(gpu, int(self.gpu_mode[row, gpu]))
             if current not in (MODE_NONE, mode):
                 raise PlacementRefused(f"{where}: GPU {gpu} is in {MODE_OF_CODE[current]} mode")
+            domain = self.domains.get(placement.fault_domain, -1)
+            if assignment.mode is ComputeMode.SM_SHARING and self.gpu_domain[row, gpu] not in (
+                DOMAIN_NONE,
+                domain,
+            ):
+                raise PlacementRefused(f"{where}: GPU {gpu} holds sm-sharing shares of another fault domain")
             modes[gpu] = mode
             taken[gpu] = taken.get(gpu, 0) + assignment.request_mib
             if taken[gpu] > self.gpu_free[row, gpu]:
                 raise PlacementRefused(f"{where}: GPU {gpu} has {self.gpu_free[row, gpu]} MiB unrequested")
+
+    def domain_code(self, domain: str) -> int:
+        """The code of a fault domain in `gpu_domain`, given on first use."""
+        return self.domains.setdefault(domain, len(self.domains) + 1)
 
     # ---- views --------------------------------------------------------------------------------------------
 

@@ -62,4 +62,5 @@ def placement_for(state: ClusterState, fit: Fit, at: int, gpus: tuple[int, ...])
         cpu_milli=pod.cpu_milli,
         memory_mib=pod.memory_mib,
         assignments=assignments,
+        fault_domain=pod.fault_domain,
     )

@@ -12,7 +12,8 @@ from collections import Counter
 import numpy as np
 
 from gpufrac.cluster.model import Assignment, Placement, Unschedulable, resolve_mib, whole_assignments
-from gpufrac.cluster.state import MODE_CODE, MODE_NONE, ClusterState
+from gpufrac.cluster.state import DOMAIN_NONE, MODE_CODE, MODE_NONE, ClusterState
+from gpufrac.contract.model import ComputeMode
 from gpufrac.placement.fit import Fit
 
 
@@ -21,7 +22,9 @@ def decide(state: ClusterState, fit: Fit, rejected: Counter[str]) -> Placement |
     for row in fit.rows[np.argsort(state.tie_rank[fit.rows], kind="stable")]:
         assignments = assign(state, int(row), fit)
         if assignments is not None:
-            return Placement(pod.name, state.names[row], pod.cpu_milli, pod.memory_mib, assignments)
+            return Placement(
+                pod.name, state.names[row], pod.cpu_milli, pod.memory_mib, assignments, pod.fault_domain
+            )
         rejected["no combination of GPUs fits every container"] += 1
     return Unschedulable(pod.name, dict(rejected))
 
@@ -32,6 +35,8 @@ def assign(state: ClusterState, row: int, fit: Fit) -> tuple[Assignment, ...] | 
     memory = state.gpu_mem[row, :count]
     free = state.gpu_free[row, :count].copy()
     modes = state.gpu_mode[row, :count].copy()
+    # sm-sharing GPUs of another fault domain take none of this pod's sm-sharing shares.
+    foreign = ~np.isin(state.gpu_domain[row, :count], (DOMAIN_NONE, state.domains.get(pod.fault_domain, -1)))
     open_gpus = state.open_gpus(row)[:count]
     empty = np.flatnonzero(open_gpus & (state.gpu_tenants[row, :count] == 0))
     assignments: list[Assignment] = []
@@ -51,6 +56,7 @@ def assign(state: ClusterState, row: int, fit: Fit) -> tuple[Assignment, ...] | 
             & (free >= request)
             & (memory >= limit)
             & np.isin(modes, (MODE_NONE, code))
+            & ~(foreign & (share.mode is ComputeMode.SM_SHARING))
         )
         candidates = np.flatnonzero(ok)
         chosen = candidates[np.argsort(free[candidates] - request[candidates], kind="stable")][

@@ -14,9 +14,9 @@ from functools import cached_property
 import numpy as np
 
 from gpufrac.cluster.model import PodDemand
-from gpufrac.cluster.state import MODE_CODE, MODE_NONE, MODE_OF_CODE, ClusterState
+from gpufrac.cluster.state import DOMAIN_NONE, MODE_CODE, MODE_NONE, MODE_OF_CODE, ClusterState
 from gpufrac.contract import portion_mib
-from gpufrac.contract.model import Mebibytes, MemoryAmount
+from gpufrac.contract.model import ComputeMode, Mebibytes, MemoryAmount
 
 # Reasons that other code names too: the MIG packer rejects nodes for them, the planner reads what ran out.
 NOT_ENOUGH_CPU = "not enough CPU"
@@ -80,13 +80,23 @@ class Candidates:
         return self.open_gpus & (self.request_mib >= 1) & room & (self.gpu_mem >= self.limit_mib)
 
     @cached_property
-    def share_ok(self) -> np.ndarray:
+    def mode_ok(self) -> np.ndarray:
         """`memory_ok` GPUs whose compute mode is unset or the share's own."""
         if not (self.pod.shares and is_simple(self.pod)):
             return np.zeros_like(self.empty)
         modes = self.state.gpu_mode[self.rows]
         same = (modes == MODE_NONE) | (modes == MODE_CODE[self.pod.shares[0].mode])
         return self.memory_ok & same
+
+    @cached_property
+    def share_ok(self) -> np.ndarray:
+        """`mode_ok` GPUs, and for an sm-sharing share only those whose sm-sharing shares, if any, are of the
+        pod's own fault domain."""
+        if not (self.pod.shares and self.pod.shares[0].mode is ComputeMode.SM_SHARING):
+            return self.mode_ok
+        domain = self.state.domains.get(self.pod.fault_domain, -1)
+        domains = self.state.gpu_domain[self.rows]
+        return self.mode_ok & ((domains == DOMAIN_NONE) | (domains == domain))
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +150,14 @@ FILTERS: tuple[Filter, ...] = (
     ),
     Filter(
         "gpu-mode",
-        lambda c: c.share_ok.sum(axis=1) >= _devices(c),
+        lambda c: c.mode_ok.sum(axis=1) >= _devices(c),
         lambda pod: f"GPU mode is {MODE_OF_CODE[3 - MODE_CODE[pod.shares[0].mode]]}",
         _simple_share,
+    ),
+    Filter(
+        "fault-domain",
+        lambda c: c.share_ok.sum(axis=1) >= _devices(c),
+        "sm-sharing GPUs hold another fault domain's shares",
+        lambda pod: _simple_share(pod) and pod.shares[0].mode is ComputeMode.SM_SHARING,
     ),
 )
