@@ -132,6 +132,9 @@ def plan(
     ] = None,
     replicas: Annotated[int, typer.Option(help="time-slicing-replicas: replicas per GPU.")] = 4,
     trusted_share: Annotated[float, typer.Option(help="fractions-mixed: portion of pods trusted.")] = 0.5,
+    fault_domains: Annotated[
+        int, typer.Option(help="fractions-mixed: tenants among the trusted pods, who never share a GPU.")
+    ] = 8,
     policy: Annotated[str, typer.Option(help="Engine placement policy.")] = "bestfit",
     timed: Annotated[bool, typer.Option(help="Also replay creation and deletion times.")] = True,
     workers: WorkersOption = 0,
@@ -149,6 +152,7 @@ def plan(
         policy=policy,
         replicas=replicas,
         trusted_share=trusted_share,
+        fault_domains=fault_domains,
         price_per_gpu_hour=price_per_gpu_hour,
         gpu_model=gpu_model,
         reference_gb=reference_gb,
@@ -194,6 +198,13 @@ def scheduler(
         bool,
         typer.Option(help="Place GPU pods only on nodes whose agent set the gpufrac.io/Ready condition."),
     ] = True,
+    fault_domain_label: Annotated[
+        str,
+        typer.Option(
+            help="Namespace label grouping namespaces into one fault domain for sm-sharing (default: each "
+            "namespace its own)."
+        ),
+    ] = "",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Schedule pods that ask for GPU shares: place them with the engine, write the contract, bind."""
@@ -219,6 +230,7 @@ def scheduler(
         namespace=namespace,
         reservation_image=reservation_image,
         reservation_idle_seconds=reservation_idle_seconds,
+        fault_domain_label=fault_domain_label.strip(),
     )
     asyncio.run(
         serve.serve(
@@ -390,6 +402,13 @@ def webhook(
             "(default: the garbage collector and namespace controller)."
         ),
     ] = None,
+    untrusted_sm_sharing: Annotated[
+        admission_settings.UntrustedSmSharing,
+        typer.Option(
+            help="sm-sharing asked from a namespace not labelled gpufrac.io/trust=trusted: deny it, or make "
+            "it time-slicing."
+        ),
+    ] = admission_settings.UntrustedSmSharing.DENY,
     generate_certs: Annotated[
         bool, typer.Option(help="Make a CA and serving certificate, write them, and exit.")
     ] = False,
@@ -446,6 +465,7 @@ def webhook(
         env_delivery=env_delivery,
         mps_host_directory=mps_host_directory,
         allowed_host_paths=tuple(names(allow_host_paths)),
+        untrusted_sm_sharing=untrusted_sm_sharing,
     )
     setup_logging(log_level)
     server.run(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port)

@@ -78,13 +78,27 @@ def request(obj: Mapping[str, Any] | None, **fields: Any) -> exchange.Request:
 
 
 def validate(
-    obj: Mapping[str, Any] | None, policy: settings.Policy = POLICY, **fields: Any
+    obj: Mapping[str, Any] | None,
+    policy: settings.Policy = POLICY,
+    *,
+    trusted_namespace: bool = True,
+    **fields: Any,
 ) -> exchange.Decision:
-    return admission.validate(request(obj, **fields), policy)
+    """The validation of `obj`, by default in a namespace of the trusted tier (the tier's own tests say
+    otherwise)."""
+    return admission.validate(request(obj, **fields), policy, trusted_namespace=trusted_namespace)
 
 
-def mutate(obj: Mapping[str, Any], policy: settings.Policy = POLICY, **fields: Any) -> exchange.Decision:
-    return mutation.mutate(request(obj, **fields), policy, configmap_name=NAME)
+def mutate(
+    obj: Mapping[str, Any],
+    policy: settings.Policy = POLICY,
+    *,
+    trusted_namespace: bool = True,
+    **fields: Any,
+) -> exchange.Decision:
+    return mutation.mutate(
+        request(obj, **fields), policy, configmap_name=NAME, trusted_namespace=trusted_namespace
+    )
 
 
 def mutated(obj: Mapping[str, Any], policy: settings.Policy = POLICY, **fields: Any) -> dict[str, Any]:

@@ -434,3 +434,12 @@ async def test_a_large_review_is_decided_in_a_worker_and_answered_like_a_small_o
     large = (await post(client, "validate", review(thief)))["response"]
     assert seen == [True, False]
     assert large == small and large["allowed"] is False
+
+
+async def test_the_path_says_the_tier_and_the_plain_one_is_the_untrusted(client: Client) -> None:
+    sm = pod({"gpu-fraction": "0.5", "nvidia.com/container.app.gpu-compute.mode": "sm-sharing"})
+    untrusted = (await post(client, "validate", review(sm)))["response"]
+    trusted = (await post(client, "validate/trusted", review(sm)))["response"]
+    assert untrusted["allowed"] is False and "is not trusted" in untrusted["status"]["message"]
+    assert trusted["allowed"] is True
+    assert (await post(client, "mutate/trusted", review(sm)))["response"]["allowed"] is True

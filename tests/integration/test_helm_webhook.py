@@ -49,21 +49,26 @@ def test_every_webhook_fails_closed_outside_the_exempt_namespaces() -> None:
     objects = webhook_objects()
     mutating = objects["MutatingWebhookConfiguration", "gpufrac-webhook"]["webhooks"]
     validating = objects["ValidatingWebhookConfiguration", "gpufrac-webhook"]["webhooks"]
+    exempt = {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": EXEMPT}
     for hook in mutating + validating:
         assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
         assert hook["admissionReviewVersions"] == ["v1"]
-        assert hook["namespaceSelector"] == {
-            "matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": EXEMPT}
-            ]
-        }
+        tier = hook["name"].split(".")[0].rpartition("-")[2]
+        if tier in ("trusted", "untrusted"):
+            operator = "In" if tier == "trusted" else "NotIn"
+            term = {"key": settings.TRUST_LABEL, "operator": operator, "values": [settings.TRUSTED]}
+            assert hook["namespaceSelector"] == {"matchExpressions": [term, exempt]}
+        else:
+            assert hook["namespaceSelector"] == {"matchExpressions": [exempt]}
         assert hook["clientConfig"]["service"]["name"] == "gpufrac-webhook"
         assert "caBundle" not in hook["clientConfig"]  # no cluster to look the Job's Secret up in
     rules = {
         hook["name"]: (hook["clientConfig"]["service"]["path"], hook["rules"])
         for hook in mutating + validating
     }
-    assert rules["pods.mutate.gpufrac.io"] == (
+    # One entry per trust tier: the plain paths are the untrusted tier's.
+    assert rules["pods-trusted.mutate.gpufrac.io"][0] == "/mutate/trusted"
+    assert rules["pods-untrusted.mutate.gpufrac.io"] == (
         "/mutate",
         [
             {
@@ -75,7 +80,8 @@ def test_every_webhook_fails_closed_outside_the_exempt_namespaces() -> None:
             }
         ],
     )
-    path, [pods] = rules["pods.validate.gpufrac.io"]
+    assert rules["pods-trusted.validate.gpufrac.io"][0] == "/validate/trusted"
+    path, [pods] = rules["pods-untrusted.validate.gpufrac.io"]
     assert path == "/validate" and pods["operations"] == ["CREATE", "UPDATE"]
     assert pods["resources"] == ["pods", "pods/ephemeralcontainers", "pods/status"]
     path, [configmaps] = rules["configmaps.validate.gpufrac.io"]
@@ -85,8 +91,8 @@ def test_every_webhook_fails_closed_outside_the_exempt_namespaces() -> None:
 
 def test_labelled_mode_narrows_the_mutation_only() -> None:
     objects = webhook_objects("webhook.schedulePods=labelled")
-    (mutating,) = objects["MutatingWebhookConfiguration", "gpufrac-webhook"]["webhooks"]
-    assert mutating["namespaceSelector"]["matchLabels"] == {"gpufrac.io/scheduling": "enabled"}
+    for mutating in objects["MutatingWebhookConfiguration", "gpufrac-webhook"]["webhooks"]:
+        assert mutating["namespaceSelector"]["matchLabels"] == {"gpufrac.io/scheduling": "enabled"}
     for hook in objects["ValidatingWebhookConfiguration", "gpufrac-webhook"]["webhooks"]:
         assert "matchLabels" not in hook["namespaceSelector"]
 
@@ -101,6 +107,7 @@ def test_the_deployment_runs_gpufrac_webhook_with_the_charts_settings() -> None:
     assert flags["--mps-host-directory"] == contract.DEFAULT_MPS_PIPE_DIRECTORY
     assert (flags["--scheduler-name"], flags["--env-delivery"]) == ("gpufrac", "configmap")
     assert (flags["--tls-cert"], flags["--tls-key"]) == ("/tls/tls.crt", "/tls/tls.key")
+    assert flags["--untrusted-sm-sharing"] == "deny"
     pod = deployment["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
     assert pod["volumes"] == [{"name": "tls", "secret": {"secretName": "gpufrac-webhook-tls"}}]

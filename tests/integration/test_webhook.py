@@ -30,7 +30,7 @@ from lightkube.resources.admissionregistration_v1 import (
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod, Secret
 
 from gpufrac import contract
-from gpufrac.admission import certs
+from gpufrac.admission import certs, settings
 from gpufrac.contract import keys
 
 from . import controlplane, fakenodes
@@ -65,7 +65,9 @@ async def guarded(
     """The test's namespace, served by the webhook, with the scheduler's rights widened there (see the
     module docstring)."""
     _, token = webhook
-    await admin_client.patch(Namespace, namespace, {"metadata": {"labels": {LABEL: token}}})
+    # The trusted tier, where sm-sharing is allowed (test_trust_tiers.py has the untrusted one).
+    labels = {LABEL: token, settings.TRUST_LABEL: settings.TRUSTED}
+    await admin_client.patch(Namespace, namespace, {"metadata": {"labels": labels}})
     rbac = codecs.load_all_yaml(
         f"""
 apiVersion: rbac.authorization.k8s.io/v1
@@ -488,3 +490,25 @@ async def test_an_ephemeral_container_is_checked_through_its_subresource(
     plain = await add("shell")
     assert plain.status_code == 200, plain.text
     assert [c["name"] for c in plain.json()["ephemeralContainers"]] == ["shell"]
+
+
+async def test_sm_sharing_is_refused_in_a_namespace_outside_the_trusted_tier(
+    webhook: tuple[RunningWebhook, str],
+    namespace: str,
+    admin_client: lightkube.AsyncClient,
+    tenant_client: lightkube.AsyncClient,
+) -> None:
+    """The apiserver sends the namespace's pods to the untrusted entries, by the trust label's selector."""
+    _, token = webhook
+    await admin_client.patch(Namespace, namespace, {"metadata": {"labels": {LABEL: token}}})
+    await wait_until_guarded(admin_client, namespace)
+    try:
+        sm = pod("sm", {"gpu-fraction": "0.5", f"{N}main.gpu-compute.mode": "sm-sharing"})
+        with pytest.raises(lightkube.ApiError) as caught:
+            await create(tenant_client, sm, namespace)
+        said = denied_by_webhook(caught.value)
+        assert f'namespace "{namespace}" is not trusted' in said and settings.TRUST_LABEL in said
+        time_slicing = await create(tenant_client, pod("ts", {"gpu-fraction": "0.5"}), namespace)
+        assert time_slicing["spec"]["schedulerName"] == "gpufrac"
+    finally:
+        await admin_client.patch(Namespace, namespace, {"metadata": {"labels": {LABEL: None}}})

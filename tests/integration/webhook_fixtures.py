@@ -33,6 +33,7 @@ from lightkube.resources.admissionregistration_v1 import (
 from lightkube.resources.core_v1 import ConfigMap
 
 from gpufrac.admission import certs
+from gpufrac.admission.settings import TRUST_LABEL
 
 from .test_helm_chart import helm_template
 
@@ -92,7 +93,14 @@ def registrations(webhook: RunningWebhook, *, token: str) -> list[Any]:
         for hook in document["webhooks"]:
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"{webhook.url}{path}", "caBundle": ca_bundle}
-            hook["namespaceSelector"] = {"matchLabels": {LABEL: token}}
+            # The token instead of the exempt names (Kubernetes 1.20 sets no kubernetes.io/metadata.name);
+            # the trust tier's term stays, so each namespace reaches the entry of its tier only.
+            tiers = [
+                term
+                for term in hook["namespaceSelector"].get("matchExpressions", [])
+                if term["key"] == TRUST_LABEL
+            ]
+            hook["namespaceSelector"] = {"matchLabels": {LABEL: token}, "matchExpressions": tiers}
         found.append(codecs.from_dict(document))
     assert len(found) == 2, "the chart renders one Mutating- and one ValidatingWebhookConfiguration"
     return found

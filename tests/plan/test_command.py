@@ -30,7 +30,7 @@ def test_json_and_report_files(tmp_path: Path) -> None:
     out = tmp_path / "report"
     done = gpufrac(
         "--nodes", nodes, "--pods", pods, "--format", "json", "--out", out, "--workers", "2",
-        "--price-per-gpu-hour", "2.5", "--replicas", "2",
+        "--price-per-gpu-hour", "2.5", "--replicas", "2", "--fault-domains", "1",
         cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -116,3 +116,20 @@ def test_a_trace_without_times_is_refused_for_the_timed_replay(tmp_path: Path) -
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
     done = gpufrac("--pods", tmp_path / "absent.csv", cwd=tmp_path)
     assert done.returncode == 2 and "absent.csv: no such file" in done.stderr
+
+
+def test_fractions_mixed_counts_what_keeping_tenants_apart_costs(tmp_path: Path) -> None:
+    """sm-sharing tenants never share a GPU: with every pod trusted and each its own tenant, the halves
+    that one tenant could stack two to a GPU need a GPU each."""
+    nodes, pods = traces.write(tmp_path, HALVES, nodes=6)
+
+    def needed(domains: int) -> int:
+        done = gpufrac(
+            "--nodes", nodes, "--pods", pods, "--format", "json", "--strategies", "fractions-mixed",
+            "--trusted-share", "1", "--fault-domains", str(domains), "--no-timed", cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return int(json.loads(done.stdout)["strategies"]["fractions-mixed"]["gpus_needed"])
+
+    # Four halves and one whole GPU: two GPUs of halves for one tenant, four for four.
+    assert (needed(1), needed(10_000)) == (3, 5)

@@ -21,15 +21,25 @@ from gpufrac.admission import configmap_guards, exchange, mutation, pod_guards, 
 
 
 def decide(
-    request: exchange.Request, *, endpoint: str, policy: settings.Policy, configmap_name: str
+    request: exchange.Request,
+    *,
+    endpoint: str,
+    policy: settings.Policy,
+    configmap_name: str,
+    trusted_namespace: bool,
 ) -> exchange.Decision:
-    """The decision at `endpoint`: "mutate" (which never denies) or "validate"."""
+    """The decision at `endpoint`: "mutate" (which never denies) or "validate"; `trusted_namespace`: the
+    request's namespace is in the trusted tier (`settings.TRUST_LABEL`)."""
     if endpoint == "mutate":
-        return mutation.mutate(request, policy, configmap_name=configmap_name)
-    return validate(request, policy)
+        return mutation.mutate(
+            request, policy, configmap_name=configmap_name, trusted_namespace=trusted_namespace
+        )
+    return validate(request, policy, trusted_namespace=trusted_namespace)
 
 
-def validate(request: exchange.Request, policy: settings.Policy) -> exchange.Decision:
+def validate(
+    request: exchange.Request, policy: settings.Policy, *, trusted_namespace: bool
+) -> exchange.Decision:
     """Allowed, or denied with the first rule broken, by the rules for the object's kind.
 
     A guarded review without the object its operation must carry (the new one for CREATE and UPDATE, the
@@ -43,5 +53,5 @@ def validate(request: exchange.Request, policy: settings.Policy) -> exchange.Dec
     if request.resource == "configmaps" and not request.sub_resource:
         return configmap_guards.validate(request, policy)
     if request.resource == "pods":
-        return pod_guards.validate(request, policy)
+        return pod_guards.validate(request, policy, trusted_namespace=trusted_namespace)
     return exchange.ALLOW

@@ -38,11 +38,15 @@ from gpufrac.contract import keys
 MPS_VOLUME = "gpufrac-mps"
 
 
-def mutate(request: exchange.Request, policy: settings.Policy, *, configmap_name: str) -> exchange.Decision:
+def mutate(
+    request: exchange.Request, policy: settings.Policy, *, configmap_name: str, trusted_namespace: bool
+) -> exchange.Decision:
     """The JSONPatch that routes a share pod to gpufrac and prepares its delivery; see the module doc.
 
     Anything this does not prepare (not a pod CREATE, no share, a broken contract, another scheduler) is
     allowed unchanged: the validating webhook, which runs after every mutation, is where denials are made.
+    Outside the trusted tier (`trusted_namespace` False), where the admin chose it
+    (`UntrustedSmSharing.TIME_SLICING`), sm-sharing shares become time-slicing ones, and the pod says so.
     """
     if (
         request.operation != "CREATE"
@@ -70,12 +74,37 @@ def mutate(request: exchange.Request, policy: settings.Policy, *, configmap_name
     patch: list[dict[str, Any]] = [
         {"op": "add", "path": "/spec/schedulerName", "value": policy.scheduler_name}
     ]
+    if not trusted_namespace and policy.untrusted_sm_sharing is settings.UntrustedSmSharing.TIME_SLICING:
+        pod, asked, rewrite = _without_sm_sharing(pod, asked, request.namespace)
+        patch += rewrite
     configmap_base = configmap_name if policy.env_delivery == contract.EnvDelivery.CONFIGMAP else None
     patch += _annotation_patch(pod, asked, configmap_base)
     if configmap_base is not None:
         patch += _delivery_patch(pod, asked, configmap_base, policy)
     patch += _no_gpu_patch(pod, asked)
     return exchange.Decision(allowed=True, patch=tuple(patch))
+
+
+def _without_sm_sharing(
+    pod: Mapping[str, Any], asked: contract.PodGpuRequest, namespace: str
+) -> tuple[Mapping[str, Any], contract.PodGpuRequest, list[dict[str, Any]]]:
+    """The pod with each sm-sharing share made time-slicing (its compute-mode key set, which the contract
+    reads first), what it then asks for, and the patch that does it; the pod as it was when none asks."""
+    rewritten = sm_sharing_containers(asked)
+    if not rewritten:
+        return pod, asked, []
+    annotations = dict(shapes.annotations_of(pod))
+    for container in rewritten:
+        annotations[contract.container_key(container, keys.COMPUTE_MODE)] = (
+            contract.ComputeMode.TIME_SLICING.value
+        )
+    annotations[settings.REWRITTEN_ANNOTATION] = (
+        f"sm-sharing -> time-slicing for {', '.join(rewritten)}: namespace {namespace} is not trusted for "
+        f"sm-sharing ({settings.TRUST_LABEL}={settings.TRUSTED})"
+    )
+    changed = {**pod, "metadata": {**shapes.metadata_of(pod), "annotations": annotations}}
+    patch = [{"op": "add", "path": "/metadata/annotations", "value": annotations}]
+    return changed, contract.parse_pod(changed), patch
 
 
 def gpu_containers(asked: contract.PodGpuRequest) -> list[str]:

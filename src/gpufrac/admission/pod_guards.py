@@ -63,8 +63,11 @@ class _Gpus:
     base: str | None  # the env ConfigMap base name the pod's annotation records
 
 
-def validate(request: exchange.Request, policy: settings.Policy) -> exchange.Decision:
-    """Allowed, or denied with the first rule broken; see the module doc for the rules."""
+def validate(
+    request: exchange.Request, policy: settings.Policy, *, trusted_namespace: bool
+) -> exchange.Decision:
+    """Allowed, or denied with the first rule broken; see the module doc for the rules. `trusted_namespace`:
+    the pod's namespace is in the trusted tier, where sm-sharing is allowed."""
     obj = request.object
     if obj is None:  # admission.validate denies this before it gets here; a rule never guesses
         return exchange.malformed(exchange.MalformedReview('"request.object" is missing'))
@@ -82,7 +85,9 @@ def validate(request: exchange.Request, policy: settings.Policy) -> exchange.Dec
     if request.sub_resource:
         return exchange.ALLOW
     if request.operation == "CREATE":
-        return _validate_new_pod(obj, request.user, policy, trusted=trusted)
+        return _validate_new_pod(
+            obj, request.user, policy, trusted=trusted, trusted_namespace=trusted_namespace
+        )
     return exchange.ALLOW
 
 
@@ -99,7 +104,7 @@ def _contract(pod: Mapping[str, Any], *, placement: bool) -> contract.PodGpuRequ
 
 
 def _validate_new_pod(
-    pod: Mapping[str, Any], user: str, policy: settings.Policy, *, trusted: bool
+    pod: Mapping[str, Any], user: str, policy: settings.Policy, *, trusted: bool, trusted_namespace: bool
 ) -> exchange.Decision:
     asked = _contract(pod, placement=trusted)
     if isinstance(asked, exchange.Decision):
@@ -108,7 +113,8 @@ def _validate_new_pod(
         return exchange.ALLOW
     gpus = _gpus(pod, asked, policy)
     return (
-        _scheduler_owned(pod, user, policy)
+        (None if trusted_namespace else _untrusted_sm_sharing(pod, asked))
+        or _scheduler_owned(pod, user, policy)
         or _reserved_env(pod, ALL_KINDS)
         or _privileged(pod, gpus, ALL_KINDS)
         or _env_configmap(pod, asked, policy)
@@ -117,6 +123,21 @@ def _validate_new_pod(
         or _mounts(pod, gpus, ALL_KINDS)
         or _delivery(pod, asked, policy)
         or exchange.ALLOW
+    )
+
+
+def _untrusted_sm_sharing(pod: Mapping[str, Any], asked: contract.PodGpuRequest) -> exchange.Decision | None:
+    """sm-sharing from a namespace outside the trusted tier: its share would run in one MPS server, one
+    fault domain, with other tenants' processes, where one client's fault can end the others'."""
+    shared = [share.container for share in asked.shares if share.mode is contract.ComputeMode.SM_SHARING]
+    if not shared:
+        return None
+    namespace = brief(shapes.as_str(shapes.metadata_of(pod).get("namespace")))
+    return exchange.deny(
+        "untrusted-sm-sharing",
+        f'container "{brief(shared[0])}" asks for sm-sharing, but namespace "{namespace}" is not trusted '
+        f"for it (sm-sharing puts a GPU's processes in one MPS server, one fault domain): ask for "
+        f"time-slicing, or have an admin label the namespace {settings.TRUST_LABEL}={settings.TRUSTED}",
     )
 
 
@@ -183,11 +204,10 @@ def _scheduler_owned(pod: Mapping[str, Any], user: str, policy: settings.Policy)
     if not owned:
         return None
     key, value = next(iter(owned.items()))
-    what = (
-        "names the pod its Binding was meant for"
-        if key == keys.BOUND_UID_ANNOTATION
-        else "names the GPUs a container may use"
-    )
+    what = {
+        keys.BOUND_UID_ANNOTATION: "names the pod its Binding was meant for",
+        keys.FAULT_DOMAIN_ANNOTATION: "names the tenants whose sm-sharing shares may share its GPUs",
+    }.get(key, "names the GPUs a container may use")
     return exchange.deny(
         "scheduler-owned",
         f"{brief(key)}={json.dumps(_text(value))}: is written by the gpufrac scheduler at bind "

@@ -85,12 +85,18 @@ class _Handlers:
     workers: ThreadPoolExecutor
 
     async def mutate(self, request: web.Request) -> web.Response:
-        return await self._review(request, "mutate")
+        return await self._review(request, "mutate", trusted_namespace=False)
 
     async def validate(self, request: web.Request) -> web.Response:
-        return await self._review(request, "validate")
+        return await self._review(request, "validate", trusted_namespace=False)
 
-    async def _review(self, http: web.Request, endpoint: str) -> web.Response:
+    async def mutate_trusted(self, request: web.Request) -> web.Response:
+        return await self._review(request, "mutate", trusted_namespace=True)
+
+    async def validate_trusted(self, request: web.Request) -> web.Response:
+        return await self._review(request, "validate", trusted_namespace=True)
+
+    async def _review(self, http: web.Request, endpoint: str, *, trusted_namespace: bool) -> web.Response:
         try:
             body = await http.read()
         except web.HTTPRequestEntityTooLarge:
@@ -100,10 +106,10 @@ class _Handlers:
         if len(body) > INLINE_BYTES:
             loop = asyncio.get_running_loop()
             request, decision, reply = await loop.run_in_executor(
-                self.workers, _answer, body, endpoint, self.policy, name
+                self.workers, _answer, body, endpoint, self.policy, name, trusted_namespace
             )
         else:
-            request, decision, reply = _answer(body, endpoint, self.policy, name)
+            request, decision, reply = _answer(body, endpoint, self.policy, name, trusted_namespace)
         self.metrics.seconds.labels(endpoint).observe(time.perf_counter() - started)
         outcome = "denied" if not decision.allowed else "patched" if decision.patch else "allowed"
         self.metrics.reviews.labels(endpoint, outcome).inc()
@@ -114,7 +120,7 @@ class _Handlers:
 
 
 def _answer(
-    body: bytes, endpoint: str, policy: settings.Policy, configmap_name: str
+    body: bytes, endpoint: str, policy: settings.Policy, configmap_name: str, trusted_namespace: bool
 ) -> tuple[exchange.Request | None, exchange.Decision, bytes]:
     """The review read, decided and answered: pure but for the log of a bug, so it may run in a thread."""
     request = None
@@ -127,7 +133,11 @@ def _answer(
         uid = request.uid
         try:
             decision = admission.decide(
-                request, endpoint=endpoint, policy=policy, configmap_name=configmap_name
+                request,
+                endpoint=endpoint,
+                policy=policy,
+                configmap_name=configmap_name,
+                trusted_namespace=trusted_namespace,
             )
         except Exception:  # a bug in a rule must still get an answer, and a closed door
             log.exception("%s: error deciding %s", endpoint, request.uid)
@@ -162,7 +172,8 @@ def build_app(
     registry: CollectorRegistry | None = None,
     configmap_name: Callable[[], str] = new_configmap_name,
 ) -> web.Application:
-    """The aiohttp application: `POST /mutate`, `POST /validate`, `GET /healthz`, `GET /metrics`."""
+    """The aiohttp application: `POST /mutate` and `/validate` (the untrusted tier), `/mutate/trusted` and
+    `/validate/trusted` (namespaces labelled `settings.TRUST_LABEL`), `GET /healthz`, `GET /metrics`."""
     workers = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="gpufrac-review")
     handlers = _Handlers(policy, Metrics(registry or CollectorRegistry()), configmap_name, workers)
     app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -176,6 +187,8 @@ def build_app(
         [
             web.post("/mutate", handlers.mutate),
             web.post("/validate", handlers.validate),
+            web.post("/mutate/trusted", handlers.mutate_trusted),
+            web.post("/validate/trusted", handlers.validate_trusted),
         ]
     )
     add_probe_routes(app, handlers.metrics.registry)

@@ -6,6 +6,7 @@ The defaults live here, not in the CLI, so that a Policy made in a test or a ben
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from gpufrac import contract
 
@@ -22,6 +23,22 @@ DEFAULT_CONFIGMAP_DELETERS = (
 )
 
 
+# Trust tiers: sm-sharing puts a GPU's processes behind one MPS server, one fault domain, so only namespaces
+# an admin labelled `gpufrac.io/trust=trusted` may use it. The apiserver tells the webhook which tier a
+# namespace is in by which of two webhook entries (namespace selectors on this label) called it, and so by
+# the path: `/mutate/trusted`, `/validate/trusted`; the plain paths are the untrusted tier, the safe default.
+TRUST_LABEL = "gpufrac.io/trust"
+TRUSTED = "trusted"
+REWRITTEN_ANNOTATION = "gpufrac.io/compute-mode-rewritten"
+
+
+class UntrustedSmSharing(StrEnum):
+    """What happens to sm-sharing asked from an untrusted namespace."""
+
+    DENY = "deny"  # refused by validation, with the fix
+    TIME_SLICING = "time-slicing"  # rewritten by the mutation, and said in `REWRITTEN_ANNOTATION`
+
+
 @dataclass(frozen=True)
 class Policy:
     """How this webhook is configured (the `gpufrac webhook` flags)."""
@@ -34,6 +51,7 @@ class Policy:
     mps_host_directory: str = contract.DEFAULT_MPS_PIPE_DIRECTORY
     # Host directories a pod may mount (and anything below them); none by default (see pod_guards).
     allowed_host_paths: tuple[str, ...] = ()
+    untrusted_sm_sharing: UntrustedSmSharing = UntrustedSmSharing.DENY
 
     def is_scheduler(self, user: str) -> bool:
         """Whether `user` is the scheduler, the one writer of scheduler-owned keys and env ConfigMaps."""

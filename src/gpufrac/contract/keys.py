@@ -69,6 +69,11 @@ ENV_CONFIGMAP_LABEL = "gpufrac.io/env"
 # contract was granted to another pod, and the scheduler deletes it (scheduler/binder.py).
 BOUND_UID_ANNOTATION = "gpufrac.io/bound-uid"
 
+# The fault domain a bound pod's sm-sharing shares were placed in, written by the scheduler's Binding: the
+# pod's namespace, or the group an admin's namespace label names (`gpufrac scheduler --fault-domain-label`).
+# Read back from the pod, so a restart or a relabelled namespace never moves a bound share to another group.
+FAULT_DOMAIN_ANNOTATION = "gpufrac.io/fault-domain"
+
 
 def env_configmap_name(base: str, container: str) -> str:
     """The env ConfigMap of one GPU container: `<base>-<container>`, `base` being the annotation's value.
@@ -102,9 +107,10 @@ def is_contract_key(key: str) -> bool:
 
 
 def is_scheduler_owned(key: str) -> bool:
-    """True for the keys a tenant may never write: `nvidia.com/container.<c>.gpus.devices`, and the
+    """True for the keys a tenant may never write: `nvidia.com/container.<c>.gpus.devices`, the
     `gpufrac.io/bound-uid` marker that names the pod a Binding was meant for (a tenant who set it could only
-    make the scheduler take their own pod for a misbound one, but nothing but a Binding writes it).
+    make the scheduler take their own pod for a misbound one, but nothing but a Binding writes it), and the
+    `gpufrac.io/fault-domain` a Binding records (a tenant who set it could join another's MPS server).
 
     The devices key is what grants GPUs: the node side mounts the GPUs it names and sets
     `NVIDIA_VISIBLE_DEVICES` from it, so a tenant who could write it could take any GPU on the node. The
@@ -120,7 +126,7 @@ def is_scheduler_owned(key: str) -> bool:
     - once a pod carries any `gpus.devices` key it is bound, and the webhook denies every change to a key
       for which `is_contract_key` is true, so no limit can be raised after the scheduler counted it.
     """
-    if key == BOUND_UID_ANNOTATION:
+    if key in (BOUND_UID_ANNOTATION, FAULT_DOMAIN_ANNOTATION):
         return True
     split = split_container_key(key)
     return split is not None and split[1] == DEVICES

@@ -34,6 +34,7 @@ class Settings:
     policy: str = "bestfit"
     replicas: int = 4
     trusted_share: float = 0.5
+    fault_domains: int = 8
     price_per_gpu_hour: float = 2.0
     gpu_model: str | None = None
     reference_gb: float | None = None
@@ -54,6 +55,8 @@ class Settings:
             raise UserError(f"--replicas {self.replicas}: must be at least 1")
         if not 0 <= self.trusted_share <= 1:
             raise UserError(f"--trusted-share {self.trusted_share}: must be a portion between 0 and 1")
+        if not 1 <= self.fault_domains <= 10_000:
+            raise UserError(f"--fault-domains {self.fault_domains}: must be 1 to 10000 tenants")
         if not (math.isfinite(self.price_per_gpu_hour) and self.price_per_gpu_hour >= 0):
             raise UserError(f"--price-per-gpu-hour {self.price_per_gpu_hour}: must be a price, 0 or more")
         pool.check_workers(self.workers)
@@ -83,6 +86,7 @@ class Inputs:
             policy=settings.policy,
             replicas=settings.replicas,
             trusted_share=settings.trusted_share,
+            fault_domains=settings.fault_domains,
         )
         return STRATEGIES[name](options)
 

@@ -24,7 +24,7 @@ from typing import Any
 import lightkube
 import numpy as np
 from lightkube import ApiError
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
 from gpufrac import contract
@@ -71,6 +71,10 @@ class SchedulerConfig:
     namespace: str = "gpufrac-system"
     reservation_image: str = reservations.DEFAULT_IMAGE
     reservation_idle_seconds: float = 10.0
+    # sm-sharing shares share a GPU only within one fault domain: the pod's namespace, or, with this set,
+    # the namespaces carrying the same value of this namespace label (an admin's label; tenants cannot
+    # label namespaces).
+    fault_domain_label: str = ""
 
 
 class Scheduler:
@@ -112,6 +116,8 @@ class Scheduler:
         self.clock = clock
         self.pending: dict[str, dict[str, Any]] = {}  # uid -> latest version of our unbound pods
         self.synced = {"nodes": False, "pods": False}
+        if config.fault_domain_label:
+            self.synced["namespaces"] = False
         self.is_leader = leading  # a standby (False) keeps its cache warm and binds nothing until `lead()`
         self._holds: Callable[[], bool] = lambda: True  # the elector's word that the Lease is still ours
         self._binds: set[asyncio.Task[None]] = set()
@@ -121,6 +127,7 @@ class Scheduler:
         self.policy = self._policy(Workload.from_pods([]))
         self._workload_at: float | None = None
         self.keeper = ReservationKeeper(idle_seconds=config.reservation_idle_seconds)
+        self.namespace_labels: dict[str, Mapping[str, str]] = {}  # with `fault_domain_label` only
 
     # ---- events -------------------------------------------------------------------------------------------
 
@@ -186,6 +193,24 @@ class Scheduler:
                 self.queue.add(uid, priority=_priority(pod), created=_created(pod))
                 self._wakeup.set()
 
+    def on_namespaces_listed(self, namespaces: list[dict[str, Any]]) -> None:
+        self.namespace_labels = {objects.name_of(ns): objects.node_labels_of(ns) for ns in namespaces}
+        self.synced["namespaces"] = True
+
+    def on_namespace_event(self, event: str, namespace: dict[str, Any]) -> None:
+        if event == "DELETED":
+            self.namespace_labels.pop(objects.name_of(namespace), None)
+        else:
+            self.namespace_labels[objects.name_of(namespace)] = objects.node_labels_of(namespace)
+
+    def fault_domain(self, pod: Mapping[str, Any]) -> str:
+        """The group `pod`'s sm-sharing shares may share GPUs with: its namespace, or `label=value` for the
+        namespaces an admin grouped with `fault_domain_label`."""
+        namespace = objects.text_field(pod, "metadata", "namespace")
+        label = self.config.fault_domain_label
+        value = self.namespace_labels.get(namespace, {}).get(label) if label else None
+        return f"{label}={value}" if isinstance(value, str) and value else namespace
+
     def _check_binding(self, pod: dict[str, Any]) -> None:
         """A bound pod whose contract was granted to another UID is deleted by the leader (`binder`)."""
         if objects.misbound(pod) and not objects.is_done(pod):
@@ -247,7 +272,7 @@ class Scheduler:
     async def _schedule(self, uid: str, pod: dict[str, Any]) -> None:
         started = time.perf_counter()
         try:
-            demand = objects.pod_demand(pod)
+            demand = objects.pod_demand(pod, fault_domain=self.fault_domain(pod))
         except contract.ContractError as error:
             self.metrics.attempts.labels("invalid").inc()
             self.queue.park(uid, priority=_priority(pod), created=_created(pod))
@@ -560,7 +585,21 @@ class Scheduler:
 
     async def run(self) -> None:
         """Watch nodes and pods, and schedule while leader, until cancelled."""
+        namespaces = (
+            [
+                reflect(
+                    self.client,
+                    Namespace,
+                    on_list=self.on_namespaces_listed,
+                    on_event=self.on_namespace_event,
+                    namespaced=False,
+                )
+            ]
+            if self.config.fault_domain_label
+            else []
+        )
         await asyncio.gather(
+            *namespaces,
             reflect(
                 self.client, Node, on_list=self.on_nodes_listed, on_event=self.on_node_event, namespaced=False
             ),

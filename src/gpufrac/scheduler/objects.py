@@ -346,8 +346,9 @@ def pod_resources(pod: Obj) -> tuple[int, int]:
     return cpu, memory
 
 
-def pod_demand(pod: Obj) -> PodDemand:
-    """What a pending pod needs; raises `ContractError` for a pod that breaks the contract."""
+def pod_demand(pod: Obj, *, fault_domain: str = "") -> PodDemand:
+    """What a pending pod needs; raises `ContractError` for a pod that breaks the contract. `fault_domain`:
+    the group its sm-sharing shares may share GPUs with (see `Scheduler.fault_domain`)."""
     cpu, memory = pod_resources(pod)
     request = contract.parse_pod(pod)
     for share in request.shares:
@@ -366,6 +367,7 @@ def pod_demand(pod: Obj) -> PodDemand:
         whole=request.whole,
         shares=request.shares,
         priority=priority(pod),
+        fault_domain=fault_domain,
     )
 
 
@@ -417,7 +419,9 @@ def bound_placement(pod: Obj, node: NodeSpec) -> Placement:
             gpus = indices(whole.container, whole.devices)
             size = min(sizes[gpu] for gpu in gpus)
             assignments.append(Assignment(whole.container, gpus, size, size, None))
-    return Placement(pod_uid(pod), node.name, cpu, memory, tuple(assignments))
+    recorded = annotations_of(pod).get(keys.FAULT_DOMAIN_ANNOTATION)
+    domain = recorded if isinstance(recorded, str) else text_field(pod, "metadata", "namespace")
+    return Placement(pod_uid(pod), node.name, cpu, memory, tuple(assignments), domain)
 
 
 def _names_devices(pod: Obj) -> bool:
@@ -505,4 +509,6 @@ def bind_plan(
     # Every pod the API returns has a UID; hand-made test objects may have none.
     if annotations and meta(pod).get("uid"):
         annotations[keys.BOUND_UID_ANNOTATION] = str(meta(pod)["uid"])
+    if any(share.mode is contract.ComputeMode.SM_SHARING for share in shares):
+        annotations[keys.FAULT_DOMAIN_ANNOTATION] = placement.fault_domain
     return BindPlan(annotations, configmaps)

@@ -25,6 +25,7 @@ import yaml
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod
 
 from gpufrac import contract
+from gpufrac.admission import settings
 from gpufrac.contract import keys
 from gpufrac.node.agent import Agent, Settings, SignalKiller, TickReport
 from gpufrac.node.kubelet.podresources import PodResourcesClient
@@ -127,7 +128,9 @@ async def guarded(
 ) -> AsyncIterator[str]:
     """The test's namespace, served by the webhook and the scheduler, with the GPU node ready."""
     _, token = webhook
-    await admin_client.patch(Namespace, namespace, {"metadata": {"labels": {LABEL: token}}})
+    # The trusted tier, where sm-sharing is allowed (test_trust_tiers.py has the untrusted one).
+    labels = {LABEL: token, settings.TRUST_LABEL: settings.TRUSTED}
+    await admin_client.patch(Namespace, namespace, {"metadata": {"labels": labels}})
     await wait_until_guarded(admin_client, namespace)
     yield namespace
 

@@ -48,3 +48,16 @@ clientConfig:
   operator: NotIn
   values: {{- splitList "," (include "gpufrac.webhook.exemptNamespaces" .) | toYaml | nindent 4 }}
 {{- end }}
+
+{{/* The trust tier's selector term: sm-sharing only where an admin labelled the namespace trusted. */}}
+{{- define "gpufrac.webhook.tier" -}}
+{{- if eq . "trusted" -}}
+- {key: gpufrac.io/trust, operator: In, values: [trusted]}
+{{- else -}}
+- {key: gpufrac.io/trust, operator: NotIn, values: [trusted]}
+{{- end -}}
+{{- end }}
+
+{{- define "gpufrac.webhook.path" -}}
+{{ .endpoint }}{{ if eq .tier "trusted" }}/trusted{{ end }}
+{{- end }}

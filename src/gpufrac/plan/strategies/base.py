@@ -29,6 +29,7 @@ class Options:
     policy: str
     replicas: int
     trusted_share: float
+    fault_domains: int = 1
 
 
 class Strategy(Protocol):
@@ -60,7 +61,8 @@ class EngineStrategy:
     """A strategy that rewrites each pod's demand and lets gpufrac's engine place it with `options.policy`."""
 
     name: str
-    # What the cluster allocates for a pod, for the report; may name the options: {replicas}, {trusted_share}.
+    # What the cluster allocates for a pod, for the report; may name the options: {replicas}, {trusted_share},
+    # {fault_domains}.
     about = ""
 
     def __init__(self, options: Options) -> None:
@@ -68,7 +70,12 @@ class EngineStrategy:
 
     @property
     def summary(self) -> str:
-        return self.about.format(replicas=self.options.replicas, trusted_share=self.options.trusted_share)
+        options = self.options
+        return self.about.format(
+            replicas=options.replicas,
+            trusted_share=options.trusted_share,
+            fault_domains=options.fault_domains,
+        )
 
     def demand(self, pod: PodDemand) -> PodDemand:
         return pod
