@@ -55,9 +55,7 @@ async def test_each_namespace_is_its_own_fault_domain_by_default() -> None:
 
 
 async def test_an_admins_namespace_label_groups_namespaces_into_one_domain() -> None:
-    made, client = await run(
-        [sm_pod("p", "a"), sm_pod("q", "b"), sm_pod("r", "c")], fault_domain_label="team"
-    )
+    _, client = await run([sm_pod("p", "a"), sm_pod("q", "b"), sm_pod("r", "c")], fault_domain_label="team")
     assert devices(client, "p", "a") == devices(client, "q", "b") is not None
     assert devices(client, "r", "c") is None  # namespace c is its own domain, and the one GPU is taken
     written = client.stored("Pod", "q", "b")["metadata"]["annotations"][keys.FAULT_DOMAIN_ANNOTATION]
