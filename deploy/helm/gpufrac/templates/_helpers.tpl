@@ -9,3 +9,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "gpufrac.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
+
+{{/* The monitoring objects' labels: gpufrac's, and those the Prometheus operator or Grafana selects on. */}}
+{{- define "gpufrac.monitoring.labels" -}}
+{{ include "gpufrac.labels" . }}
+{{- with .Values.monitoring.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
