@@ -58,15 +58,15 @@ SCENARIOS = {
     ),
     "the lowest priority first, though another is further over": (
         [
-            Tenant("a", 4000, 16000, 5000, 10),
-            Tenant("b", 4000, 16000, 7000, 100),
-            Tenant("c", 8000, 8000, 2000, 1000),
+            Tenant("a", 4000, 16000, 6000, 10),
+            Tenant("b", 4000, 16000, 8000, 100),
+            Tenant("c", 4000, 8000, 0, 1000),
         ],
         0,
         ["a"],
     ),
     "same priority: the furthest over its request": (
-        [Tenant("a", 4000, 16000, 5000), Tenant("b", 4000, 16000, 7000), Tenant("c", 8000, 8000, 2000)],
+        [Tenant("a", 4000, 16000, 6000), Tenant("b", 4000, 16000, 8000), Tenant("c", 4000, 8000, 0)],
         0,
         ["b"],
     ),
@@ -86,7 +86,7 @@ SCENARIOS = {
         ["a"],
     ),
     "a share over its limit is a breach, and its memory counts as given back": (
-        [Tenant("a", 4000, 9000, 10000), Tenant("b", 4000, 9000, 5000), Tenant("c", 8000, 8000, 0)],
+        [Tenant("a", 4000, 9000, 10000), Tenant("b", 4000, 9000, 4500), Tenant("c", 7000, 7000, 0)],
         0,
         [],
     ),
@@ -134,3 +134,16 @@ def test_a_priority_that_is_not_a_whole_number_is_zero(value: object) -> None:
     pod = bound_pod("a", share("app", "GPU-0"), {"app": 1})
     pod["spec"]["priority"] = value
     assert [c.priority for c in watchdog.containers_on_node([pod]).values()] == [0]
+
+
+def test_a_reclaimed_share_is_still_owed_its_request_so_nothing_cascades() -> None:
+    """Once the lowest-priority share is gone, the GPU holds every request with the other one still above
+    its own: the next tick reclaims nothing."""
+    tenants = [
+        Tenant("a", 4000, 16000, 6000, 10),
+        Tenant("b", 4000, 16000, 8000, 100),
+        Tenant("c", 4000, 8000, 0),
+    ]
+    assert [f.container.pod.name for f in judge(tenants) if f.container] == ["a"]
+    tenants[0] = Tenant("a", 4000, 16000, 0, 10)
+    assert judge(tenants) == []

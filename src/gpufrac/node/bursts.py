@@ -6,9 +6,11 @@ requests are promised at once, so two shares that would each fit alone but not b
 GPU's free memory (its usable memory, as the agent publishes it, less what every process on it uses,
 processes without a contract included) is less than what is owed, memory is reclaimed from the shares
 above their request: the lowest pod priority first, then the one furthest above its own request, then by
-namespace, pod and container, so the choice is the same every tick; and only as many as it takes to free
-the difference, counting all a share uses (a kill or an eviction frees all of it). A share over its limit
-is a breach, acted on anyway: its memory counts as given back, and it is not picked a second time.
+namespace, pod and container, so the choice is the same every tick; and only as many as it takes to cover
+the difference. A reclaimed share gives back only what it uses above its request: killed, its container
+restarts, and evicted, its pod is replaced, still owed that request; counting all it used would leave the
+next tick to reclaim the next share, one tick at a time. A share over its limit is a breach, acted on
+anyway: what it uses above its request counts as given back, and it is not picked a second time.
 
 Pure: the agent hands in the watchdog's assessment, the processes and each GPU's usable memory, and gets the
 assessment back with one `GPUBurstReclaimed` finding per share to act on.
@@ -35,24 +37,24 @@ def reclaim(assessment: Assessment, processes: Iterable[Process], memory: Mappin
     for gpu in sorted(memory, key=lambda g: g.index):
         shares = [u for u in assessment.usages if u.gpu == gpu and u.container.request_mib is not None]
         free = memory[gpu] - used.get(gpu, 0)
-        given_back = sum(u.used_bytes for u in shares if (u.container, gpu) in breaching)
+        given_back = sum(_over(u) for u in shares if (u.container, gpu) in breaching)
         candidates = [u for u in shares if _over(u) > 0 and (u.container, gpu) not in breaching]
         protected = [u for u in shares if _over(u) < 0]
         owed = sum(-_over(u) for u in protected)
-        for victim in victims(candidates, owed - free - given_back):
-            found.append(_finding(victim, protected, free))
+        if protected:
+            found += [_finding(v, protected, free) for v in victims(candidates, owed - free - given_back)]
     return Assessment(assessment.usages, assessment.findings + tuple(found))
 
 
 def victims(candidates: Sequence[Usage], shortfall: int) -> list[Usage]:
-    """The fewest shares, in reclaim order, whose memory covers `shortfall` bytes (all of them if none
-    does; none if nothing is short)."""
+    """The first shares, in reclaim order, whose memory above their requests covers `shortfall` bytes
+    (all of them if that does not; none if nothing is short)."""
     chosen: list[Usage] = []
     for usage in sorted(candidates, key=_reclaim_order):
         if shortfall <= 0:
             break
         chosen.append(usage)
-        shortfall -= usage.used_bytes
+        shortfall -= _over(usage)
     return chosen
 
 
