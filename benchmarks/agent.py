@@ -40,17 +40,21 @@ PROCESSES_PER_POD = 2
 
 
 class StandInClient:
-    """Answers the calls a steady tick makes: get and patch the Node, list the node's pods."""
+    """Answers the calls a tick makes: get and patch the Node (its status, the Ready condition, is not kept),
+    list the node's pods, create Events and evictions (kept in `created`)."""
 
     def __init__(self, node: str, pods: list[Pod]) -> None:
         self.node = Node(metadata=ObjectMeta(name=node, labels={}, annotations={}))
         self.pods = pods
+        self.created: list[Any] = []
 
     async def get(self, kind: type, name: str, **_: Any) -> Any:
         assert kind is Node
         return self.node
 
     async def patch(self, kind: type, name: str, patch: dict[str, Any], **_: Any) -> Any:
+        if kind is Node.Status:
+            return self.node
         meta = self.node.metadata
         assert meta is not None and meta.labels is not None and meta.annotations is not None
         meta.labels.update(patch["metadata"].get("labels", {}))
@@ -61,41 +65,42 @@ class StandInClient:
         for pod in self.pods:
             yield pod
 
+    async def create(self, obj: Any, *_: Any, **__: Any) -> Any:
+        self.created.append(obj)
+        return obj
+
+
+def share_pod(n: int, name: str, gpu: str, *, request: int, limit: int, priority: int = 0) -> Pod:
+    """A running pod whose container `app` (container ID number `n`) holds a time-slicing share of `gpu`."""
+    placement = PodPlacement((SharePlacement("app", (gpu,), request, limit, ComputeMode.TIME_SLICING),))
+    status = {
+        "name": "app",
+        "containerID": f"containerd://{container_id(n)}",
+        "image": "busybox",
+        "imageID": "",
+        "ready": True,
+        "restartCount": 0,
+    }
+    return Pod.from_dict(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "bench",
+                "uid": f"uid-{name}",
+                "annotations": contract.render_annotations(placement),
+            },
+            "spec": {"containers": [{"name": "app", "image": "busybox"}], "priority": priority},
+            "status": {"containerStatuses": [status]},
+        }
+    )
+
 
 def scenario(root: Path) -> tuple[FakeHost, list[Pod]]:
     host = FakeHost(root)
     host.add_gpus(GPUS)
     pods = []
     for n in range(PODS):
-        gpu = n % GPUS
-        placement = PodPlacement(
-            (SharePlacement("app", (host.uuid(gpu),), 4096, 8192, ComputeMode.TIME_SLICING),)
-        )
-        pods.append(
-            Pod.from_dict(
-                {
-                    "metadata": {
-                        "name": f"pod-{n}",
-                        "namespace": "bench",
-                        "uid": f"uid-{n}",
-                        "annotations": contract.render_annotations(placement),
-                    },
-                    "spec": {"containers": [{"name": "app", "image": "busybox"}]},
-                    "status": {
-                        "containerStatuses": [
-                            {
-                                "name": "app",
-                                "containerID": f"containerd://{container_id(n + 1)}",
-                                "image": "busybox",
-                                "imageID": "",
-                                "ready": True,
-                                "restartCount": 0,
-                            }
-                        ]
-                    },
-                }
-            )
-        )
+        pods.append(share_pod(n + 1, f"pod-{n}", host.uuid(n % GPUS), request=4096, limit=8192))
         for k in range(PROCESSES_PER_POD):
             host.add_process(10_000 + n * PROCESSES_PER_POD + k, container=container_id(n + 1))
     host.write(_processes())

@@ -1,5 +1,6 @@
 """A stand-in for lightkube's AsyncClient holding one Node and its pods, as the agent uses them: get and
-merge-patch the Node, strategic-merge its status conditions (keyed by type), list the pods, create Events."""
+merge-patch the Node, strategic-merge its status conditions (keyed by type), list the pods, create Events and
+evictions."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ class FakeNodeClient:
         for pod in self.pods:
             yield SimpleNamespace(to_dict=lambda pod=pod: copy.deepcopy(pod))
 
-    async def create(self, obj: Any, **_: Any) -> Any:
+    async def create(self, obj: Any, *_: Any, **__: Any) -> Any:
+        """An Event, or an Eviction (created as a subresource of the pod it names)."""
         self.events.append(obj)
         return obj
 

@@ -16,14 +16,16 @@ from gpufrac.node import nvml
 SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "gpu-check"
 
 
-def test_without_a_gpu_every_check_fails_clearly() -> None:
+def test_without_a_gpu_every_check_fails_clearly(tmp_path: Path) -> None:
     backend = nvml.RealBackend()
     try:
         if not backend.sample().error:
             pytest.skip("this machine has a GPU; run hack/gpu-check itself")
     finally:
         backend.close()
-    done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     lines = done.stdout.splitlines()
     assert done.returncode == 1, done.stderr
     assert [line.split(":")[0] for line in lines] == [
@@ -31,8 +33,10 @@ def test_without_a_gpu_every_check_fails_clearly() -> None:
         "FAIL mps-client",
         "FAIL mps-pinned-limit",
         "FAIL watchdog",
+        "FAIL interference",
     ]
     assert "NVML unavailable" in lines[0]
+    assert "pip install cupy-cuda12x" in lines[4] or "CUDA" in lines[4]
     assert "Traceback" not in done.stdout + done.stderr
 
 

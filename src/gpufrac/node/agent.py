@@ -52,12 +52,12 @@ from gpufrac.contract import node_inventory
 from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement
 from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS
-from gpufrac.node import eviction, inventory, procfs, watchdog
+from gpufrac.node import bursts, eviction, inventory, procfs, watchdog
 from gpufrac.node.exporter import Exporter, GpuView, Observation
 from gpufrac.node.kubelet.device_plugin import DevicePluginError
 from gpufrac.node.kubelet.podresources import PodResourcesError
 from gpufrac.node.mps import Supervisor
-from gpufrac.node.nvml import Backend, Snapshot
+from gpufrac.node.nvml import MIB, Backend, Snapshot
 from gpufrac.node.watchdog import Finding, Kind, Mode
 
 log = logging.getLogger(__name__)
@@ -330,7 +330,9 @@ class Agent:
         containers = watchdog.containers_on_node(pods, device_plugin=grants)
         self._log_broken_contracts(containers)
         gpus = [watchdog.Gpu(gpu.index, gpu.uuid) for gpu in snapshot.gpus]
-        assessment = watchdog.assess(self._processes(snapshot), containers, gpus=gpus)
+        processes = self._processes(snapshot)
+        assessment = watchdog.assess(processes, containers, gpus=gpus)
+        assessment = bursts.reclaim(assessment, processes, self._memory(snapshot))
         report.findings, report.usages = assessment.findings, assessment.usages
         # Forget what is no longer found: memory stays bounded, and should it come back, its Event says.
         self._done &= {self._key(finding) for finding in assessment.findings}
@@ -524,6 +526,18 @@ class Agent:
                     )
                 )
         return found
+
+    def _memory(self, snapshot: Snapshot) -> dict[watchdog.Gpu, int]:
+        """Bytes the shares of each GPU may use together: its allocatable memory, as published (requests
+        are portions of it). A GPU whose memory NVML could not read is left out, and not judged for
+        bursts."""
+        context = self.settings.cuda_context_mib
+        return {
+            watchdog.Gpu(g.index, g.uuid): inventory.allocatable_mib(g.memory_mib, g.reserved_mib, context)
+            * MIB
+            for g in snapshot.gpus
+            if g.memory_mib
+        }
 
     def _log_broken_contracts(self, containers: dict[str, watchdog.Container]) -> None:
         """Once per pod while its contract stays broken; pods gone or mended are forgotten, so a tenant who

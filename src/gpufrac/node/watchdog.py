@@ -5,7 +5,8 @@ A process belongs to a container through its cgroup (see `procfs`), and a contai
 `containerID` in any of the pod's status lists: `containerStatuses`, `initContainerStatuses` (init
 containers and sidecars) and `ephemeralContainerStatuses` (`kubectl debug`). Its memory counts against the
 share of that container on that GPU; several processes of one container on one GPU share one limit. Two
-kinds of finding:
+kinds of finding here, and a third, a share above its request reclaimed for a neighbour's guarantee, in
+`bursts`:
 
 - a breach: a share uses more than its limit on a GPU;
 - a process without a contract: in no container, in a container of no pod on this node, in a container
@@ -51,6 +52,7 @@ class Kind(StrEnum):
 
     BREACH = "GPUMemoryLimitExceeded"
     NO_CONTRACT = "GPUProcessWithoutContract"
+    BURST = "GPUBurstReclaimed"  # a share above its request, reclaimed for a neighbour's (`bursts`)
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class Container:
     kind: str = "container"  # or "init container", "sidecar container", "ephemeral container"
     pod_has_shares: bool = False  # the pod's contract grants GPUs, to other containers if not this one
     plugin_devices: tuple[str, ...] = ()
+    priority: int = 0  # the pod's spec.priority: the lowest is reclaimed first (`bursts`)
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,7 @@ def containers_on_node(
         )
         grants, problem = _grants(pod)
         sidecars = _sidecars(pod)
+        priority = _priority(pod)
         status = _map(pod.get("status"))
         for field, kind in _STATUS_LISTS:
             for entry in _list(status.get(field)):
@@ -184,6 +188,7 @@ def containers_on_node(
                     kind="sidecar container" if kind == "init container" and name in sidecars else kind,
                     pod_has_shares=bool(grants),
                     plugin_devices=plugin.get((ref.namespace, ref.name, name), ()),
+                    priority=priority,
                 )
     return found
 
@@ -229,6 +234,13 @@ def _sidecars(pod: Mapping[str, Any]) -> set[str]:
         for init in _list(spec.get("initContainers"))
         if _map(init).get("restartPolicy") == "Always"
     }
+
+
+def _priority(pod: Mapping[str, Any]) -> int:
+    """The pod's spec.priority (set by the API server from its PriorityClass); 0, Kubernetes' default,
+    where it is absent or not a whole number."""
+    value = _map(pod.get("spec")).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _map(value: object) -> Mapping[str, Any]:

@@ -1,0 +1,55 @@
+"""benchmarks/interference.py on its CPU path: the report's shape, whatever the machine's speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "interference.py"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+def test_the_cpu_path_reports_each_client_the_total_and_the_ratio(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    done = run(
+        "--device",
+        "cpu",
+        "--clients",
+        "2",
+        "--seconds",
+        "0.5",
+        "--size",
+        "64",
+        "--memory-over",
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert (report["device"], report["library"], report["clients"]) == ("cpu", "numpy", 2)
+    sliced = report["modes"]["time-slicing"]
+    assert len(sliced["clients"]) == 2
+    assert all(
+        value > 0
+        for value in [sliced["alone"], *sliced["clients"], sliced["total"], sliced["ratio_to_alone"]]
+    )
+    assert sliced["total"] == sum(sliced["clients"])
+    assert report["modes"]["sm-sharing"] == {"skipped": "sm-sharing needs MPS on an NVIDIA GPU"}
+    assert report["memory_over"] == {"skipped": "needs MPS on an NVIDIA GPU"}
+    assert "time-slicing" in done.stdout and "says nothing about GPUs" in done.stdout
+
+
+def test_bad_flags_are_one_line_and_exit_2() -> None:
+    done = run("--device", "cpu", "--modes", "mig")
+    assert done.returncode == 2
+    assert done.stderr.strip() == "interference: --modes: unknown ['mig']; use time-slicing,sm-sharing"
