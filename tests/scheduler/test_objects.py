@@ -364,6 +364,7 @@ def test_bind_plan_gives_each_gpu_container_its_own_env_configmap() -> None:
         key("p"),
         "n1",
         assignments=(Assignment("a", (0, 1), 4096, 6144, SM), Assignment("b", (2,), 2048, 2048, TS)),
+        fault_domain="team",
     )
     plan = objects.bind_plan(
         pending, placement, spec, mps_pipe_directory=PIPES, env_delivery=contract.EnvDelivery.CONFIGMAP
@@ -392,6 +393,7 @@ def test_bind_plan_gives_each_gpu_container_its_own_env_configmap() -> None:
         nvidia("b", "gpu-compute.mode"): "time-slicing",
         nvidia("b", "gpus.devices"): "GPU-n1-2",
         keys.BOUND_UID_ANNOTATION: pending["metadata"]["uid"],
+        keys.FAULT_DOMAIN_ANNOTATION: "team",  # with an sm-sharing share: whose MPS server it joins
     }
 
 

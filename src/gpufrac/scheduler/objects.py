@@ -419,9 +419,18 @@ def bound_placement(pod: Obj, node: NodeSpec) -> Placement:
             gpus = indices(whole.container, whole.devices)
             size = min(sizes[gpu] for gpu in gpus)
             assignments.append(Assignment(whole.container, gpus, size, size, None))
+    return Placement(
+        pod_uid(pod), node.name, cpu, memory, tuple(assignments), _fault_domain(pod, assignments)
+    )
+
+
+def _fault_domain(pod: Obj, assignments: Sequence[Assignment]) -> str:
+    """The domain a bound pod's sm-sharing shares were placed in: as its Binding recorded it, or, for a pod
+    bound before gpufrac recorded it, its namespace; none for a pod without sm-sharing shares."""
+    if not any(a.mode is contract.ComputeMode.SM_SHARING for a in assignments):
+        return ""
     recorded = annotations_of(pod).get(keys.FAULT_DOMAIN_ANNOTATION)
-    domain = recorded if isinstance(recorded, str) else text_field(pod, "metadata", "namespace")
-    return Placement(pod_uid(pod), node.name, cpu, memory, tuple(assignments), domain)
+    return recorded if isinstance(recorded, str) else text_field(pod, "metadata", "namespace")
 
 
 def _names_devices(pod: Obj) -> bool:
