@@ -40,7 +40,10 @@ def fits(made: Scheduler, fraction: str, *, mode: str = "time-slicing") -> bool:
     notes = {"gpu-fraction": fraction}
     if mode != "time-slicing":
         notes[keys.container_key("main", keys.COMPUTE_MODE)] = mode
-    outcome = decide(made.cache.state, objects.pod_demand(pod("probe", annotations=notes)), made.policy)
+    probe = pod("probe", annotations=notes)  # in the bound pods' namespace, so the same fault domain
+    outcome = decide(
+        made.cache.state, objects.pod_demand(probe, fault_domain=made.fault_domain(probe)), made.policy
+    )
     return isinstance(outcome, Placement)
 
 
