@@ -2,7 +2,8 @@
 
 Such pods are rare (no trace has them), and no paper policy defines a score for them, so they take the
 first node in tie order where a greedy assignment succeeds: whole GPUs from the highest-index empty GPUs,
-then each share, largest first, on the best-fitting GPUs that keep one compute mode per GPU.
+then each share, largest first, on the best-fitting GPUs that keep one compute mode per GPU (and, on a
+node that guarantees compute, compute claims within 100%).
 """
 
 from __future__ import annotations
@@ -11,7 +12,15 @@ from collections import Counter
 
 import numpy as np
 
-from gpufrac.cluster.model import Assignment, Placement, Unschedulable, resolve_mib, whole_assignments
+from gpufrac.cluster.model import (
+    FULL_COMPUTE,
+    Assignment,
+    Placement,
+    Unschedulable,
+    compute_claim,
+    resolve_mib,
+    whole_assignments,
+)
 from gpufrac.cluster.state import MODE_CODE, MODE_NONE, ClusterState
 from gpufrac.placement.fit import Fit
 
@@ -32,6 +41,8 @@ def assign(state: ClusterState, row: int, fit: Fit) -> tuple[Assignment, ...] | 
     memory = state.gpu_mem[row, :count]
     free = state.gpu_free[row, :count].copy()
     modes = state.gpu_mode[row, :count].copy()
+    compute = state.gpu_compute[row, :count].copy()
+    guaranteed = bool(state.compute_guarantee[row])
     open_gpus = state.open_gpus(row)[:count]
     empty = np.flatnonzero(open_gpus & (state.gpu_tenants[row, :count] == 0))
     assignments: list[Assignment] = []
@@ -43,6 +54,7 @@ def assign(state: ClusterState, row: int, fit: Fit) -> tuple[Assignment, ...] | 
         assignments += whole_assignments(pod, whole, memory.tolist())
     for share in sorted(pod.shares, key=lambda s: -resolve_mib(s.request, int(memory.max(initial=0)))):
         code = MODE_CODE[share.mode]
+        claim = compute_claim(share.mode, share.compute_percent)
         request = np.array([resolve_mib(share.request, int(m)) for m in memory], np.int64)
         limit = np.array([resolve_mib(share.limit, int(m)) for m in memory], np.int64)
         ok = (
@@ -51,6 +63,7 @@ def assign(state: ClusterState, row: int, fit: Fit) -> tuple[Assignment, ...] | 
             & (free >= request)
             & (memory >= limit)
             & np.isin(modes, (MODE_NONE, code))
+            & (not guaranteed or compute + claim <= FULL_COMPUTE)
         )
         candidates = np.flatnonzero(ok)
         chosen = candidates[np.argsort(free[candidates] - request[candidates], kind="stable")][
@@ -61,9 +74,15 @@ def assign(state: ClusterState, row: int, fit: Fit) -> tuple[Assignment, ...] | 
         gpus = tuple(sorted(int(g) for g in chosen))
         free[chosen] -= request[chosen]
         modes[chosen] = code
+        compute[chosen] += claim
         assignments.append(
             Assignment(
-                share.container, gpus, int(request[chosen].min()), int(limit[chosen].min()), share.mode
+                share.container,
+                gpus,
+                int(request[chosen].min()),
+                int(limit[chosen].min()),
+                share.mode,
+                share.compute_percent,
             )
         )
     return tuple(assignments)
