@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from gpufrac.contract import portion_mib
 from gpufrac.contract.model import (
+    FULL_COMPUTE,
     ComputeMode,
     Mebibytes,
     MemoryAmount,
@@ -62,10 +63,6 @@ def resolve_mib(amount: MemoryAmount, gpu_memory_mib: int) -> int:
     if isinstance(amount, Mebibytes):
         return amount.value
     return portion_mib(amount.value, gpu_memory_mib)
-
-
-# All of a GPU's SMs, in percent: what compute claims on one GPU may add up to where compute is guaranteed.
-FULL_COMPUTE = 100
 
 
 def compute_claim(mode: ComputeMode | None, percent: int | None) -> int:

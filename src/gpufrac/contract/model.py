@@ -11,6 +11,10 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import TypeAlias
 
+# All of a GPU's SMs, in percent: the largest compute cap, what a share without one may use, and what the caps
+# on one GPU may add up to where compute is guaranteed.
+FULL_COMPUTE = 100
+
 
 class ComputeMode(StrEnum):
     """How a share's kernels meet other shares' on the same GPU; a GPU runs one mode at a time."""

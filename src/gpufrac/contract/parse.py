@@ -16,6 +16,7 @@ from typing import TypeVar
 from gpufrac.contract import keys, quantity
 from gpufrac.contract.errors import ContractError, brief
 from gpufrac.contract.model import (
+    FULL_COMPUTE,
     ComputeMode,
     Mebibytes,
     MemoryAmount,
@@ -315,7 +316,7 @@ def _compute_percent(container: str, own: Mapping[str, str], mode: ComputeMode) 
     if text is None:
         return None
     key = keys.container_key(container, keys.COMPUTE_PERCENTAGE)
-    if not _PERCENT.fullmatch(text) or not 1 <= int(text) <= 100:
+    if not _PERCENT.fullmatch(text) or not 1 <= int(text) <= FULL_COMPUTE:
         raise ContractError(key, text, "must be a whole number from 1 to 100, a percentage of the GPU's SMs")
     if mode is not ComputeMode.SM_SHARING:
         mode_key = keys.container_key(container, keys.COMPUTE_MODE)
