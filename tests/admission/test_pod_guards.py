@@ -52,6 +52,27 @@ def test_every_contract_error_is_the_denial_with_its_message(annotations: dict[s
     assert denial(pod(annotations), "contract", user=user) == str(caught.value)
 
 
+CAP = "gpufrac.io/container.app.compute-percentage"
+
+
+@pytest.mark.parametrize("mode", [{}, {f"{N}app.gpu-compute.mode": "time-slicing"}])
+def test_a_compute_cap_on_a_time_slicing_share_is_denied_with_the_reason(mode: dict[str, str]) -> None:
+    message = denial(pod({"gpu-fraction": "0.5", **mode, CAP: "40"}), "contract")
+    assert message.startswith(f'{CAP}="40": caps SMs through MPS, which a time-slicing share does not use:')
+    assert "time-slicing gives each process the whole GPU in turn" in message
+    assert f'set {N}app.gpu-compute.mode: "sm-sharing", or remove the cap' in message
+
+
+def test_a_compute_cap_on_an_sm_sharing_share_is_allowed_and_frozen_like_the_contract() -> None:
+    before = mutated(pod({"gpu-fraction": "0.5", f"{N}app.gpu-compute.mode": "sm-sharing", CAP: "40"}))
+    assert allowed(before)
+    after = copy.deepcopy(before)
+    after["metadata"]["annotations"][CAP] = "100"
+    assert denial(after, "contract-change", operation="UPDATE", old=before).startswith(
+        f'{CAP}: "40" -> "100": GPU contract annotations cannot change once the pod exists'
+    )
+
+
 def test_a_pod_without_gpu_keys_and_a_valid_share_pod_are_allowed() -> None:
     assert allowed(pod({"prometheus.io/scrape": "true"}))
     assert allowed(mutated(pod({"gpu-fraction": "0.5"})))

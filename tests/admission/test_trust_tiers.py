@@ -61,3 +61,14 @@ def test_a_tenant_cannot_name_its_own_fault_domain() -> None:
     decision = validate(pod({**SM, keys.FAULT_DOMAIN_ANNOTATION: "other-team"}))
     assert not decision.allowed and decision.rule == "scheduler-owned"
     assert "sm-sharing shares may share its GPUs" in decision.message
+
+
+def test_a_capped_share_cannot_lift_its_cap_through_env() -> None:
+    capped = pod({**SM, keys.container_key("app", keys.COMPUTE_PERCENTAGE): "30"})
+    capped["spec"]["containers"][0]["env"] = [{"name": keys.ENV_MPS_THREAD_PERCENTAGE, "value": "100"}]
+    decision = validate(capped)
+    assert not decision.allowed and decision.rule == "env"
+    assert "would lift its share's compute cap" in decision.message
+    uncapped = sm_pod()
+    uncapped["spec"]["containers"][0]["env"] = [{"name": keys.ENV_MPS_THREAD_PERCENTAGE, "value": "50"}]
+    assert validate(uncapped).allowed  # without a cap it only narrows below the daemon's setting

@@ -25,10 +25,11 @@ def node(
     mem: int = 262_144,
     model: str = "T4",
     unhealthy: Iterable[int] = (),
+    guaranteed: bool = False,
 ) -> NodeSpec:
     sick = set(unhealthy)
     specs = tuple(GpuSpec(i, f"{name}-gpu{i}", model, memory, healthy=i not in sick) for i in range(gpus))
-    return NodeSpec(name, cpu_milli=cpu, memory_mib=mem, gpus=specs)
+    return NodeSpec(name, cpu_milli=cpu, memory_mib=mem, gpus=specs, compute_guarantee=guaranteed)
 
 
 def portion(milli: int) -> Portion:
@@ -45,9 +46,10 @@ def share_pod(
     devices: int = 1,
     limit: int | None = None,
     models: Iterable[str] | None = None,
+    cap: int | None = None,
 ) -> PodDemand:
     """A pod with one share of `milli` thousandths of a GPU (limit likewise, default = request)."""
-    share = ShareRequest("main", portion(milli), portion(limit or milli), mode=mode, num_devices=devices)
+    share = ShareRequest("main", portion(milli), portion(limit or milli), mode, devices, cap)
     allowed = frozenset(models) if models is not None else None
     return PodDemand(name, cpu_milli=cpu, memory_mib=mem, shares=(share,), models=allowed)
 
@@ -67,9 +69,10 @@ def share_at(
     mode: ComputeMode = TS,
     cpu: int = 0,
     mem: int = 0,
+    cap: int | None = None,
 ) -> Placement:
     """A hand-written placement of one share (MiB) on `gpus` of node `on`."""
-    assignment = Assignment("main", gpus, request, request if limit is None else limit, mode)
+    assignment = Assignment("main", gpus, request, request if limit is None else limit, mode, cap)
     return Placement(pod, on, cpu_milli=cpu, memory_mib=mem, assignments=(assignment,))
 
 

@@ -15,6 +15,18 @@ def test_container_keys_split_at_the_first_dot_after_the_prefix() -> None:
     assert split_container_key("gpu-fraction") is None
 
 
+def test_gpufrac_s_own_suffixes_are_keyed_under_gpufrac_io() -> None:
+    assert container_key("app", keys.COMPUTE_PERCENTAGE) == "gpufrac.io/container.app.compute-percentage"
+    assert split_container_key("gpufrac.io/container.app.compute-percentage") == ("app", "compute-percentage")
+    assert split_container_key("gpufrac.io/env-configmap") is None
+
+
+def test_only_nvidia_s_devices_key_grants_gpus() -> None:
+    assert keys.is_devices_key("nvidia.com/container.app.gpus.devices")
+    assert not keys.is_devices_key("gpufrac.io/container.app.gpus.devices")
+    assert not is_scheduler_owned("gpufrac.io/container.app.gpus.devices")
+
+
 @pytest.mark.parametrize(
     "key",
     ["nvidia.com/container.app.gpus.devices", "nvidia.com/container.trainer-0.gpus.devices"],
@@ -35,6 +47,7 @@ def test_the_bound_uid_marker_is_scheduler_owned() -> None:
         "nvidia.com/container.app.gpu-memory.request",
         "nvidia.com/container.app.gpu-memory.limit",
         "nvidia.com/container.app.gpu-compute.mode",
+        "gpufrac.io/container.app.compute-percentage",
         "gpu-fraction",
         "gpu-fraction.limit",
         "gpu-memory",
@@ -48,7 +61,10 @@ def test_tenant_keys_are_contract_keys_but_not_scheduler_owned(key: str) -> None
     assert not is_scheduler_owned(key)
 
 
-@pytest.mark.parametrize("key", ["nvidia.com/gpu", "app.kubernetes.io/name", "gpus.devices", "gpu-fractions"])
+@pytest.mark.parametrize(
+    "key",
+    ["nvidia.com/gpu", "app.kubernetes.io/name", "gpus.devices", "gpu-fractions", "gpufrac.io/env-configmap"],
+)
 def test_other_keys_are_not_the_contract_s(key: str) -> None:
     assert not is_contract_key(key)
     assert not is_scheduler_owned(key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
 
 import pytest
@@ -551,3 +552,66 @@ def test_a_portion_finer_than_nine_decimal_places_is_refused(key: str) -> None:
         key: "0.123456789" if key == "gpu-fraction" else "0.5",
     }
     assert parse_pod(make_pod(annotations=ok)).shares
+
+
+# The compute cap: gpufrac's own per-container key, for sm-sharing shares only.
+
+CAP = "gpufrac.io/container.app.compute-percentage"
+SM_SHARING = {f"{N}app.gpu-memory.request": "4Gi", f"{N}app.gpu-compute.mode": "sm-sharing"}
+
+
+@pytest.mark.parametrize("text", ["1", "30", "100", "050"])
+def test_an_sm_sharing_share_takes_a_compute_cap_of_1_to_100(text: str) -> None:
+    (share,) = parse_pod(make_pod({**SM_SHARING, CAP: text})).shares
+    assert share.compute_percent == int(text)
+
+
+def test_a_kai_share_takes_a_compute_cap_too() -> None:
+    pod = make_pod({"gpu-fraction": "0.5", f"{N}app.gpu-compute.mode": "sm-sharing", CAP: "25"})
+    assert parse_pod(pod).shares == (
+        ShareRequest("app", Portion(Fraction(1, 2)), Portion(Fraction(1, 2)), ComputeMode.SM_SHARING, 1, 25),
+    )
+
+
+def test_a_share_without_a_cap_has_none() -> None:
+    assert parse_pod(make_pod(SM_SHARING)).shares[0].compute_percent is None
+
+
+@pytest.mark.parametrize("text", ["0", "101", "-5", "50%", "0.5", "", " 50", "1000", "\uff15\uff10"])
+def test_a_compute_cap_must_be_a_whole_percentage(text: str) -> None:
+    assert refusal(make_pod({**SM_SHARING, CAP: text})) == (
+        f"{CAP}={json.dumps(text, ensure_ascii=False)}: must be a whole number from 1 to 100, "
+        "a percentage of the GPU's SMs"
+    )
+
+
+@pytest.mark.parametrize("mode", [{}, {f"{N}app.gpu-compute.mode": "time-slicing"}])
+def test_a_compute_cap_on_a_time_slicing_share_is_refused_with_why(mode: dict[str, str]) -> None:
+    pod = make_pod({f"{N}app.gpu-memory.request": "4Gi", **mode, CAP: "50"})
+    assert refusal(pod) == (
+        f'{CAP}="50": caps SMs through MPS, which a time-slicing share does not use: time-slicing gives each '
+        "process the whole GPU in turn, so there is no per-client SM cap to set; set "
+        f'{N}app.gpu-compute.mode: "sm-sharing", or remove the cap'
+    )
+
+
+def test_a_compute_cap_on_a_container_without_a_share_is_refused() -> None:
+    pod = make_pod(
+        {"gpu-fraction": "0.5", "gpufrac.io/container.side.compute-percentage": "50"}, ["app", "side"]
+    )
+    assert (
+        refusal(pod) == 'gpufrac.io/container.side.compute-percentage="50": container "side" has no GPU share'
+    )
+
+
+@pytest.mark.parametrize("suffix", ["gpu-memory.request", "gpus.devices", "compute-percent", ""])
+def test_unknown_keys_under_gpufrac_container_list_gpufrac_s_suffixes(suffix: str) -> None:
+    key = f"gpufrac.io/container.app.{suffix}"
+    assert refusal(make_pod({**SM_SHARING, key: "1"})) == (
+        f'{key}="1": unknown key; the keys under gpufrac.io/container.<container>. are compute-percentage'
+    )
+
+
+def test_the_cap_is_no_key_of_nvidia_s_family() -> None:
+    key = f"{N}app.compute-percentage"
+    assert refusal(make_pod({**SM_SHARING, key: "50"})).startswith(f'{key}="50": unknown key;')

@@ -141,7 +141,12 @@ def cases(draw: st.DrawFn) -> Case:
             mode = draw(st.sampled_from(ComputeMode))
             if mode is ComputeMode.SM_SHARING or draw(st.booleans()):
                 annotations[f"{N}{container}.gpu-compute.mode"] = mode.value
-            shares.append(ShareRequest(share.container, share.request, share.limit, mode, share.num_devices))
+            cap = draw(st.none() | st.integers(1, 100)) if mode is ComputeMode.SM_SHARING else None
+            if cap is not None:
+                annotations[f"gpufrac.io/container.{container}.compute-percentage"] = str(cap)
+            shares.append(
+                ShareRequest(share.container, share.request, share.limit, mode, share.num_devices, cap)
+            )
     return Case(PodGpuRequest(tuple(shares), tuple(whole)), annotations, containers, limits, requests)
 
 
@@ -193,11 +198,18 @@ _KEYS = st.sampled_from(
                 "",
             ]
         ),
+        *(
+            f"gpufrac.io/container.{container}.{suffix}"
+            for container in _CONTAINERS
+            for suffix in ["compute-percentage", "gpus.devices"]
+        ),
     ]
 ) | st.text(max_size=30)
 _VALUES = (
     st.sampled_from(["0.5", "1", "0", "-1", "2", "8Gi", "1000M", "1e3", "", " ", "app", "side", "sm-sharing"])
-    | st.sampled_from(["time-slicing", "GPU-a", "GPU-a,GPU-b", "0,0", ",", "1e999", "1.5", "NaN", "inf"])
+    | st.sampled_from(
+        ["time-slicing", "GPU-a", "GPU-a,GPU-b", "0,0", ",", "1e999", "1.5", "NaN", "inf", "100", "101"]
+    )
     | st.text(max_size=12)
     | st.integers()
     | st.floats()

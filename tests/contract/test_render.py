@@ -195,3 +195,34 @@ def test_a_bound_pod_that_disagrees_with_its_request_is_an_error(
     with pytest.raises(ContractError) as caught:
         parse_placement(make_pod(annotations, ["app", "helper"], limits=limits))
     assert str(caught.value) == message
+
+
+CAPPED = PodPlacement(
+    shares=(SharePlacement("a", ("GPU-a",), 1024, 4096, ComputeMode.SM_SHARING, compute_percent=30),)
+)
+
+
+def test_a_compute_cap_is_written_under_gpufrac_s_own_key() -> None:
+    annotations = render_annotations(CAPPED)
+    assert annotations["gpufrac.io/container.a.compute-percentage"] == "30"
+    assert not any(key.startswith(N) and "compute-percentage" in key for key in annotations)
+
+
+def test_a_compute_cap_reaches_the_mps_client_as_its_active_thread_percentage() -> None:
+    assert render_env(CAPPED)["a"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
+
+
+def test_a_share_without_a_cap_gets_no_thread_percentage_and_no_cap_key() -> None:
+    uncapped = PodPlacement(shares=(SharePlacement("a", ("GPU-a",), 1024, 4096, ComputeMode.SM_SHARING),))
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in render_env(uncapped)["a"]
+    assert not any("compute-percentage" in key for key in render_annotations(uncapped))
+
+
+def test_a_capped_share_reads_back_with_its_cap() -> None:
+    asked = {
+        f"{N}a.gpu-memory.request": "1Gi",
+        f"{N}a.gpu-memory.limit": "4Gi",
+        f"{N}a.gpu-compute.mode": "sm-sharing",
+        "gpufrac.io/container.a.compute-percentage": "30",
+    }
+    assert parse_placement(make_pod({**asked, **render_annotations(CAPPED)}, ["a"])) == CAPPED

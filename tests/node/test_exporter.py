@@ -13,11 +13,12 @@ from gpufrac.node.nvml import MIB
 from gpufrac.node.watchdog import Container, Gpu, PodRef, Usage
 
 APP = Container(PodRef("ns", "web", "uid"), "app", ("GPU-0",), request_mib=1024, limit_mib=2048)
+CAPPED = Container(PodRef("ns", "mps", "uid2"), "app", ("GPU-1",), 1024, 2048, True, compute_percent=30)
 
 
 def _observation() -> Observation:
     return Observation(
-        usages=(Usage(APP, Gpu(0, "GPU-0"), 1500 * MIB, ()),),
+        usages=(Usage(APP, Gpu(0, "GPU-0"), 1500 * MIB, (), 12), Usage(CAPPED, Gpu(1, "GPU-1"), 0, (), 45)),
         gpus=(
             GpuView(0, "GPU-0", True, Enforcement.WATCHDOG, utilization=0.25),
             GpuView(1, "GPU-1", False, Enforcement.NONE),
@@ -37,6 +38,11 @@ def test_per_share_and_per_gpu_series() -> None:
     assert samples["gpufrac_share_memory_used_bytes", _key(share)] == 1500 * MIB
     assert samples["gpufrac_share_memory_request_bytes", _key(share)] == 1024 * MIB
     assert samples["gpufrac_share_memory_limit_bytes", _key(share)] == 2048 * MIB
+    assert samples["gpufrac_share_compute_used_percent", _key(share)] == 12
+    assert samples["gpufrac_share_compute_cap_percent", _key(share)] == 100  # no cap: all the SMs
+    capped = {"namespace": "ns", "pod": "mps", "container": "app", "gpu": "1", "uuid": "GPU-1"}
+    assert samples["gpufrac_share_compute_used_percent", _key(capped)] == 45  # over its cap: reported only
+    assert samples["gpufrac_share_compute_cap_percent", _key(capped)] == 30
     gpu0, gpu1 = {"gpu": "0", "uuid": "GPU-0"}, {"gpu": "1", "uuid": "GPU-1"}
     assert samples["gpufrac_gpu_utilization_ratio", _key(gpu0)] == 0.25
     assert ("gpufrac_gpu_utilization_ratio", _key(gpu1)) not in samples  # unknown is absent, not zero

@@ -123,10 +123,23 @@ def _fake_pynvml(broken: set[int], v2: int | None = None) -> Any:
     def utilization(handle: int) -> Any:
         raise _NVMLError("Not Supported")
 
+    def process_utilization(handle: int, since: int) -> list[Any]:
+        module.asked.append(since)
+        samples = [
+            types.SimpleNamespace(pid=7, timeStamp=100, smUtil=20),
+            types.SimpleNamespace(pid=7, timeStamp=200, smUtil=41),
+        ]
+        newer = [sample for sample in samples if sample.timeStamp > since]
+        if not newer:
+            raise _NVMLError("Not Found")  # as NVML answers when it has no sample since `since`
+        return newer
+
     module.nvmlDeviceGetMemoryInfo = memory
     module.nvmlDeviceGetComputeRunningProcesses = processes
     module.nvmlDeviceGetMPSComputeRunningProcesses = mps_processes
     module.nvmlDeviceGetUtilizationRates = utilization
+    module.nvmlDeviceGetProcessUtilization = process_utilization
+    module.asked = []
     return module
 
 
@@ -138,7 +151,7 @@ def test_real_backend_degrades_one_failing_gpu(monkeypatch: pytest.MonkeyPatch) 
     assert (good.uuid, good.model, good.memory_mib, good.healthy) == ("GPU-0", "NVIDIA L4", 24576, True)
     assert good.reserved_mib is None
     # MPS clients listed apart are merged in, with the memory the MPS listing knows.
-    assert good.processes == (GpuProcess(7, MIB), GpuProcess(8, 3 * MIB))
+    assert good.processes == (GpuProcess(7, MIB, 30), GpuProcess(8, 3 * MIB))
     assert good.utilization is None
     assert (bad.uuid, bad.healthy, bad.error) == ("GPU-1", False, "Unknown Error")
 
@@ -163,6 +176,25 @@ def test_real_backend_reads_reserved_memory_where_the_driver_has_v2(monkeypatch:
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(broken=set(), v2=423))
     gpu = nvml.RealBackend().sample().gpus[0]
     assert (gpu.memory_mib, gpu.reserved_mib) == (24576, 423)
+
+
+def test_real_backend_asks_nvml_for_the_sm_samples_since_the_last_it_saw(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    module = _fake_pynvml(broken=set())
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    backend = nvml.RealBackend()
+    assert backend.sample().gpus[0].processes[0].sm_percent == 30  # the mean of 20 and 41, rounded
+    second = backend.sample().gpus[0]
+    assert module.asked == [0, 0, 200, 200]  # per GPU: everything, then after the newest sample seen
+    assert second.healthy and [p.sm_percent for p in second.processes] == [None, None]
+
+
+def test_fake_scenario_per_process_sm_percent(tmp_path: Path) -> None:
+    path = tmp_path / "nvml.yaml"
+    path.write_text("gpus: [{index: 0, uuid: GPU-0, processes: [{pid: 1, sm_percent: 25}, {pid: 2}]}]")
+    (gpu,) = nvml.FakeBackend(path).sample().gpus
+    assert [p.sm_percent for p in gpu.processes] == [25, None]
 
 
 def test_fake_scenario_reserved_memory(tmp_path: Path) -> None:

@@ -117,6 +117,26 @@ def test_usage_within_limit_is_no_finding() -> None:
     assert (usage.container.name, usage.gpu, usage.used_bytes) == ("app", GPU0, 2048 * MIB)
 
 
+def test_a_share_s_sm_use_is_summed_over_its_processes_against_its_cap_and_is_no_finding() -> None:
+    capped = PodPlacement((SharePlacement("app", ("GPU-0",), 1024, 2048, ComputeMode.SM_SHARING, 30),))
+    containers = watchdog.containers_on_node([bound_pod("a", capped, {"app": 1})])
+    processes = [
+        Process(1, 1001, GPU0, MIB, container_id(1), sm_percent=25),
+        Process(2, 1002, GPU0, MIB, container_id(1), sm_percent=20),
+        Process(3, 1003, GPU0, MIB, container_id(1)),  # no NVML sample this interval
+    ]
+    result = watchdog.assess(processes, containers)
+    assert result.findings == ()  # 45% against a cap of 30%: MPS holds the cap, the agent only reports
+    (usage,) = result.usages
+    assert (usage.sm_percent, usage.container.compute_percent) == (45, 30)
+
+
+def test_a_share_without_a_cap_or_samples_uses_no_sm_and_has_no_cap() -> None:
+    containers = watchdog.containers_on_node([bound_pod("a", share("app", "GPU-0"), {"app": 1})])
+    (usage,) = watchdog.assess([proc(1, GPU0, 10, 1)], containers).usages
+    assert (usage.sm_percent, usage.container.compute_percent) == (0, None)
+
+
 def test_processes_of_one_container_share_its_limit() -> None:
     containers = watchdog.containers_on_node([bound_pod("a", share("app", "GPU-0"), {"app": 1})])
     (finding,) = watchdog.assess([proc(1, GPU0, 1500, 1), proc(2, GPU0, 600, 1)], containers).findings

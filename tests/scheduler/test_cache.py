@@ -175,3 +175,18 @@ def test_the_bound_object_seen_during_a_bind_is_the_one_kept() -> None:
     cache.add_node(node("n1", agent=replaced))  # GPU 0 swapped; p is on GPU 1
     assert cache.misfits == {} and gpu_free(cache, "n1") == [GPU_MIB, HALF]
     assert len(cache.eligible_rows(pod("q"))[0]) == 1
+
+
+def test_a_node_newly_guaranteed_is_held_while_the_caps_on_a_gpu_add_past_100() -> None:
+    cache = cache_with_n1()
+    notes = share_notes("main", "GPU-n1-0", "1Gi", mode="sm-sharing")
+    for name, cap in (("a", "60"), ("b", "50")):
+        cache.add_pod(bound(pod(name), "n1", {**notes, "gpufrac.io/container.main.compute-percentage": cap}))
+    assert cache.misfits == {}
+    guaranteed = n1()
+    guaranteed["metadata"]["labels"]["gpufrac.io/compute-guarantee"] = "true"
+    cache.add_node(guaranteed)
+    assert cache.snapshot().compute_guarantee[cache.state.index["n1"]]
+    assert len(cache.misfits["n1"]) == 1 and len(cache.eligible_rows(pod("q"))[0]) == 0
+    cache.remove_pod(next(iter(cache.misfits["n1"])))
+    assert cache.misfits == {} and len(cache.eligible_rows(pod("q"))[0]) == 1

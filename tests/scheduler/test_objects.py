@@ -397,6 +397,42 @@ def test_bind_plan_gives_each_gpu_container_its_own_env_configmap() -> None:
     }
 
 
+def test_bind_plan_writes_a_share_s_compute_cap_and_gives_mps_its_thread_percentage() -> None:
+    cap = keys.container_key("a", keys.COMPUTE_PERCENTAGE)
+    pending = pod(
+        "p",
+        containers=[container("a")],
+        annotations={
+            keys.ENV_CONFIGMAP_ANNOTATION: ENV_BASE,
+            nvidia("a", "gpu-memory.request"): "4Gi",
+            nvidia("a", "gpu-compute.mode"): "sm-sharing",
+            cap: "30",
+        },
+    )
+    spec = _node_spec(uuids=True)
+    outcome = decide(ClusterState([spec]), objects.pod_demand(pending), POLICIES["bestfit"](CONTEXT))
+    assert isinstance(outcome, Placement)
+    plan = objects.bind_plan(
+        pending, outcome, spec, mps_pipe_directory=PIPES, env_delivery=contract.EnvDelivery.CONFIGMAP
+    )
+    assert plan.annotations[cap] == "30"
+    assert plan.configmaps[keys.env_configmap_name(ENV_BASE, "a")][keys.ENV_MPS_THREAD_PERCENTAGE] == "30"
+    assert _round_trip(pending, outcome, spec).assignments[0].compute_percent == 30
+
+
+@pytest.mark.parametrize(
+    ("value", "guaranteed"), [("true", True), ("false", False), ("True", False), (None, False)]
+)
+def test_node_spec_reads_the_compute_guarantee_label(value: str | None, guaranteed: bool) -> None:
+    labels = {} if value is None else {node_inventory.COMPUTE_GUARANTEE_LABEL: value}
+    assert objects.node_spec(node("n1", labels=labels)).compute_guarantee is guaranteed
+
+
+def test_a_foreign_pod_with_a_devices_key_under_gpufrac_s_family_holds_no_gpu() -> None:
+    foreign = bound(pod("p", annotations={"gpufrac.io/container.main.gpus.devices": "GPU-n1-0"}), "n1", {})
+    assert objects.bound_placement(foreign, _node_spec(uuids=True)).assignments == ()
+
+
 def test_bind_plan_env_configmap_of_a_whole_gpu_container() -> None:
     pending = pod("p", whole=1, annotations={keys.ENV_CONFIGMAP_ANNOTATION: ENV_BASE})
     placement = Placement(key("p"), "n1", assignments=(Assignment("main", (3,), GPU_MIB, GPU_MIB, None),))

@@ -116,6 +116,7 @@ def _validate_new_pod(
         (None if trusted_namespace else _untrusted_sm_sharing(pod, asked))
         or _scheduler_owned(pod, user, policy)
         or _reserved_env(pod, ALL_KINDS)
+        or _capped_env(pod, asked)
         or _privileged(pod, gpus, ALL_KINDS)
         or _env_configmap(pod, asked, policy)
         or _foreign_env_configmaps(pod, gpus, ALL_KINDS)
@@ -124,6 +125,26 @@ def _validate_new_pod(
         or _delivery(pod, asked, policy)
         or exchange.ALLOW
     )
+
+
+def _capped_env(pod: Mapping[str, Any], asked: contract.PodGpuRequest) -> exchange.Decision | None:
+    """`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` in the `env` of a container whose share has a compute cap: `env`
+    beats the env ConfigMap that delivers the cap, so it would lift the cap up to the MPS daemon's own."""
+    capped = {share.container for share in asked.shares if share.compute_percent is not None}
+    for kind, container in shapes.containers_by_list(pod):
+        name = shapes.as_str(container.get("name"))
+        if kind != "containers" or name not in capped:
+            continue
+        for variable in shapes.as_list(container.get("env")):
+            if shapes.as_str(shapes.as_mapping(variable).get("name")) == keys.ENV_MPS_THREAD_PERCENTAGE:
+                return exchange.deny(
+                    "env",
+                    f'container "{brief(name)}" sets {keys.ENV_MPS_THREAD_PERCENTAGE} in its env, which '
+                    f"would lift its share's compute cap "
+                    f"({keys.container_key(brief(name), keys.COMPUTE_PERCENTAGE)}): remove it; gpufrac sets "
+                    "it from the cap",
+                )
+    return None
 
 
 def _untrusted_sm_sharing(pod: Mapping[str, Any], asked: contract.PodGpuRequest) -> exchange.Decision | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from gpufrac.cluster.model import Placement
+from gpufrac.cluster.model import FULL_COMPUTE, Placement
 from gpufrac.cluster.state import ClusterState
 from gpufrac.contract.model import ComputeMode
 
@@ -18,6 +18,7 @@ def violations(state: ClusterState) -> list[str]:
     problems: list[str] = []
     requested: dict[tuple[str, int], int] = defaultdict(int)
     modes: dict[tuple[str, int], set[object]] = defaultdict(set)
+    compute: dict[tuple[str, int], int] = defaultdict(int)
     tenants: dict[tuple[str, int], int] = defaultdict(int)
     domains: dict[tuple[str, int], set[str]] = defaultdict(set)  # fault domains of sm-sharing shares
     whole: set[tuple[str, int]] = set()
@@ -26,7 +27,9 @@ def violations(state: ClusterState) -> list[str]:
     for placement in state.placements.values():
         cpu[placement.node] += placement.cpu_milli
         memory[placement.node] += placement.memory_mib
-        problems += _share_problems(state, placement, requested=requested, modes=modes, tenants=tenants)
+        problems += _share_problems(
+            state, placement, requested=requested, modes=modes, compute=compute, tenants=tenants
+        )
         for assignment in placement.assignments:
             if assignment.mode is None:
                 whole.update((placement.node, gpu) for gpu in assignment.gpus)
@@ -43,6 +46,11 @@ def violations(state: ClusterState) -> list[str]:
             problems.append(f"{node} GPU {gpu}: {total} MiB requested of {capacity} MiB")
         if len(modes[node, gpu]) > 1:
             problems.append(f"{node} GPU {gpu}: mixes compute modes {sorted(map(str, modes[node, gpu]))}")
+    problems += [
+        f"{node} GPU {gpu}: compute caps add up to {total}% on a node that guarantees compute"
+        for (node, gpu), total in compute.items()
+        if state.compute_guarantee[state.index[node]] and total > FULL_COMPUTE
+    ]
     problems += [f"{node} GPU {gpu}: a whole GPU is shared" for node, gpu in whole if tenants[node, gpu] > 1]
     problems += [
         f"{node} GPU {gpu}: sm-sharing across fault domains {sorted(groups)}"
@@ -58,6 +66,7 @@ def _share_problems(
     *,
     requested: dict[tuple[str, int], int],
     modes: dict[tuple[str, int], set[object]],
+    compute: dict[tuple[str, int], int],
     tenants: dict[tuple[str, int], int],
 ) -> list[str]:
     problems = []
@@ -70,6 +79,7 @@ def _share_problems(
             key = (placement.node, gpu)
             tenants[key] += 1
             requested[key] += memory if assignment.mode is None else assignment.request_mib
+            compute[key] += assignment.compute_claim
             if assignment.mode is not None:
                 modes[key].add(assignment.mode)
                 if assignment.limit_mib > memory:

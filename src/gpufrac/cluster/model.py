@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from gpufrac.contract import portion_mib
 from gpufrac.contract.model import (
+    FULL_COMPUTE,
     ComputeMode,
     Mebibytes,
     MemoryAmount,
@@ -38,12 +39,15 @@ class NodeSpec:
     """A node as the engine sees it: capacity left for pods, and its GPUs.
 
     A node's GPUs are one model, as on every real node; `model` is that model ("" for a CPU-only node).
+    `compute_guarantee`: the operator guarantees compute on the node's pool, so the compute claims of the
+    sm-sharing shares on each GPU (`compute_claim`) may add up to 100 at most.
     """
 
     name: str
     cpu_milli: int
     memory_mib: int
     gpus: tuple[GpuSpec, ...] = ()
+    compute_guarantee: bool = False
 
     @property
     def model(self) -> str:
@@ -59,6 +63,16 @@ def resolve_mib(amount: MemoryAmount, gpu_memory_mib: int) -> int:
     if isinstance(amount, Mebibytes):
         return amount.value
     return portion_mib(amount.value, gpu_memory_mib)
+
+
+def compute_claim(mode: ComputeMode | None, percent: int | None) -> int:
+    """The percentage of each of its GPUs' SMs a share claims where compute is guaranteed: its cap, or all of
+    them without one (MPS lets an uncapped client take every SM). Only sm-sharing shares claim: time-slicing
+    shares take turns at the whole GPU (and never share a GPU with sm-sharing ones), whole GPUs are
+    exclusive, so neither has SMs to split."""
+    if mode is not ComputeMode.SM_SHARING:
+        return 0
+    return FULL_COMPUTE if percent is None else percent
 
 
 Count = TypeVar("Count", int, "np.ndarray")
@@ -110,7 +124,7 @@ class PodDemand:
 class Assignment:
     """GPUs given to one container: per GPU, `request_mib` guaranteed and `limit_mib` at most.
 
-    `mode` is None for exclusive whole GPUs.
+    `mode` is None for exclusive whole GPUs; `compute_percent` is an sm-sharing share's cap, if any.
     """
 
     container: str
@@ -118,6 +132,11 @@ class Assignment:
     request_mib: int
     limit_mib: int
     mode: ComputeMode | None
+    compute_percent: int | None = None
+
+    @property
+    def compute_claim(self) -> int:
+        return compute_claim(self.mode, self.compute_percent)
 
 
 def whole_assignments(

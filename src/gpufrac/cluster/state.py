@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement
+from gpufrac.cluster.model import FULL_COMPUTE, Assignment, GpuSpec, NodeSpec, Placement
 from gpufrac.contract.model import ComputeMode
 
 MODE_NONE = 0
@@ -52,17 +52,38 @@ class ClusterState:
         self.mem_cap = np.zeros(rows, np.int64)
         self.model_id = np.zeros(rows, np.int32)
         self.gpu_count = np.zeros(rows, np.int64)
+        self.compute_guarantee = np.zeros(rows, bool)
         self.version = np.zeros(rows, np.int64)
         self.gpu_mem = np.zeros((rows, width), np.int64)
         self.gpu_free = np.zeros((rows, width), np.int64)
         self.gpu_mode = np.zeros((rows, width), np.int8)
         self.gpu_tenants = np.zeros((rows, width), np.int32)
+        self.gpu_compute = np.zeros((rows, width), np.int32)  # compute claims on the GPU, in percent
         self.gpu_whole = np.zeros((rows, width), bool)
         self.gpu_healthy = np.zeros((rows, width), bool)
         self.gpu_domain = np.zeros((rows, width), np.int32)  # the fault domain of its sm-sharing shares
 
-    _ROW_ARRAYS = ("active", "cpu_free", "mem_free", "cpu_cap", "mem_cap", "model_id", "gpu_count", "version")
-    _GPU_ARRAYS = ("gpu_mem", "gpu_free", "gpu_mode", "gpu_tenants", "gpu_whole", "gpu_healthy", "gpu_domain")
+    _ROW_ARRAYS = (
+        "active",
+        "cpu_free",
+        "mem_free",
+        "cpu_cap",
+        "mem_cap",
+        "model_id",
+        "gpu_count",
+        "compute_guarantee",
+        "version",
+    )
+    _GPU_ARRAYS = (
+        "gpu_mem",
+        "gpu_free",
+        "gpu_mode",
+        "gpu_tenants",
+        "gpu_compute",
+        "gpu_whole",
+        "gpu_healthy",
+        "gpu_domain",
+    )
 
     def _grow(self, rows: int, width: int) -> None:
         old = {name: getattr(self, name) for name in self._ROW_ARRAYS + self._GPU_ARRAYS}
@@ -109,7 +130,15 @@ class ClusterState:
         self.mem_cap[row] = self.mem_free[row] = spec.memory_mib
         self.model_id[row] = self.models.index(spec.model)
         self.gpu_count[row] = len(gpus)
-        for array in (self.gpu_mem, self.gpu_free, self.gpu_mode, self.gpu_tenants, self.gpu_domain):
+        self.compute_guarantee[row] = spec.compute_guarantee
+        for array in (
+            self.gpu_mem,
+            self.gpu_free,
+            self.gpu_mode,
+            self.gpu_tenants,
+            self.gpu_compute,
+            self.gpu_domain,
+        ):
             array[row] = 0
         self.gpu_whole[row] = False
         self.gpu_healthy[row] = False
@@ -150,6 +179,7 @@ class ClusterState:
                 else:
                     self.gpu_free[row, gpu] -= assignment.request_mib
                     self.gpu_mode[row, gpu] = MODE_CODE[assignment.mode]
+                    self.gpu_compute[row, gpu] += assignment.compute_claim
                     if assignment.mode is ComputeMode.SM_SHARING:
                         self.gpu_domain[row, gpu] = self.domain_code(placement.fault_domain)
         self.placements[placement.pod] = placement
@@ -170,6 +200,7 @@ class ClusterState:
                     self.gpu_free[row, gpu] = self.gpu_mem[row, gpu]
                 else:
                     self.gpu_free[row, gpu] += assignment.request_mib
+                    self.gpu_compute[row, gpu] -= assignment.compute_claim
                 if self.gpu_tenants[row, gpu] == 0:
                     self.gpu_mode[row, gpu] = MODE_NONE
                     self.gpu_domain[row, gpu] = DOMAIN_NONE
@@ -187,9 +218,12 @@ class ClusterState:
             raise PlacementRefused(f"pod {placement.pod}: not enough CPU or memory on {placement.node}")
         taken: dict[int, int] = {}
         modes: dict[int, int] = {}
+        compute: dict[int, int] = {}
         whole: set[int] = set()
         for assignment in placement.assignments:
-            self._check_assignment(placement, row, assignment, taken=taken, modes=modes, whole=whole)
+            self._check_assignment(
+                placement, row, assignment, taken=taken, modes=modes, compute=compute, whole=whole
+            )
         return row
 
     def _check_assignment(
@@ -200,6 +234,7 @@ class ClusterState:
         *,
         taken: dict[int, int],
         modes: dict[int, int],
+        compute: dict[int, int],
         whole: set[int],
     ) -> None:
         where = f"pod {placement.pod} container {assignment.container} on {placement.node}"
@@ -237,6 +272,12 @@ class ClusterState:
             taken[gpu] = taken.get(gpu, 0) + assignment.request_mib
             if taken[gpu] > self.gpu_free[row, gpu]:
                 raise PlacementRefused(f"{where}: GPU {gpu} has {self.gpu_free[row, gpu]} MiB unrequested")
+            compute[gpu] = compute.get(gpu, int(self.gpu_compute[row, gpu])) + assignment.compute_claim
+            if self.compute_guarantee[row] and compute[gpu] > FULL_COMPUTE:
+                raise PlacementRefused(
+                    f"{where}: compute caps on GPU {gpu} would add up to {compute[gpu]}%, on a node that "
+                    "guarantees compute"
+                )
 
     def domain_code(self, domain: str) -> int:
         """The code of a fault domain in `gpu_domain`, given on first use."""
@@ -258,7 +299,11 @@ class ClusterState:
             for i in range(int(self.gpu_count[row]))
         )
         return NodeSpec(
-            name=name, cpu_milli=int(self.cpu_cap[row]), memory_mib=int(self.mem_cap[row]), gpus=gpus
+            name=name,
+            cpu_milli=int(self.cpu_cap[row]),
+            memory_mib=int(self.mem_cap[row]),
+            gpus=gpus,
+            compute_guarantee=bool(self.compute_guarantee[row]),
         )
 
     def open_gpus(self, rows: np.ndarray | slice | int = slice(None)) -> np.ndarray:

@@ -13,6 +13,7 @@ from gpufrac.contract.keys import (
     split_container_key,
 )
 from gpufrac.contract.model import (
+    FULL_COMPUTE,
     ComputeMode,
     Mebibytes,
     MemoryAmount,
@@ -37,6 +38,7 @@ from gpufrac.contract.render import (
 
 __all__ = [
     "DEFAULT_MPS_PIPE_DIRECTORY",
+    "FULL_COMPUTE",
     "ComputeMode",
     "ContractError",
     "EnvDelivery",

@@ -1,7 +1,9 @@
-"""The names of the contract: pod annotation keys, NVIDIA per-container keys, and who may write which.
+"""The names of the contract: pod annotation keys, NVIDIA per-container keys, gpufrac's own per-container
+keys, and who may write which.
 
-The names are fixed by the two writers gpufrac must interoperate with (KAI Scheduler's pod annotations and
+Most names are fixed by the two writers gpufrac must interoperate with (KAI Scheduler's pod annotations and
 NVIDIA's per-container keys), so they live in one place and every other module refers to these constants.
+What neither defines (a compute cap) is gpufrac's own, under `gpufrac.io/`, never invented under theirs.
 """
 
 from __future__ import annotations
@@ -27,6 +29,19 @@ COMPUTE_MODE = "gpu-compute.mode"
 DEVICES = "gpus.devices"
 CONTAINER_SUFFIXES = (MEMORY_REQUEST, MEMORY_LIMIT, COMPUTE_MODE, DEVICES)
 
+# gpufrac's own per-container keys: `gpufrac.io/container.<c>.<suffix>`. Neither NVIDIA's family above nor
+# KAI defines a compute cap (KAI's constants name only the memory request and limit, the devices and the
+# compute mode), so the cap is gpufrac's: the percentage of the GPU's SMs an sm-sharing container may use.
+GPUFRAC_CONTAINER_PREFIX = "gpufrac.io/container."
+COMPUTE_PERCENTAGE = "compute-percentage"
+GPUFRAC_CONTAINER_SUFFIXES = (COMPUTE_PERCENTAGE,)
+
+# Each per-container family and the suffixes valid under it.
+CONTAINER_FAMILIES = {
+    CONTAINER_PREFIX: CONTAINER_SUFFIXES,
+    GPUFRAC_CONTAINER_PREFIX: GPUFRAC_CONTAINER_SUFFIXES,
+}
+
 # The extended resource through which a container asks for whole GPUs.
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -40,6 +55,9 @@ ENV_MPS_MEMORY_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 ENV_KEYS = frozenset(
     {ENV_VISIBLE_DEVICES, ENV_MEMORY_REQUEST, ENV_MEMORY_LIMIT, ENV_MPS_PIPE_DIRECTORY, ENV_MPS_MEMORY_LIMIT}
 )
+# The compute cap, as MPS reads it in a client's environment. Not in ENV_KEYS: it only narrows (MPS obeys it
+# only below the control daemon's own setting), so a tenant may set it too.
+ENV_MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 
 
 class EnvDelivery(StrEnum):
@@ -85,25 +103,40 @@ def env_configmap_name(base: str, container: str) -> str:
 
 
 def container_key(container: str, suffix: str) -> str:
-    """The NVIDIA key `nvidia.com/container.<container>.<suffix>`."""
-    return f"{CONTAINER_PREFIX}{container}.{suffix}"
+    """The per-container key for `suffix`: gpufrac's `gpufrac.io/container.<container>.<suffix>` for its own
+    suffixes, NVIDIA's `nvidia.com/container.<container>.<suffix>` for every other."""
+    prefix = GPUFRAC_CONTAINER_PREFIX if suffix in GPUFRAC_CONTAINER_SUFFIXES else CONTAINER_PREFIX
+    return f"{prefix}{container}.{suffix}"
+
+
+def container_prefix(key: str) -> str | None:
+    """The per-container family `key` is in (`nvidia.com/container.` or `gpufrac.io/container.`), if any."""
+    return next((prefix for prefix in CONTAINER_FAMILIES if key.startswith(prefix)), None)
 
 
 def split_container_key(key: str) -> tuple[str, str] | None:
-    """`(container, suffix)` for a key under `nvidia.com/container.`, None for any other key.
+    """`(container, suffix)` for a key under either per-container family, None for any other key.
 
     Container names are DNS labels and never hold a dot, so the container ends at the first dot; the suffix
-    is returned unchecked, for the caller to reject with the list of valid ones.
+    is returned unchecked, for the caller to reject with the list of its family's (`CONTAINER_FAMILIES`).
     """
-    if not key.startswith(CONTAINER_PREFIX):
+    prefix = container_prefix(key)
+    if prefix is None:
         return None
-    container, _, suffix = key[len(CONTAINER_PREFIX) :].partition(".")
+    container, _, suffix = key[len(prefix) :].partition(".")
     return container, suffix
+
+
+def is_devices_key(key: str) -> bool:
+    """True for `nvidia.com/container.<c>.gpus.devices`, the key that grants GPUs (and nothing spelled like
+    it under another family)."""
+    split = split_container_key(key)
+    return split is not None and key == container_key(split[0], DEVICES)
 
 
 def is_contract_key(key: str) -> bool:
     """True for every key that takes part in the contract, whoever writes it."""
-    return key in POD_KEYS or key.startswith(CONTAINER_PREFIX)
+    return key in POD_KEYS or container_prefix(key) is not None
 
 
 def is_scheduler_owned(key: str) -> bool:
@@ -126,7 +159,4 @@ def is_scheduler_owned(key: str) -> bool:
     - once a pod carries any `gpus.devices` key it is bound, and the webhook denies every change to a key
       for which `is_contract_key` is true, so no limit can be raised after the scheduler counted it.
     """
-    if key in (BOUND_UID_ANNOTATION, FAULT_DOMAIN_ANNOTATION):
-        return True
-    split = split_container_key(key)
-    return split is not None and split[1] == DEVICES
+    return key in (BOUND_UID_ANNOTATION, FAULT_DOMAIN_ANNOTATION) or is_devices_key(key)

@@ -11,6 +11,10 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import TypeAlias
 
+# All of a GPU's SMs, in percent: the largest compute cap, what a share without one may use, and what the caps
+# on one GPU may add up to where compute is guaranteed.
+FULL_COMPUTE = 100
+
 
 class ComputeMode(StrEnum):
     """How a share's kernels meet other shares' on the same GPU; a GPU runs one mode at a time."""
@@ -41,7 +45,8 @@ class ShareRequest:
     """One container's fractional share: `request` is guaranteed, up to `limit` is best effort.
 
     Request and limit are always of the same kind (both MiB or both portions); the share takes that much on
-    each of `num_devices` distinct GPUs of one node.
+    each of `num_devices` distinct GPUs of one node. `compute_percent`, set only on an sm-sharing share, caps
+    the percentage of each GPU's SMs it may use (None: no cap).
     """
 
     container: str
@@ -49,6 +54,7 @@ class ShareRequest:
     limit: MemoryAmount
     mode: ComputeMode = ComputeMode.TIME_SLICING
     num_devices: int = 1
+    compute_percent: int | None = None
 
 
 @dataclass(frozen=True)
@@ -69,13 +75,15 @@ class PodGpuRequest:
 
 @dataclass(frozen=True)
 class SharePlacement:
-    """A share resolved onto GPUs: the MiB it holds on each of `devices` (GPU UUIDs, or indices)."""
+    """A share resolved onto GPUs: the MiB it holds on each of `devices` (GPU UUIDs, or indices), and its
+    compute cap as asked (`ShareRequest.compute_percent`)."""
 
     container: str
     devices: tuple[str, ...]
     request_mib: int
     limit_mib: int
     mode: ComputeMode
+    compute_percent: int | None = None
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,10 @@ DEVICE_PLUGIN_LABEL = "gpufrac.io/device-plugin"
 # Set by the operator, not the agent: `kill` or `evict` on a node pool's nodes makes the watchdog act there;
 # anything else (or nothing) leaves the agent's --mode, `report` by default in the chart.
 WATCHDOG_MODE_LABEL = "gpufrac.io/watchdog"
+# Set by the operator, not the agent: `true` on a node pool's nodes guarantees compute there, so the scheduler
+# never lets the compute caps of the sm-sharing shares on one GPU add past 100% (an uncapped one counts 100).
+COMPUTE_GUARANTEE_LABEL = "gpufrac.io/compute-guarantee"
+COMPUTE_GUARANTEE_VALUE = "true"
 READY_CONDITION = "gpufrac.io/Ready"
 
 # The extended resource NVIDIA's device plugin (or gpufrac's, in managed mode) hands out, one per GPU.

@@ -7,6 +7,7 @@ naming the key, never another exception.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -15,6 +16,7 @@ from typing import TypeVar
 from gpufrac.contract import keys, quantity
 from gpufrac.contract.errors import ContractError, brief
 from gpufrac.contract.model import (
+    FULL_COMPUTE,
     ComputeMode,
     Mebibytes,
     MemoryAmount,
@@ -100,7 +102,7 @@ def parse_placement(pod: Mapping[str, object]) -> PodPlacement | None:
         if memory is None:
             key = keys.container_key(share.container, keys.MEMORY_REQUEST)
             raise ContractError(key, "", "is missing: a bound share needs the memory the scheduler resolved")
-        shares.append(SharePlacement(share.container, devices, *memory, share.mode))
+        shares.append(SharePlacement(share.container, devices, *memory, share.mode, share.compute_percent))
     whole = [
         WholeGpuPlacement(
             item.container, _bound_devices(item.container, bound.pop(item.container, None), count=item.count)
@@ -122,15 +124,19 @@ def _request(view: _Pod) -> PodGpuRequest:
         own = view.per_container.get(container, {})
         mode = _mode(container, own)
         if kai is not None and kai.container == container:
-            shares.append(ShareRequest(container, kai.request, kai.limit, mode, kai.num_devices))
+            request, limit, devices = kai.request, kai.limit, kai.num_devices
         elif (memory := _memory(container, own)) is not None:
             _refuse_whole_gpus_too(view, container, own)
-            shares.append(ShareRequest(container, Mebibytes(memory[0]), Mebibytes(memory[1]), mode))
-        elif keys.COMPUTE_MODE in own:
-            key = keys.container_key(container, keys.COMPUTE_MODE)
-            raise ContractError(key, own[keys.COMPUTE_MODE], f'container "{container}" has no GPU share')
-        elif container in view.whole:
-            whole.append(WholeGpuRequest(container, view.whole[container]))
+            request, limit, devices = Mebibytes(memory[0]), Mebibytes(memory[1]), 1
+        elif stray := [suffix for suffix in _SHARE_ONLY if suffix in own]:
+            key = keys.container_key(container, stray[0])
+            raise ContractError(key, own[stray[0]], f'container "{container}" has no GPU share')
+        else:
+            if container in view.whole:
+                whole.append(WholeGpuRequest(container, view.whole[container]))
+            continue
+        cap = _compute_percent(container, own, mode)
+        shares.append(ShareRequest(container, request, limit, mode, devices, cap))
     return PodGpuRequest(tuple(shares), tuple(whole))
 
 
@@ -295,6 +301,35 @@ def _memory(container: str, own: Mapping[str, str]) -> tuple[int, int] | None:
     return request, limit
 
 
+# Keys that describe a share, and mean nothing on a container without one.
+_SHARE_ONLY = (keys.COMPUTE_MODE, keys.COMPUTE_PERCENTAGE)
+_PERCENT = re.compile(r"[0-9]{1,3}")
+
+
+def _compute_percent(container: str, own: Mapping[str, str], mode: ComputeMode) -> int | None:
+    """The container's compute cap, 1 to 100 percent of the GPU's SMs; None when it sets none.
+
+    Only MPS caps a client's SMs, so the cap is refused on a time-slicing share rather than accepted and
+    silently ignored: the tenant would believe in a cap nothing holds.
+    """
+    text = own.get(keys.COMPUTE_PERCENTAGE)
+    if text is None:
+        return None
+    key = keys.container_key(container, keys.COMPUTE_PERCENTAGE)
+    if not _PERCENT.fullmatch(text) or not 1 <= int(text) <= FULL_COMPUTE:
+        raise ContractError(key, text, "must be a whole number from 1 to 100, a percentage of the GPU's SMs")
+    if mode is not ComputeMode.SM_SHARING:
+        mode_key = keys.container_key(container, keys.COMPUTE_MODE)
+        raise ContractError(
+            key,
+            text,
+            "caps SMs through MPS, which a time-slicing share does not use: time-slicing gives each process "
+            "the whole GPU in turn, so there is no per-client SM cap to set; set "
+            f'{mode_key}: "{ComputeMode.SM_SHARING.value}", or remove the cap',
+        )
+    return int(text)
+
+
 def _mode(container: str, own: Mapping[str, str]) -> ComputeMode:
     text = own.get(keys.COMPUTE_MODE)
     if text is None:
@@ -376,11 +411,11 @@ def _read(pod: Mapping[str, object]) -> _Pod:
         if split is None:
             continue
         container, suffix = split
-        if suffix not in keys.CONTAINER_SUFFIXES:
-            valid = ", ".join(keys.CONTAINER_SUFFIXES)
-            raise ContractError(
-                key, value, f"unknown key; the keys under {keys.CONTAINER_PREFIX}<container>. are {valid}"
-            )
+        prefix = keys.container_prefix(key)
+        assert prefix is not None  # `split` found it
+        if suffix not in keys.CONTAINER_FAMILIES[prefix]:
+            valid = ", ".join(keys.CONTAINER_FAMILIES[prefix])
+            raise ContractError(key, value, f"unknown key; the keys under {prefix}<container>. are {valid}")
         if container not in named:
             raise ContractError(
                 key, value, f'no container "{brief(container)}"; the pod has {_listing(containers)}'

@@ -79,17 +79,22 @@ def resolve_share(share: ShareRequest, *, devices: Sequence[str], gpu_mib: int) 
         request_mib=resolve_memory(share.request, gpu_mib=gpu_mib, key=keys.GPU_FRACTION),
         limit_mib=resolve_memory(share.limit, gpu_mib=gpu_mib, key=keys.GPU_FRACTION_LIMIT),
         mode=share.mode,
+        compute_percent=share.compute_percent,
     )
 
 
 def render_annotations(placement: PodPlacement) -> dict[str, str]:
-    """The annotations bind writes: per share container the resolved request and limit as `<n>Mi`, the mode
-    and the devices; per whole-GPU container the devices it holds exclusively."""
+    """The annotations bind writes: per share container the resolved request and limit as `<n>Mi`, the mode,
+    the compute cap where it has one, and the devices; per whole-GPU container the devices it holds
+    exclusively."""
     annotations: dict[str, str] = {}
     for share in placement.shares:
         annotations[keys.container_key(share.container, keys.MEMORY_REQUEST)] = format_mib(share.request_mib)
         annotations[keys.container_key(share.container, keys.MEMORY_LIMIT)] = format_mib(share.limit_mib)
         annotations[keys.container_key(share.container, keys.COMPUTE_MODE)] = share.mode.value
+        if share.compute_percent is not None:
+            key = keys.container_key(share.container, keys.COMPUTE_PERCENTAGE)
+            annotations[key] = str(share.compute_percent)
         annotations[keys.container_key(share.container, keys.DEVICES)] = ",".join(share.devices)
     for whole in placement.whole:
         annotations[keys.container_key(whole.container, keys.DEVICES)] = ",".join(whole.devices)
@@ -103,7 +108,8 @@ def render_env(
 
     Memory is integer MiB per GPU. An sm-sharing container also gets the MPS pipe directory and a pinned
     memory limit for each of its GPUs (`<ordinal>=<n>M`, numbered as the container sees them); that is the
-    share's limit, since MPS enforces it as a hard ceiling.
+    share's limit, since MPS enforces it as a hard ceiling. Its compute cap, if any, becomes MPS's per-client
+    active thread percentage, which MPS holds the client's kernels to.
     """
     env: dict[str, dict[str, str]] = {}
     for share in placement.shares:
@@ -117,6 +123,8 @@ def render_env(
             variables[keys.ENV_MPS_MEMORY_LIMIT] = ",".join(
                 f"{ordinal}={share.limit_mib}M" for ordinal in range(len(share.devices))
             )
+            if share.compute_percent is not None:
+                variables[keys.ENV_MPS_THREAD_PERCENTAGE] = str(share.compute_percent)
         env[share.container] = variables
     for whole in placement.whole:
         env[whole.container] = {keys.ENV_VISIBLE_DEVICES: ",".join(whole.devices)}

@@ -523,6 +523,7 @@ class Agent:
                         gpu=watchdog.Gpu(gpu.index, gpu.uuid),
                         used_bytes=process.used_bytes,
                         container_id=info.container_id,
+                        sm_percent=process.sm_percent,
                     )
                 )
         return found

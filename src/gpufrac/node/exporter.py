@@ -1,5 +1,6 @@
-"""The agent's `/metrics`: per share (pod, container, GPU) memory used, request and limit in bytes; per GPU
-utilization, health and enforcement level; MPS daemons up; findings and actions totals.
+"""The agent's `/metrics`: per share (pod, container, GPU) memory used, request and limit in bytes, and the
+percentage of the GPU's SMs used against its compute cap; per GPU utilization, health and enforcement level;
+MPS daemons up; findings and actions totals.
 
 The per-share and per-GPU series come from the last interval's observation through a collector of our own,
 so a share that ended disappears at once instead of lingering as a stale gauge. The registry is private:
@@ -15,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest, start
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpufrac.contract import FULL_COMPUTE
 from gpufrac.contract.node_inventory import Enforcement
 from gpufrac.node.nvml import MIB
 from gpufrac.node.watchdog import Usage
@@ -85,13 +87,25 @@ class _Latest(Collector):
         limit = GaugeMetricFamily(
             "gpufrac_share_memory_limit_bytes", "GPU memory a share may use at most.", labels=share_labels
         )
+        compute_used = GaugeMetricFamily(
+            "gpufrac_share_compute_used_percent",
+            "Percentage of the GPU's SMs a share's processes kept busy, from NVML's per-process samples.",
+            labels=share_labels,
+        )
+        compute_cap = GaugeMetricFamily(
+            "gpufrac_share_compute_cap_percent",
+            "Percentage of the GPU's SMs a share may use: its compute cap, 100 without one.",
+            labels=share_labels,
+        )
         for usage in seen.usages:
             c = usage.container
             values = [c.pod.namespace, c.pod.name, c.name, str(usage.gpu.index), usage.gpu.uuid]
             used.add_metric(values, usage.used_bytes)
             request.add_metric(values, (c.request_mib or 0) * MIB)
             limit.add_metric(values, (c.limit_mib or 0) * MIB)
-        yield from (used, request, limit)
+            compute_used.add_metric(values, usage.sm_percent)
+            compute_cap.add_metric(values, FULL_COMPUTE if c.compute_percent is None else c.compute_percent)
+        yield from (used, request, limit, compute_used, compute_cap)
 
         gpu_labels = ["gpu", "uuid"]
         utilization = GaugeMetricFamily(

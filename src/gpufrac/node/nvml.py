@@ -1,9 +1,10 @@
 """What the agent needs from NVML, behind one small interface, with a real backend and a fake one.
 
 `Backend.sample()` returns a `Snapshot`: the driver version and, per GPU, its identity, memory, utilization
-and compute processes. It never raises: NVML missing (no driver, no library) is a snapshot with `error`
-set and no GPUs, and a call failing on one GPU marks that GPU unhealthy with the reason, so one bad GPU
-cannot stop the agent from reporting and guarding the others.
+and compute processes, each with its SM utilization where NVML sampled it. It never raises: NVML missing
+(no driver, no library) is a snapshot with `error` set and no GPUs, and a call failing on one GPU marks
+that GPU unhealthy with the reason, so one bad GPU cannot stop the agent from reporting and guarding the
+others.
 
 The fake backend reads a JSON or YAML file and reads it again whenever it changes, so a test plays out a
 scenario by rewriting the file between ticks::
@@ -19,7 +20,7 @@ scenario by rewriting the file between ticks::
         utilization: 0.25        # optional, 0 to 1
         error: "GPU is lost"     # optional: every call on this GPU fails
         processes:
-          - {pid: 4242, used_mib: 1024}
+          - {pid: 4242, used_mib: 1024, sm_percent: 30}   # sm_percent optional, 0 to 100
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from statistics import mean
 from typing import Any, Protocol
 
 from gpufrac import reading
@@ -42,10 +44,12 @@ MAX_SCENARIO_BYTES = 4 * MIB
 
 @dataclass(frozen=True)
 class GpuProcess:
-    """A process with a CUDA context on a GPU; `used_bytes` is None where NVML cannot tell."""
+    """A process with a CUDA context on a GPU; `used_bytes` is None where NVML cannot tell. `sm_percent`: the
+    percentage of the GPU's SMs it kept busy since the last sample, None where NVML took no sample of it."""
 
     pid: int
     used_bytes: int | None
+    sm_percent: int | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,7 @@ class RealBackend:
 
     def __init__(self) -> None:
         self._ready = False
+        self._sampled: dict[int, int] = {}  # GPU index -> NVML timestamp (µs) of its newest process sample
 
     def sample(self) -> Snapshot:
         try:
@@ -120,6 +125,8 @@ class RealBackend:
             model = _text(pynvml.nvmlDeviceGetName(handle))
             memory_mib, reserved_mib = _memory(pynvml, handle)
             processes = _processes(pynvml, handle)
+            sm, self._sampled[index] = _sm_percent(pynvml, handle, self._sampled.get(index, 0))
+            processes = tuple(replace(process, sm_percent=sm.get(process.pid)) for process in processes)
         except pynvml.NVMLError as error:
             return GpuSample(index, uuid, model, memory_mib, healthy=False, error=str(error))
         try:
@@ -162,6 +169,25 @@ def _processes(pynvml: Any, handle: Any) -> tuple[GpuProcess, ...]:
             if used is not None or info.pid not in found:
                 found[int(info.pid)] = None if used is None else int(used)
     return tuple(GpuProcess(pid, used) for pid, used in sorted(found.items()))
+
+
+def _sm_percent(pynvml: Any, handle: Any, since: int) -> tuple[dict[int, int], int]:
+    """Per pid, the mean SM utilization of the samples NVML took after `since` (its µs timestamp), and the
+    newest sample's timestamp, to ask from next time.
+
+    NVML keeps a short buffer of per-process samples; asking from the last one seen gives each tick the
+    samples of its own interval. No sample (NVML raises then, even with nothing wrong) or no support leaves
+    the processes without one: compute use is reported, never a reason to call a GPU unhealthy.
+    """
+    try:
+        samples = pynvml.nvmlDeviceGetProcessUtilization(handle, since)
+    except pynvml.NVMLError:
+        return {}, since
+    by_pid: dict[int, list[int]] = {}
+    for sample in samples:
+        by_pid.setdefault(int(sample.pid), []).append(int(sample.smUtil))
+    newest = max((int(sample.timeStamp) for sample in samples), default=since)
+    return {pid: round(mean(values)) for pid, values in by_pid.items()}, newest
 
 
 def _text(value: str | bytes) -> str:
@@ -207,7 +233,11 @@ def _scenario(data: Any) -> Snapshot:
     gpus = []
     for item in data.get("gpus") or []:
         processes = tuple(
-            GpuProcess(int(p["pid"]), None if p.get("used_mib") is None else int(p["used_mib"]) * MIB)
+            GpuProcess(
+                int(p["pid"]),
+                None if p.get("used_mib") is None else int(p["used_mib"]) * MIB,
+                None if p.get("sm_percent") is None else int(p["sm_percent"]),
+            )
             for p in item.get("processes") or []
         )
         error = str(item.get("error") or "")

@@ -4,9 +4,11 @@ node in, per-share usage and findings out. The agent does the I/O (NVML, /proc, 
 A process belongs to a container through its cgroup (see `procfs`), and a container to a pod through the
 `containerID` in any of the pod's status lists: `containerStatuses`, `initContainerStatuses` (init
 containers and sidecars) and `ephemeralContainerStatuses` (`kubectl debug`). Its memory counts against the
-share of that container on that GPU; several processes of one container on one GPU share one limit. Two
-kinds of finding here, and a third, a share above its request reclaimed for a neighbour's guarantee, in
-`bursts`:
+share of that container on that GPU; several processes of one container on one GPU share one limit. Their
+SM utilization adds up likewise, reported against the share's compute cap; a share over its cap is no
+finding, since MPS itself holds an sm-sharing client to its cap and NVML's samples are only approximate.
+Two kinds of finding here, and a third, a share above its request reclaimed for a neighbour's guarantee,
+in `bursts`:
 
 - a breach: a share uses more than its limit on a GPU;
 - a process without a contract: in no container, in a container of no pod on this node, in a container
@@ -67,7 +69,7 @@ class PodRef:
 class Container:
     """A container on the node, and the GPUs its pod's contract gives it; `limit_mib` None for whole GPUs,
     `devices` empty for a container with no GPU contract. `plugin_devices`: the GPUs the device plugin gave
-    it, whole (no limit there)."""
+    it, whole (no limit there). `compute_percent`: its share's compute cap, None for none."""
 
     pod: PodRef
     name: str
@@ -80,6 +82,7 @@ class Container:
     pod_has_shares: bool = False  # the pod's contract grants GPUs, to other containers if not this one
     plugin_devices: tuple[str, ...] = ()
     priority: int = 0  # the pod's spec.priority: the lowest is reclaimed first (`bursts`)
+    compute_percent: int | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,7 @@ class Process:
     gpu: Gpu
     used_bytes: int | None
     container_id: str | None
+    sm_percent: int | None = None
 
     @property
     def ident(self) -> str:
@@ -106,12 +110,14 @@ class Process:
 
 @dataclass(frozen=True)
 class Usage:
-    """What one share uses on one GPU."""
+    """What one share uses on one GPU: memory, and the percentage of the GPU's SMs its processes kept busy
+    (those NVML took no sample of count 0)."""
 
     container: Container
     gpu: Gpu
     used_bytes: int
     processes: tuple[Process, ...]
+    sm_percent: int = 0
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,7 @@ def containers_on_node(
                 if not isinstance(entry.get("containerID"), str) or not entry["containerID"]:
                     continue  # not started yet
                 name = str(entry.get("name") or "")
-                devices, request, limit, sm_sharing = grants.get(name, ((), None, None, False))
+                devices, request, limit, sm_sharing, cap = grants.get(name, ((), None, None, False, None))
                 container_id = procfs.runtime_container_id(entry["containerID"])
                 found[container_id] = Container(
                     ref,
@@ -189,18 +195,19 @@ def containers_on_node(
                     pod_has_shares=bool(grants),
                     plugin_devices=plugin.get((ref.namespace, ref.name, name), ()),
                     priority=priority,
+                    compute_percent=cap,
                 )
     return found
 
 
-_Grant = tuple[tuple[str, ...], int | None, int | None, bool]
+_Grant = tuple[tuple[str, ...], int | None, int | None, bool, int | None]
 
 
 def _grants(pod: Mapping[str, Any]) -> tuple[dict[str, _Grant], str]:
-    """Per container: (devices, request MiB, limit MiB, sm-sharing). A contract that cannot be read, or
-    that was granted to another pod (`contract.granted_to_another`), is a problem, not a grant, nor a crash:
-    a ContractError says why; anything else is a pod the contract parser could not take at all (a poison
-    object), and a tick must go on with the other pods."""
+    """Per container: (devices, request MiB, limit MiB, sm-sharing, compute cap). A contract that cannot be
+    read, or that was granted to another pod (`contract.granted_to_another`), is a problem, not a grant, nor
+    a crash: a ContractError says why; anything else is a pod the contract parser could not take at all (a
+    poison object), and a tick must go on with the other pods."""
     if (owner := contract.granted_to_another(pod)) is not None:
         return {}, f"its GPU contract was granted to another pod (UID {_short(owner)}) bound under its name"
     try:
@@ -218,11 +225,12 @@ def _grants(pod: Mapping[str, Any]) -> tuple[dict[str, _Grant], str]:
             share.request_mib,
             share.limit_mib,
             share.mode is contract.ComputeMode.SM_SHARING,
+            share.compute_percent,
         )
         for share in placement.shares
     }
     for whole in placement.whole:
-        grants[whole.container] = (whole.devices, None, None, False)
+        grants[whole.container] = (whole.devices, None, None, False, None)
     return grants, ""
 
 
@@ -282,7 +290,8 @@ def assess(
         used = sum(p.used_bytes or 0 for p in members)
         if not _limited(container, gpu) or container.limit_mib is None:
             continue  # whole GPUs: no limit below the GPU itself
-        usages.append(Usage(container, gpu, used, tuple(members)))
+        sm = sum(p.sm_percent or 0 for p in members)
+        usages.append(Usage(container, gpu, used, tuple(members), sm))
         limit = container.limit_mib * MIB
         if used > limit:
             detail = (

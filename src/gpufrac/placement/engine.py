@@ -52,6 +52,7 @@ def placement_for(state: ClusterState, fit: Fit, at: int, gpus: tuple[int, ...])
                 request_mib=int(fit.request_mib[at, chosen].min()),
                 limit_mib=int(fit.limit_mib[at, chosen].min()),
                 mode=share.mode,
+                compute_percent=share.compute_percent,
             ),
         )
     elif pod.whole_gpus:

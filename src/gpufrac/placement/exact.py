@@ -2,7 +2,8 @@
 
 Such pods are rare (no trace has them), and no paper policy defines a score for them, so they take the
 first node in tie order where a greedy assignment succeeds: whole GPUs from the highest-index empty GPUs,
-then each share, largest first, on the best-fitting GPUs that keep one compute mode per GPU.
+then each share, largest first, on the best-fitting GPUs that keep one compute mode per GPU (and, on a
+node that guarantees compute, compute claims within 100%).
 """
 
 from __future__ import annotations
@@ -11,7 +12,15 @@ from collections import Counter
 
 import numpy as np
 
-from gpufrac.cluster.model import Assignment, Placement, Unschedulable, resolve_mib, whole_assignments
+from gpufrac.cluster.model import (
+    FULL_COMPUTE,
+    Assignment,
+    Placement,
+    Unschedulable,
+    compute_claim,
+    resolve_mib,
+    whole_assignments,
+)
 from gpufrac.cluster.state import DOMAIN_NONE, MODE_CODE, MODE_NONE, ClusterState
 from gpufrac.contract.model import ComputeMode
 from gpufrac.placement.fit import Fit
@@ -37,6 +46,8 @@ def assign(state: ClusterState, row: int, fit: Fit) -> tuple[Assignment, ...] | 
     modes = state.gpu_mode[row, :count].copy()
     # sm-sharing GPUs of another fault domain take none of this pod's sm-sharing shares.
     foreign = ~np.isin(state.gpu_domain[row, :count], (DOMAIN_NONE, state.domains.get(pod.fault_domain, -1)))
+    compute = state.gpu_compute[row, :count].copy()
+    guaranteed = bool(state.compute_guarantee[row])
     open_gpus = state.open_gpus(row)[:count]
     empty = np.flatnonzero(open_gpus & (state.gpu_tenants[row, :count] == 0))
     assignments: list[Assignment] = []
@@ -48,6 +59,7 @@ def assign(state: ClusterState, row: int, fit: Fit) -> tuple[Assignment, ...] | 
         assignments += whole_assignments(pod, whole, memory.tolist())
     for share in sorted(pod.shares, key=lambda s: -resolve_mib(s.request, int(memory.max(initial=0)))):
         code = MODE_CODE[share.mode]
+        claim = compute_claim(share.mode, share.compute_percent)
         request = np.array([resolve_mib(share.request, int(m)) for m in memory], np.int64)
         limit = np.array([resolve_mib(share.limit, int(m)) for m in memory], np.int64)
         ok = (
@@ -57,6 +69,7 @@ def assign(state: ClusterState, row: int, fit: Fit) -> tuple[Assignment, ...] | 
             & (memory >= limit)
             & np.isin(modes, (MODE_NONE, code))
             & ~(foreign & (share.mode is ComputeMode.SM_SHARING))
+            & (not guaranteed or compute + claim <= FULL_COMPUTE)
         )
         candidates = np.flatnonzero(ok)
         chosen = candidates[np.argsort(free[candidates] - request[candidates], kind="stable")][
@@ -67,9 +80,15 @@ def assign(state: ClusterState, row: int, fit: Fit) -> tuple[Assignment, ...] | 
         gpus = tuple(sorted(int(g) for g in chosen))
         free[chosen] -= request[chosen]
         modes[chosen] = code
+        compute[chosen] += claim
         assignments.append(
             Assignment(
-                share.container, gpus, int(request[chosen].min()), int(limit[chosen].min()), share.mode
+                share.container,
+                gpus,
+                int(request[chosen].min()),
+                int(limit[chosen].min()),
+                share.mode,
+                share.compute_percent,
             )
         )
     return tuple(assignments)

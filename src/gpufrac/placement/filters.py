@@ -13,7 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
-from gpufrac.cluster.model import PodDemand
+from gpufrac.cluster.model import FULL_COMPUTE, PodDemand, compute_claim
 from gpufrac.cluster.state import DOMAIN_NONE, MODE_CODE, MODE_NONE, MODE_OF_CODE, ClusterState
 from gpufrac.contract import portion_mib
 from gpufrac.contract.model import ComputeMode, Mebibytes, MemoryAmount
@@ -23,6 +23,7 @@ NOT_ENOUGH_CPU = "not enough CPU"
 NOT_ENOUGH_MEMORY = "not enough memory"
 GPU_MODEL_NOT_ALLOWED = "GPU model not allowed"
 NOT_ENOUGH_FREE_GPUS = "not enough free GPUs"
+COMPUTE_CAPS_FULL = "GPU compute caps would pass 100%"
 
 
 def gpus_wanted(pod: PodDemand) -> int:
@@ -82,7 +83,7 @@ class Candidates:
     @cached_property
     def mode_ok(self) -> np.ndarray:
         """`memory_ok` GPUs whose compute mode is unset or the share's own."""
-        if not (self.pod.shares and is_simple(self.pod)):
+        if not _simple_share(self.pod):
             return np.zeros_like(self.empty)
         modes = self.state.gpu_mode[self.rows]
         same = (modes == MODE_NONE) | (modes == MODE_CODE[self.pod.shares[0].mode])
@@ -90,6 +91,17 @@ class Candidates:
 
     @cached_property
     def share_ok(self) -> np.ndarray:
+        """`domain_ok` GPUs where the share's compute claim still fits, on nodes that guarantee compute; on
+        every other node, and for a share that claims none, just `domain_ok`."""
+        claim = _claim(self.pod)
+        guaranteed = self.state.compute_guarantee[self.rows]
+        if not claim or not guaranteed.any():
+            return self.domain_ok
+        room = self.state.gpu_compute[self.rows] + claim <= FULL_COMPUTE
+        return self.domain_ok & (room | ~guaranteed[:, None])
+
+    @cached_property
+    def domain_ok(self) -> np.ndarray:
         """`mode_ok` GPUs, and for an sm-sharing share only those whose sm-sharing shares, if any, are of the
         pod's own fault domain."""
         if not (self.pod.shares and self.pod.shares[0].mode is ComputeMode.SM_SHARING):
@@ -121,6 +133,12 @@ def _devices(c: Candidates) -> int:
 
 def _simple_share(pod: PodDemand) -> bool:
     return bool(pod.shares) and is_simple(pod)
+
+
+def _claim(pod: PodDemand) -> int:
+    """The compute claim of a simple pod's share (0 for any other pod)."""
+    share = pod.shares[0] if _simple_share(pod) else None
+    return 0 if share is None else compute_claim(share.mode, share.compute_percent)
 
 
 FILTERS: tuple[Filter, ...] = (
@@ -156,8 +174,14 @@ FILTERS: tuple[Filter, ...] = (
     ),
     Filter(
         "fault-domain",
-        lambda c: c.share_ok.sum(axis=1) >= _devices(c),
+        lambda c: c.domain_ok.sum(axis=1) >= _devices(c),
         "sm-sharing GPUs hold another fault domain's shares",
         lambda pod: _simple_share(pod) and pod.shares[0].mode is ComputeMode.SM_SHARING,
+    ),
+    Filter(
+        "gpu-compute",
+        lambda c: c.share_ok.sum(axis=1) >= _devices(c),
+        COMPUTE_CAPS_FULL,
+        lambda pod: _claim(pod) > 0,
     ),
 )

@@ -399,10 +399,12 @@ class SchedulerCache:
 
 def _same_shape(current: NodeSpec, new: NodeSpec) -> bool:
     """Only GPU health differs: no need to rebuild the node's allocations. A changed UUID is a different
-    GPU, so the pods placed by the old one are read again (and held if it is gone)."""
+    GPU, so the pods placed by the old one are read again (and held if it is gone); so is a changed compute
+    guarantee, so that a pool newly guaranteed is held while its GPUs' caps add past 100%."""
     return (
         current.cpu_milli == new.cpu_milli
         and current.memory_mib == new.memory_mib
+        and current.compute_guarantee == new.compute_guarantee
         and [(g.index, g.uuid, g.model, g.memory_mib) for g in current.gpus]
         == [(g.index, g.uuid, g.model, g.memory_mib) for g in new.gpus]
     )

@@ -192,7 +192,14 @@ def node_spec(node: Obj) -> NodeSpec:
         cpu_milli=cpu_milli(allocatable.get("cpu"), "status.allocatable.cpu"),
         memory_mib=memory_mib(allocatable.get("memory"), "status.allocatable.memory"),
         gpus=gpus,
+        compute_guarantee=guarantees_compute(node_meta_labels),
     )
+
+
+def guarantees_compute(labels: Mapping[str, str]) -> bool:
+    """The operator's `gpufrac.io/compute-guarantee=true` on the node (its pool). Any other value, or none,
+    leaves compute unguaranteed, as before the label existed: a typo must not make a pool's shares wait."""
+    return labels.get(node_inventory.COMPUTE_GUARANTEE_LABEL) == node_inventory.COMPUTE_GUARANTEE_VALUE
 
 
 def device_plugin_gpus(node: Obj) -> tuple[node_inventory.GpuInfo, ...] | None:
@@ -413,7 +420,14 @@ def bound_placement(pod: Obj, node: NodeSpec) -> Placement:
         for share in placed.shares:
             gpus = indices(share.container, share.devices)
             assignments.append(
-                Assignment(share.container, gpus, share.request_mib, share.limit_mib, share.mode)
+                Assignment(
+                    share.container,
+                    gpus,
+                    share.request_mib,
+                    share.limit_mib,
+                    share.mode,
+                    share.compute_percent,
+                )
             )
         for whole in placed.whole:
             gpus = indices(whole.container, whole.devices)
@@ -434,11 +448,7 @@ def _fault_domain(pod: Obj, assignments: Sequence[Assignment]) -> str:
 
 
 def _names_devices(pod: Obj) -> bool:
-    for key in annotations_of(pod):
-        split = keys.split_container_key(key) if isinstance(key, str) else None
-        if split is not None and split[1] == keys.DEVICES:
-            return True
-    return False
+    return any(isinstance(key, str) and keys.is_devices_key(key) for key in annotations_of(pod))
 
 
 # ---- binding ----------------------------------------------------------------------------------------------
@@ -495,7 +505,12 @@ def bind_plan(
     uuids = {gpu.index: gpu.uuid for gpu in node.gpus}
     shares = tuple(
         contract.SharePlacement(
-            a.container, tuple(uuids[g] for g in a.gpus), a.request_mib, a.limit_mib, a.mode
+            a.container,
+            tuple(uuids[g] for g in a.gpus),
+            a.request_mib,
+            a.limit_mib,
+            a.mode,
+            a.compute_percent,
         )
         for a in placement.assignments
         if a.mode is not None
