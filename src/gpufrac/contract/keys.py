@@ -69,6 +69,10 @@ ENV_CONFIGMAP_LABEL = "gpufrac.io/env"
 # contract was granted to another pod, and the scheduler deletes it (scheduler/binder.py).
 BOUND_UID_ANNOTATION = "gpufrac.io/bound-uid"
 
+# The label ("true") of the pods that hold a shared GPU from a device plugin for the scheduler
+# (scheduler/reservations.py): their GPU is the shares' GPU, so a count of GPUs in use skips them.
+RESERVATION_LABEL = "gpufrac.io/reservation"
+
 
 def env_configmap_name(base: str, container: str) -> str:
     """The env ConfigMap of one GPU container: `<base>-<container>`, `base` being the annotation's value.
