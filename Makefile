@@ -31,8 +31,14 @@ lint: $(STAMP)
 kube-bins:
 	hack/test-cluster build
 
-test: lint kube-bins
-	$(BIN)/pytest
+# Debian's Chromium, in which the tests open `gpufrac report`'s page (hack/ensure-chromium: apt, once).
+.PHONY: browser
+browser:
+	hack/ensure-chromium
+
+# GPUFRAC_REQUIRE_BROWSER: the browser test fails rather than skips where Chromium is missing.
+test: lint kube-bins browser
+	GPUFRAC_REQUIRE_BROWSER=1 $(BIN)/pytest
 
 # Everything but tests/integration: no control plane to build or start, a minute or two.
 unit: $(STAMP)

@@ -65,6 +65,7 @@ FILE_COMMANDS = [
     ("simulate", "--pods", "{path}", "--seeds", "1"),
     ("plan", "--pods", "{path}"),
     ("top", "--kubeconfig", "{path}"),
+    ("report", "--out", "/nonexistent/gpufrac-report", "--kubeconfig", "{path}"),
     ("scheduler", "--kubeconfig", "{path}"),
     ("agent", "--node-name", "n", "--once", "--kubeconfig", "{path}"),
     ("webhook", "--generate-certs", "--hosts", "h", "--secret", "ns/s", "--kubeconfig", "{path}"),
@@ -132,6 +133,7 @@ KUBECONFIG_CASES = {
 }
 KUBECONFIG_COMMANDS = [
     ("top",),
+    ("report", "--out", "/nonexistent/gpufrac-report"),
     ("scheduler", "--metrics-port", "0"),
     ("webhook", "--generate-certs", "--hosts", "h", "--secret", "ns/s"),
     ("agent", "--node-name", "n", "--once", "--mps-control", ""),

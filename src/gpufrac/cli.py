@@ -258,6 +258,27 @@ def top(
     gpu_top.show(asyncio.run(gpu_top.collect(kubeconfig)), output_format=output_format)
 
 
+@app.command()
+@one_line_errors
+def report(
+    out: Annotated[Path, typer.Option(help="Write report.json, CSV tables, charts and index.html here.")],
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="Kubeconfig file; default: in-cluster config.")
+    ] = None,
+    metrics: Annotated[
+        list[str] | None, typer.Option(help="A node agent's /metrics URL; repeat for each node.")
+    ] = None,
+    prometheus: Annotated[
+        str | None, typer.Option(help="A Prometheus that scrapes the agents (its base URL).")
+    ] = None,
+) -> None:
+    """Compare the GPUs the cluster's pods hold today with what whole GPUs would need: memory requested
+    against used per share, bursts and breaches, and who shares each GPU."""
+    from gpufrac.report import command as reporting
+
+    reporting.run(kubeconfig=kubeconfig, out=out, metrics=metrics or [], prometheus=prometheus)
+
+
 def parse_labels(text: str, *, option: str) -> dict[str, str]:
     labels = {}
     for item in filter(None, (part.strip() for part in text.split(","))):

@@ -7,7 +7,7 @@ simulator each translate their input into them, so the engine is tested once for
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from gpufrac.contract import portion_mib
@@ -118,6 +118,15 @@ class PodDemand:
     @property
     def wants_gpu(self) -> bool:
         return self.whole_gpus > 0 or bool(self.shares)
+
+    def without_sharing(self) -> PodDemand:
+        """The pod as a cluster without GPU sharing must serve it: a share of any size on N devices takes N
+        whole GPUs of its own. One rule for the planner's `whole-gpu` strategy and `gpufrac report`'s
+        baseline, so the two never count the same pods differently."""
+        if not self.shares:
+            return self
+        owned = tuple(WholeGpuRequest(share.container, share.num_devices) for share in self.shares)
+        return replace(self, whole=self.whole + owned, shares=())
 
 
 @dataclass(frozen=True, slots=True)

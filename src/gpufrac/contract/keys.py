@@ -92,6 +92,10 @@ BOUND_UID_ANNOTATION = "gpufrac.io/bound-uid"
 # Read back from the pod, so a restart or a relabelled namespace never moves a bound share to another group.
 FAULT_DOMAIN_ANNOTATION = "gpufrac.io/fault-domain"
 
+# The label ("true") of the pods that hold a shared GPU from a device plugin for the scheduler
+# (scheduler/reservations.py): their GPU is the shares' GPU, so a count of GPUs in use skips them.
+RESERVATION_LABEL = "gpufrac.io/reservation"
+
 
 def env_configmap_name(base: str, container: str) -> str:
     """The env ConfigMap of one GPU container: `<base>-<container>`, `base` being the annotation's value.

@@ -14,6 +14,7 @@ from typing import Any, TypeVar, cast
 import httpx2
 import lightkube
 from lightkube.core.exceptions import ConfigError
+from lightkube.resources.core_v1 import Node, Pod
 
 from gpufrac import reading
 from gpufrac.errors import UserError
@@ -103,6 +104,23 @@ def unreachable(error: Exception, config: lightkube.KubeConfig) -> UserError:
 TRANSPORT_ERRORS = (httpx2.TransportError,)
 # Everything a request can fail with: the API server's answer, or no answer at all.
 API_ERRORS = (lightkube.ApiError, *TRANSPORT_ERRORS)
+
+
+async def list_nodes_and_pods(kubeconfig: Path | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every Node and every Pod as plain API data, for the commands that read the cluster once (`gpufrac
+    top`, `gpufrac report`); an API server that cannot be reached or refuses is a `UserError`."""
+    config = load_config(kubeconfig)
+    client = async_client(config)
+    try:
+        nodes = [node.to_dict() async for node in client.list(Node)]
+        pods = [pod.to_dict() async for pod in client.list(Pod, namespace=lightkube.ALL_NS)]
+    except TRANSPORT_ERRORS as error:
+        raise unreachable(error, config) from None
+    except lightkube.ApiError as error:
+        raise UserError(f"the API server refused to list nodes and pods: {error.status.message}") from None
+    finally:
+        await client.close()
+    return nodes, pods
 
 
 def build(resource: type[R], body: Mapping[str, Any]) -> R:

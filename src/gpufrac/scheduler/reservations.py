@@ -18,7 +18,7 @@ from typing import Any
 
 from gpufrac.contract import keys
 
-LABEL = "gpufrac.io/reservation"
+LABEL = keys.RESERVATION_LABEL
 NODE_LABEL = "gpufrac.io/reserved-node"
 PREFIX = "gpufrac-reservation-"
 CONTAINER = "reservation"

@@ -12,15 +12,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import lightkube
-from lightkube import ApiError
-from lightkube.resources.core_v1 import Node, Pod
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from gpufrac.cluster.state import MODE_OF_CODE, ClusterState
-from gpufrac.errors import UserError
 from gpufrac.kubeapi import client as kube_client
 from gpufrac.scheduler.cache import SchedulerCache
 
@@ -92,18 +88,10 @@ def table(rows: list[dict[str, Any]]) -> Table:
 
 
 async def collect(kubeconfig: Path | None) -> list[dict[str, Any]]:
-    config = kube_client.load_config(kubeconfig)
-    client = kube_client.async_client(config)
+    nodes, pods = await kube_client.list_nodes_and_pods(kubeconfig)
     cache = SchedulerCache()
-    try:
-        cache.sync_nodes([node.to_dict() async for node in client.list(Node)])
-        cache.sync_pods([pod.to_dict() async for pod in client.list(Pod, namespace=lightkube.ALL_NS)])
-    except kube_client.TRANSPORT_ERRORS as error:
-        raise kube_client.unreachable(error, config) from None
-    except ApiError as error:
-        raise UserError(f"the API server refused to list nodes and pods: {error.status.message}") from None
-    finally:
-        await client.close()
+    cache.sync_nodes(nodes)
+    cache.sync_pods(pods)
     return gpu_rows(cache.snapshot(), names=cache.names)
 
 
