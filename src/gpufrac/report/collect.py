@@ -1,0 +1,107 @@
+"""`gpufrac report`'s reading: the cluster's nodes and pods, and the agents' per-share usage, either from
+each agent's /metrics or from a Prometheus that scrapes them.
+
+A source that cannot be read is a warning, not a failure: the report is still written, and the shares it
+would have measured say "not measured". Bodies are read within a bound, since a URL may point anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpufrac.kubeapi import client as kube_client
+from gpufrac.report.analysis import ShareSample, Source, Usage
+
+USED = "gpufrac_share_memory_used_bytes"
+BREACHES = "gpufrac_watchdog_breaches"  # counters: the samples are named <family>_total
+ACTIONS = "gpufrac_watchdog_actions"
+MAX_BODY_BYTES = 32 * 1024 * 1024  # an agent with thousands of shares writes a few MiB
+TIMEOUT_SECONDS = 10.0
+
+
+def read_cluster(kubeconfig: Path | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    return asyncio.run(kube_client.list_nodes_and_pods(kubeconfig))
+
+
+def scrape(url: str, http: httpx2.Client) -> Usage:
+    """One agent's /metrics, as usage; a problem reading it is recorded on its `Source`."""
+    try:
+        return parse_metrics(_get(http, url), url)
+    except (httpx2.HTTPError, ValueError) as error:
+        return Usage(sources=(Source(url, _problem(error)),))
+
+
+def parse_metrics(text: str, url: str) -> Usage:
+    """The samples and watchdog counters of one Prometheus text exposition; ValueError if it is not one."""
+    samples: list[ShareSample] = []
+    counters: dict[str, dict[str, float]] = {BREACHES: {}, ACTIONS: {}}
+    label = {BREACHES: "reason", ACTIONS: "action"}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == USED:
+                samples.append(_share_sample(sample.labels, sample.value))
+            elif family.name in counters and sample.name == f"{family.name}_total":
+                key = sample.labels.get(label[family.name], "")
+                counters[family.name][key] = counters[family.name].get(key, 0.0) + sample.value
+    return Usage(tuple(samples), counters[BREACHES], counters[ACTIONS], (Source(url),))
+
+
+def query_prometheus(base: str, http: httpx2.Client) -> Usage:
+    """The same figures from a Prometheus HTTP API (`/api/v1/query`): the latest samples, counters summed
+    over the agents."""
+    url = f"{base.rstrip('/')}/api/v1/query"
+    try:
+        used = _vector(http, url, USED)
+        breaches = _vector(http, url, f"sum by (reason) ({BREACHES}_total)")
+        actions = _vector(http, url, f"sum by (action) ({ACTIONS}_total)")
+    except (httpx2.HTTPError, ValueError, KeyError, TypeError) as error:
+        return Usage(sources=(Source(base, _problem(error)),))
+    return Usage(
+        tuple(_share_sample(labels, value) for labels, value in used),
+        {labels.get("reason", ""): value for labels, value in breaches},
+        {labels.get("action", ""): value for labels, value in actions},
+        (Source(base),),
+    )
+
+
+def _vector(http: httpx2.Client, url: str, query: str) -> list[tuple[Mapping[str, str], float]]:
+    body = json.loads(_get(http, url, params={"query": query}))
+    if body.get("status") != "success" or body["data"]["resultType"] != "vector":
+        raise ValueError(f"query {query!r}: {body.get('error') or 'not an instant vector'}")
+    return [(item["metric"], float(item["value"][1])) for item in body["data"]["result"]]
+
+
+def _share_sample(labels: Mapping[str, str], value: float) -> ShareSample:
+    return ShareSample(
+        pod=f"{labels.get('namespace', '')}/{labels.get('pod', '')}",
+        container=labels.get("container", ""),
+        uuid=labels.get("uuid", ""),
+        index=labels.get("gpu", ""),
+        used_bytes=value,
+    )
+
+
+def _get(http: httpx2.Client, url: str, **options: Any) -> str:
+    with http.stream("GET", url, **options) as response:
+        response.raise_for_status()
+        body = bytearray()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise ValueError(f"answer larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB")
+    return body.decode("utf-8", errors="replace")
+
+
+def _problem(error: Exception) -> str:
+    return str(error) or type(error).__name__
+
+
+def http_client() -> httpx2.Client:
+    return httpx2.Client(timeout=TIMEOUT_SECONDS, follow_redirects=True)

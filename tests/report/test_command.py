@@ -1,0 +1,47 @@
+"""`gpufrac report` on bad input: one line and a non-zero exit, before anything is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..scheduler.test_cli import UNREACHABLE, gpufrac
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def test_a_missing_kubeconfig_is_one_line(tmp_path: Path) -> None:
+    result = gpufrac("report", "--kubeconfig", str(tmp_path / "absent"), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert (
+        one_line(result.stderr)
+        == f"gpufrac: --kubeconfig {tmp_path / 'absent'}: no such file; pass a readable kubeconfig"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unreachable_api_server_is_one_line(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE)
+    result = gpufrac("report", "--kubeconfig", str(kubeconfig), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert "cannot reach the Kubernetes API server at https://127.0.0.1:1" in one_line(result.stderr)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_out_folder_that_is_a_file_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "out").write_text("")
+    result = gpufrac("report", "--kubeconfig", str(tmp_path / "absent"), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert (
+        one_line(result.stderr)
+        == f"gpufrac: --out {tmp_path / 'out'}: a file, not a folder; pass a folder for the report"
+    )
+
+
+def test_out_is_required() -> None:
+    result = gpufrac("report")
+    assert result.returncode == 2 and "--out" in one_line(result.stderr)
