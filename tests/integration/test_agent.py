@@ -571,3 +571,38 @@ async def test_a_poison_pod_does_not_stop_the_tick(
     assert killer.calls == [101] and report.problems == []
     # The fixture's invariant check reads every pod's contract: the poison one must be gone first.
     await admin_client.delete(Pod, "poison", namespace=namespace, grace_period=0)
+
+
+async def test_a_burst_into_a_neighbours_guarantee_is_reclaimed_with_an_event_naming_it(
+    admin_client: lightkube.AsyncClient,
+    agent_client: lightkube.AsyncClient,
+    namespace: str,
+    gpu_nodes: fakenodes.GpuNodes,
+    host: FakeHost,
+) -> None:
+    """Burst rule, against the real apiserver: `greedy` (request 4 GiB, limit 12 GiB) uses 11 GiB of a 16 GiB
+    GPU, leaving `steady` (request = limit = 8 GiB, using 2) less than its request: greedy is killed."""
+    node = await node_name(gpu_nodes, gpus=4)
+    greedy = PodPlacement(
+        (SharePlacement("app", (host.uuid(1),), 4 * GIB, 12 * GIB, ComputeMode.TIME_SLICING),)
+    )
+    steady = PodPlacement(
+        (SharePlacement("app", (host.uuid(1),), 8 * GIB, 8 * GIB, ComputeMode.TIME_SLICING),)
+    )
+    await running_pod(admin_client, namespace, "greedy", node, greedy, {"app": 1})
+    await running_pod(admin_client, namespace, "steady", node, steady, {"app": 2})
+    host.add_process(201, container=container_id(1))
+    host.add_process(202, container=container_id(2))
+    killer = RecordingKiller()
+    agent = make_agent(agent_client, node, host, killer=killer)
+    host.write({1: [(201, 6 * GIB), (202, 2 * GIB)]})  # room for both guarantees: nothing
+    assert (await agent.tick()).findings == ()
+    host.write({1: [(201, 11 * GIB), (202, 2 * GIB)]})
+    report = await agent.tick()
+    assert [(f.kind, f.container.pod.name) for f in report.findings if f.container] == [
+        (Kind.BURST, "greedy")
+    ]
+    assert killer.calls == [201]
+    (event,) = await events(admin_client, namespace, Kind.BURST.value)
+    assert event.involvedObject.name == "greedy" and event.message is not None
+    assert f"pod {namespace}/steady" in event.message and "Killed" in event.message

@@ -1,0 +1,79 @@
+"""The boundaries issue 16 adds, against a real kube-apiserver with the scheduler as its service account:
+guaranteed compute on a node pool, and sm-sharing tenants kept to their own GPUs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import lightkube
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod
+
+from gpufrac.contract import keys
+
+from . import fakenodes
+from .scheduling import gpu_pod, running_scheduler, wait_bound
+
+SM = {keys.container_key("main", keys.COMPUTE_MODE): "sm-sharing", "gpu-fraction": "0.25"}
+
+
+def capped(percent: int) -> dict[str, str]:
+    return {**SM, keys.container_key("main", keys.COMPUTE_PERCENTAGE): str(percent)}
+
+
+async def why_unschedulable(client: lightkube.AsyncClient, name: str, namespace: str) -> str:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pod = (await client.get(Pod, name, namespace=namespace)).to_dict()
+        for condition in pod["status"].get("conditions") or []:
+            if condition["type"] == "PodScheduled" and condition["status"] == "False":
+                return str(condition.get("message", ""))
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{name} was not reported unschedulable within 30s")
+
+
+async def test_guaranteed_compute_keeps_caps_on_a_gpu_within_100_percent(
+    admin_client: lightkube.AsyncClient,
+    scheduler_client: lightkube.AsyncClient,
+    namespace: str,
+    gpu_nodes: fakenodes.GpuNodes,
+) -> None:
+    await gpu_nodes.create(gpus=1, gpu_memory_mib=16384, labels={"gpufrac.io/compute-guarantee": "true"})
+    await admin_client.create(gpu_pod("sixty", namespace, annotations=capped(60)))
+    async with running_scheduler(scheduler_client):
+        [bound] = [p for p in await wait_bound(admin_client, namespace, 1) if p["spec"].get("nodeName")]
+        await admin_client.create(gpu_pod("fifty", namespace, annotations=capped(50)))
+        await admin_client.create(gpu_pod("forty", namespace, annotations=capped(40)))
+        message = await why_unschedulable(admin_client, "fifty", namespace)
+        listed = await wait_bound(admin_client, namespace, 2)
+    assert "GPU compute caps would pass 100%" in message
+    assert {p["metadata"]["name"] for p in listed if p["spec"].get("nodeName")} == {"sixty", "forty"}
+    notes = bound["metadata"]["annotations"]
+    assert notes[keys.container_key("main", keys.COMPUTE_PERCENTAGE)] == "60"
+    base = notes[keys.ENV_CONFIGMAP_ANNOTATION]
+    env = await admin_client.get(ConfigMap, keys.env_configmap_name(base, "main"), namespace=namespace)
+    assert env.data is not None and env.data[keys.ENV_MPS_THREAD_PERCENTAGE] == "60"
+
+
+async def test_sm_sharing_tenants_never_share_a_gpu(
+    admin_client: lightkube.AsyncClient,
+    scheduler_client: lightkube.AsyncClient,
+    namespace: str,
+    gpu_nodes: fakenodes.GpuNodes,
+) -> None:
+    other = f"{namespace}-b"
+    await admin_client.create(Namespace(metadata=ObjectMeta(name=other)))
+    try:
+        await gpu_nodes.create(gpus=1, gpu_memory_mib=16384)
+        await admin_client.create(gpu_pod("mine", namespace, annotations=SM))
+        async with running_scheduler(scheduler_client):
+            [bound] = [p for p in await wait_bound(admin_client, namespace, 1) if p["spec"].get("nodeName")]
+            await admin_client.create(gpu_pod("theirs", other, annotations=SM))
+            message = await why_unschedulable(admin_client, "theirs", other)
+            await admin_client.create(gpu_pod("mine-too", namespace, annotations=SM))
+            await wait_bound(admin_client, namespace, 2)
+        assert "sm-sharing GPUs hold another fault domain's shares" in message
+        assert bound["metadata"]["annotations"][keys.FAULT_DOMAIN_ANNOTATION] == namespace
+    finally:
+        await admin_client.delete(Namespace, other)
