@@ -41,7 +41,9 @@ def main() -> None:
     )
     wall = time.perf_counter() - started
     print(f"\n6 paper policies x {len(seeds)} seeds, --workers {args.workers}: {wall:.1f} s wall")
-    summary = experiment.summarize(loaded, seeds, results)
+    summary = experiment.summarize(loaded, seeds, results, experiment.bounds(loaded, results))
+    bound = summary["bound"]
+    print(f"upper bound (LP): {bound['allocation_at_100']:.2f}, solved in {bound['seconds']:.2f} s per seed")
     print(f"{'policy':<12}{'ours':>8}{'std':>7}{'paper':>8}{'diff':>7}{'s/run':>8}{'p50 ms':>8}{'p99 ms':>8}")
     for policy, row in summary["policies"].items():
         runs = [run for run in results if run.policy == policy]

@@ -94,6 +94,18 @@ FormatOption = Annotated[Literal["table", "json"], typer.Option("--format")]
 def simulate(
     nodes: NodesOption = None,
     pods: PodsOption = None,
+    traces: Annotated[
+        str | None,
+        typer.Option(
+            help="openb pod lists to replay into one report: all (the paper's 17), or e.g. default,cpu050."
+        ),
+    ] = None,
+    trace_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Directory of the openb CSVs that --traces reads; default: bundled (default only)."
+        ),
+    ] = None,
     policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = "all",
     seeds: SeedsOption = "42-44",
     inflation: Annotated[float, typer.Option(help="Replay until requests reach this × cluster GPUs.")] = 1.3,
@@ -101,12 +113,14 @@ def simulate(
     out: OutOption = None,
     output_format: FormatOption = "table",
 ) -> None:
-    """Replay a trace through every placement policy, as in the FGD paper (ATC '23)."""
+    """Replay a trace through every placement policy, as in the FGD paper (ATC '23), beside an upper bound."""
     from gpufrac.sim import simulate as simulation
 
     simulation.run(
         nodes=nodes,
         pods=pods,
+        traces=traces,
+        trace_dir=trace_dir,
         policies=policies,
         seeds=seeds,
         inflation=inflation,

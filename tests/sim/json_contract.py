@@ -1,7 +1,7 @@
 """The JSON document `gpufrac simulate --format json` prints, as the issue defines it: written once here
 and checked both on `summarize` and on the command's output."""
 
-SUMMARY_KEYS = {"trace", "gpus", "seeds", "policies"}
+SUMMARY_KEYS = {"trace", "gpus", "seeds", "policies", "bound"}
 # Per policy, besides `published_at_100` for the paper's six.
 POLICY_KEYS = {
     "allocation",
@@ -11,4 +11,7 @@ POLICY_KEYS = {
     "fragmentation_at_100",
     "failed_pods",
     "seconds",
+    "gap_to_bound",
 }
+# The upper bound at 100% arrival: the mean, each seed's, and the LP's size and solve time.
+BOUND_KEYS = {"allocation_at_100", "per_seed", "variables", "constraints", "seconds"}

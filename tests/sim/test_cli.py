@@ -11,6 +11,9 @@ import pytest
 
 from .json_contract import POLICY_KEYS, SUMMARY_KEYS
 
+# What `--out` holds, for one trace or several.
+REPORT_FILES = ["allocation.png", "curves.csv", "fragmentation.png", "report.html", "results.json"]
+
 
 @pytest.fixture
 def tiny(tmp_path: Path) -> tuple[Path, Path]:
@@ -56,13 +59,7 @@ def test_json_output_and_report_files(tiny: tuple[Path, Path], tmp_path: Path) -
     assert list(summary["policies"]) == ["fgd", "bestfit", "spread"]
     for row in summary["policies"].values():
         assert set(row) - {"published_at_100"} == POLICY_KEYS
-    assert sorted(path.name for path in out.iterdir()) == [
-        "allocation.png",
-        "curves.csv",
-        "fragmentation.png",
-        "report.html",
-        "results.json",
-    ]
+    assert sorted(path.name for path in out.iterdir()) == REPORT_FILES
     assert json.loads((out / "results.json").read_text()) == summary
     for png in ("allocation.png", "fragmentation.png"):
         assert (out / png).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
@@ -108,3 +105,66 @@ def test_bad_options_exit_2_with_one_line(tiny: tuple[Path, Path], args: tuple[s
 def test_a_missing_file_exits_2(tmp_path: Path) -> None:
     missing = tmp_path / "absent.csv"
     assert_one_line_error(simulate("--pods", missing, "--seeds", "1"), str(missing), "no such file")
+
+
+@pytest.fixture
+def trace_dir(tiny: tuple[Path, Path], tmp_path: Path) -> Path:
+    """Two pod lists under their openb names, beside the node list, as `--traces` reads them."""
+    nodes, pods = tiny
+    folder = tmp_path / "openb"
+    folder.mkdir()
+    (folder / "openb_node_list_gpu_node.csv").write_text(nodes.read_text())
+    (folder / "openb_pod_list_default.csv").write_text(pods.read_text())
+    (folder / "openb_pod_list_cpu050.csv").write_text(pods.read_text().replace("1000,1024", "500,1024"))
+    return folder
+
+
+def test_several_traces_make_one_report(trace_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    args = ("--traces", "default,cpu050", "--trace-dir", trace_dir, "--policies", "fgd,bestfit")
+    result = simulate(*args, "--seeds", "1-2", "--workers", "1", "--format", "json", "--out", out)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert json.loads((out / "results.json").read_text()) == document
+    assert list(document["allocation_at_100"]) == ["default", "cpu050"]  # one row per trace
+    for name, row in document["allocation_at_100"].items():
+        assert list(row) == ["fgd", "bestfit", "bound"]
+        assert row["bound"] >= max(row["fgd"], row["bestfit"])
+        assert set(document["traces"][name]) == SUMMARY_KEYS
+    assert sorted(path.name for path in out.iterdir()) == REPORT_FILES
+    page = (out / "report.html").read_text()
+    assert page.count("<img") == 2 and page.count("<h2>default</h2>") == page.count("<h2>cpu050</h2>") == 1
+    curves = (out / "curves.csv").read_text().splitlines()
+    assert curves[0].startswith("trace,policy,seed,")
+    assert {line.split(",")[0] for line in curves[1:]} == {"default", "cpu050"}
+    table = simulate(*args, "--seeds", "1", "--workers", "1")
+    assert table.returncode == 0, table.stderr
+    assert "best gap" in table.stdout and "cpu050" in table.stdout
+
+
+def test_the_single_trace_table_shows_the_bound_and_the_gap(tiny: tuple[Path, Path]) -> None:
+    nodes, pods = tiny
+    result = simulate("--nodes", nodes, "--pods", pods, "--policies", "fgd", "--seeds", "1", "--workers", "1")
+    assert result.returncode == 0, result.stderr
+    assert "bound" in result.stdout and "gap" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--traces", "default,gpushare40"), "openb_pod_list_gpushare40.csv not found in"),
+        (("--traces", "all"), "--trace-dir"),
+        (("--traces", "../etc"), "expected all, or names such as default,cpu050"),
+        (("--traces", ","), "expected all"),
+    ],
+)
+def test_a_missing_or_bad_trace_is_one_line(trace_dir: Path, args: tuple[str, ...], says: str) -> None:
+    assert_one_line_error(simulate(*args, "--trace-dir", trace_dir, "--seeds", "1"), says, "--trace")
+
+
+def test_without_a_trace_dir_only_the_bundled_default_is_there() -> None:
+    assert_one_line_error(simulate("--traces", "cpu050", "--seeds", "1"), "the bundled data", "--trace-dir")
+
+
+def test_traces_and_pods_exclude_each_other(tiny: tuple[Path, Path]) -> None:
+    assert_one_line_error(simulate("--traces", "default", "--pods", tiny[1]), "--traces and --pods")

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from gpufrac.cluster.model import GpuSpec, NodeSpec
 from gpufrac.errors import UserError
+from gpufrac.placement.framework import POLICIES
 from gpufrac.sim import experiment, replay, trace
 
-from .json_contract import POLICY_KEYS, SUMMARY_KEYS
+from .json_contract import BOUND_KEYS, POLICY_KEYS, SUMMARY_KEYS
 
 
 @pytest.fixture(scope="module")
@@ -126,9 +127,10 @@ def test_run_matrix_in_worker_processes_gives_the_same_results(tiny: trace.Trace
 
 def test_summary_has_the_json_contracts_keys(tiny: trace.Trace) -> None:
     results = experiment.run_matrix(tiny, policies=["fgd", "binpack"], seeds=[1, 2], inflation=1.3, workers=1)
-    summary = experiment.summarize(tiny, [1, 2], results)
+    summary = experiment.summarize(tiny, [1, 2], results, experiment.bounds(tiny, results))
     assert json.loads(json.dumps(summary)) == summary
     assert set(summary) == SUMMARY_KEYS
+    assert set(summary["bound"]) == BOUND_KEYS and list(summary["bound"]["per_seed"]) == ["1", "2"]
     assert (summary["trace"], summary["gpus"], summary["seeds"]) == ("tiny", 6, [1, 2])
     assert list(summary["policies"]) == ["fgd", "binpack"]
     for name, row in summary["policies"].items():
@@ -153,7 +155,9 @@ def test_summary_averages_over_seeds(tiny: trace.Trace) -> None:
             seconds=2.0,
         ),
     ]
-    row = experiment.summarize(tiny, [1, 2], runs)["policies"]["fgd"]
+    summary = experiment.summarize(tiny, [1, 2], runs, experiment.bounds(tiny, runs))
+    row = summary["policies"]["fgd"]
+    assert row.pop("gap_to_bound") == round(summary["bound"]["allocation_at_100"] - 91.0, 2)
     assert row == {
         "allocation": {"99": 88.0, "100": 91.0, "101": 93.0},
         "allocation_at_100": 91.0,
@@ -169,6 +173,29 @@ def test_summary_averages_over_seeds(tiny: trace.Trace) -> None:
 def test_a_run_that_never_reached_100_percent_reports_its_nearest_point(tiny: trace.Trace) -> None:
     base = replay.replay(tiny, policy="bestfit", seed=1)
     short = dataclasses.replace(base, allocation={98: 80.0, 102: 85.0, 90: 70.0}, fragmentation={})
-    row = experiment.summarize(tiny, [1], [short])["policies"]["bestfit"]
+    row = experiment.summarize(tiny, [1], [short], experiment.bounds(tiny, [short]))["policies"]["bestfit"]
     assert row["allocation_at_100"] == 80.0  # 98 and 102 are as near; the lower wins
     assert row["fragmentation_at_100"] == 0.0
+
+
+def test_the_bound_is_above_every_policy_on_every_seed() -> None:
+    """Short replays of every policy on a mixed trace (shares of every size, whole and multi-GPU pods, CPU
+    heavy pods, two GPU models, pods tied to one): no run allocates more than its seed's bound."""
+    nodes = tuple(
+        NodeSpec(f"n{i}", cpu, 65_536, tuple(GpuSpec(g, f"n{i}-{g}", model, 16_000) for g in range(gpus)))
+        for i, (cpu, gpus, model) in enumerate([(16_000, 2, "T4")] * 3 + [(32_000, 4, "P100")] * 2)
+    )
+    shapes = [(2_000, 1, 810), (4_000, 1, 470), (1_000, 1, 160), (12_000, 1, 1000), (8_000, 2, 1000)]
+    pods = tuple(
+        trace.TracePod(f"p{i}", cpu, 4_096, gpus, milli, frozenset({"P100"}) if i % 7 == 0 else None)
+        for i, (cpu, gpus, milli) in enumerate(shapes * 6)
+    )
+    mixed = trace.Trace("mixed", nodes, pods)
+    seeds = [1, 2, 3, 4, 5]
+    results = experiment.run_matrix(mixed, policies=list(POLICIES), seeds=seeds, inflation=1.3, workers=1)
+    summary = experiment.summarize(mixed, seeds, results, experiment.bounds(mixed, results))
+    for run in results:
+        reported = run.allocation.get(100, experiment._nearest(run.allocation, 100))
+        assert reported <= summary["bound"]["per_seed"][str(run.seed)]
+    for row in summary["policies"].values():
+        assert row["gap_to_bound"] >= 0

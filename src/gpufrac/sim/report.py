@@ -10,7 +10,8 @@ import csv
 import html
 import io
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 from rich.table import Table
 
 from gpufrac.sim import output
@@ -25,11 +27,25 @@ from gpufrac.sim.replay import RunResult
 
 
 def summary_table(summary: dict[str, Any]) -> Table:
+    bound = summary["bound"]
     table = Table(
         title=f"{summary['trace']}: {summary['gpus']} GPUs, seeds {_seed_text(summary['seeds'])}",
-        caption="alloc@100%: GPU allocation ratio at 100% arrival; paper: Weng et al. (ATC '23)",
+        caption="alloc@100%: GPU allocation ratio at 100% arrival; paper: Weng et al. (ATC '23); "
+        f"bound: no placement allocates more (LP, {bound['variables']} variables, {bound['constraints']} "
+        f"constraints, {bound['seconds']:.2f} s per seed); gap: bound - alloc@100%",
     )
-    columns = ("policy", "alloc@100%", "std", "paper", "unalloc %", "frag %", "failed", "s/run")
+    columns = (
+        "policy",
+        "alloc@100%",
+        "std",
+        "paper",
+        "bound",
+        "gap",
+        "unalloc %",
+        "frag %",
+        "failed",
+        "s/run",
+    )
     for column in columns:
         table.add_column(column, justify="left" if column == "policy" else "right")
     for policy, row in summary["policies"].items():
@@ -39,6 +55,8 @@ def summary_table(summary: dict[str, Any]) -> Table:
             f"{row['allocation_at_100']:.2f}",
             f"{row['allocation_at_100_std']:.2f}",
             f"{published:.2f}" if published is not None else "",
+            f"{bound['allocation_at_100']:.2f}",
+            f"{row['gap_to_bound']:.2f}",
             f"{row['unallocated_at_100']:.2f}",
             f"{row['fragmentation_at_100']:.2f}",
             f"{row['failed_pods']:.0f}",
@@ -47,43 +65,159 @@ def summary_table(summary: dict[str, Any]) -> Table:
     return table
 
 
+def overview(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The JSON document of a multi-trace run: each trace's summary, and the trace × policy table."""
+    first = next(iter(summaries.values()))
+    return {
+        "seeds": first["seeds"],
+        "gpus": first["gpus"],
+        "allocation_at_100": {
+            name: {
+                **{policy: row["allocation_at_100"] for policy, row in summary["policies"].items()},
+                "bound": summary["bound"]["allocation_at_100"],
+            }
+            for name, summary in summaries.items()
+        },
+        "traces": summaries,
+    }
+
+
+def traces_table(document: dict[str, Any]) -> Table:
+    """One row per trace: each policy's allocation at 100% arrival, then the bound and the best gap to it."""
+    rows = document["allocation_at_100"]
+    policies = [column for column in next(iter(rows.values())) if column != "bound"]
+    table = Table(
+        title=f"GPU allocation at 100% arrival, {document['gpus']} GPUs, "
+        f"seeds {_seed_text(document['seeds'])}",
+        caption="bound: no placement allocates more (LP); best gap: bound - the best policy",
+    )
+    for column in ("trace", *policies, "bound", "best gap"):
+        table.add_column(column, justify="left" if column == "trace" else "right")
+    for name, row in rows.items():
+        best = max(row[policy] for policy in policies)
+        table.add_row(
+            name,
+            *(f"{row[policy]:.2f}" for policy in policies),
+            f"{row['bound']:.2f}",
+            f"{row['bound'] - best:.2f}",
+        )
+    return table
+
+
 def write(out: Path, summary: dict[str, Any], results: Sequence[RunResult]) -> list[Path]:
     """results.json, curves.csv, allocation.png, fragmentation.png and report.html in `out`."""
-    allocation_png = _plot(summary, results, field="allocation", ylabel="GPU allocation ratio (%)")
-    fragmentation_png = _plot(summary, results, field="fragmentation", ylabel="fragmentation (% of GPUs)")
+    allocation_png = _plot({summary["trace"]: summary}, {summary["trace"]: results}, field="allocation")
+    fragmentation_png = _plot({summary["trace"]: summary}, {summary["trace"]: results}, field="fragmentation")
+    intro = (
+        f"<p>Trace <b>{html.escape(summary['trace'])}</b>, {summary['gpus']} GPUs, seeds "
+        f"{_seed_text(summary['seeds'])}. {_METHOD.format(inflation=results[0].inflation)}</p>"
+    )
     files = {
         "results.json": json.dumps(summary, indent=2).encode(),
-        "curves.csv": _curves_csv(results).encode(),
+        "curves.csv": _csv(CURVE_COLUMNS, _curve_rows(results)).encode(),
         "allocation.png": allocation_png,
         "fragmentation.png": fragmentation_png,
-        "report.html": _html(
-            summary, allocation_png, fragmentation_png, inflation=results[0].inflation
+        "report.html": _page(
+            f"gpufrac simulation: {summary['trace']}",
+            intro + _policy_table(summary) + _figures(allocation_png, fragmentation_png),
         ).encode(),
     }
     return output.write_files(out, files)
 
 
-def _curves_csv(results: Sequence[RunResult]) -> str:
+def write_traces(
+    out: Path, document: dict[str, Any], results: Mapping[str, Sequence[RunResult]]
+) -> list[Path]:
+    """The same files as `write`, over several traces: one table row per trace, a grid of plots with one
+    panel per trace, and every trace's own table on the page."""
+    summaries = document["traces"]
+    allocation_png = _plot(summaries, results, field="allocation")
+    fragmentation_png = _plot(summaries, results, field="fragmentation")
+    inflation = next(iter(results.values()))[0].inflation
+    rows = document["allocation_at_100"]
+    columns = list(next(iter(rows.values())))
+    overview_table = "<table><tr><th>trace</th>{}</tr>{}</table>".format(
+        "".join(f"<th>{html.escape(column)}</th>" for column in columns),
+        "".join(
+            f"<tr><td>{html.escape(name)}</td>{''.join(f'<td>{row[c]:.2f}</td>' for c in columns)}</tr>"
+            for name, row in rows.items()
+        ),
+    )
+    body = (
+        f"<p>{len(summaries)} traces, {document['gpus']} GPUs, seeds {_seed_text(document['seeds'])}. "
+        f"{_METHOD.format(inflation=inflation)}</p>"
+        f"<h2>GPU allocation at 100% arrival (%)</h2>{overview_table}"
+        + _figures(allocation_png, fragmentation_png)
+        + "".join(
+            f"<h2>{html.escape(name)}</h2>{_policy_table(summary)}" for name, summary in summaries.items()
+        )
+    )
+    files = {
+        "results.json": json.dumps(document, indent=2).encode(),
+        "curves.csv": _csv(
+            ("trace", *CURVE_COLUMNS),
+            ([name, *row] for name, runs in results.items() for row in _curve_rows(runs)),
+        ).encode(),
+        "allocation.png": allocation_png,
+        "fragmentation.png": fragmentation_png,
+        "report.html": _page(f"gpufrac simulation: {len(summaries)} traces", body).encode(),
+    }
+    return output.write_files(out, files)
+
+
+CURVE_COLUMNS = ("policy", "seed", "arrival_percent", "allocation_percent", "fragmentation_percent")
+_METHOD = (
+    "Pods arrive in a seeded order, inflated by sampling to {inflation:g}&times; the cluster's GPUs; a pod "
+    'that does not fit is dropped (the method of Weng et al., USENIX ATC \'23, "Beware of Fragmentation"). '
+    "Published figures are the paper's means over seeds 42&ndash;51 on the default trace. The bound is an "
+    "upper bound on what any placement of the pods arrived by 100% could allocate (a linear program over "
+    "node types and pod shapes): the gap to it is the most a better policy could still gain."
+)
+
+
+def _csv(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["policy", "seed", "arrival_percent", "allocation_percent", "fragmentation_percent"])
-    for run in results:
-        for x in sorted(run.allocation):
-            fragmentation = run.fragmentation.get(x)
-            writer.writerow(
-                [
-                    run.policy,
-                    run.seed,
-                    x,
-                    run.allocation[x],
-                    "" if fragmentation is None else round(fragmentation, 3),
-                ]
-            )
+    writer.writerow(header)
+    writer.writerows(rows)
     return buffer.getvalue()
 
 
-def _plot(summary: dict[str, Any], results: Sequence[RunResult], *, field: str, ylabel: str) -> bytes:
-    figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
+def _curve_rows(results: Sequence[RunResult]) -> Iterator[list[object]]:
+    for run in results:
+        for x in sorted(run.allocation):
+            fragmentation = run.fragmentation.get(x)
+            yield [
+                run.policy,
+                run.seed,
+                x,
+                run.allocation[x],
+                "" if fragmentation is None else round(fragmentation, 3),
+            ]
+
+
+def _plot(
+    summaries: dict[str, dict[str, Any]], results: Mapping[str, Sequence[RunResult]], *, field: str
+) -> bytes:
+    """One panel per trace (a grid of up to four columns when there are several), the bound as a line."""
+    columns = min(4, len(summaries))
+    rows = math.ceil(len(summaries) / columns)
+    figure, grid = plt.subplots(
+        rows,
+        columns,
+        figsize=(7 if columns == 1 else 4.2 * columns, 4.5 if rows == 1 else 3.4 * rows),
+        dpi=120,
+        squeeze=False,
+    )
+    for axes, (name, summary) in zip(grid.flat, summaries.items(), strict=False):
+        _draw(axes, summary, results[name], field=field)
+    for axes in list(grid.flat)[len(summaries) :]:
+        axes.set_visible(False)
+    figure.tight_layout()
+    return output.png(figure)
+
+
+def _draw(axes: Axes, summary: dict[str, Any], results: Sequence[RunResult], *, field: str) -> None:
     for policy in summary["policies"]:
         runs = [getattr(run, field) for run in results if run.policy == policy]
         xs = sorted(set().union(*runs))
@@ -93,48 +227,60 @@ def _plot(summary: dict[str, Any], results: Sequence[RunResult], *, field: str, 
         axes.plot(xs, means, label=policy, linewidth=1.6)
     if field == "allocation":
         axes.plot([0, 100], [0, 100], color="grey", linestyle=":", linewidth=1, label="everything placed")
+        bound = summary["bound"]["allocation_at_100"]
+        # A marker at 100% only: the bound holds for the pods that arrived by then, not along the curve.
+        axes.plot([100], [bound], "kv", label=f"upper bound at 100% ({bound:.2f})")
         axes.set_xlim(60, None)
         axes.set_ylim(60, None)
     axes.set_xlabel("arrived workload (% of cluster GPUs)")
-    axes.set_ylabel(ylabel)
+    axes.set_ylabel("GPU allocation ratio (%)" if field == "allocation" else "fragmentation (% of GPUs)")
     axes.set_title(f"{summary['trace']}, {len(summary['seeds'])} seed(s)")
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
-    figure.tight_layout()
-    return output.png(figure)
 
 
-def _html(
-    summary: dict[str, Any], allocation_png: bytes, fragmentation_png: bytes, *, inflation: float
-) -> str:
+def _policy_table(summary: dict[str, Any]) -> str:
+    bound = summary["bound"]
     rows = "".join(
-        "<tr><td>{}</td><td>{:.2f} ± {:.2f}</td><td>{}</td><td>{:.2f}</td><td>{:.2f}</td>"
+        "<tr><td>{}</td><td>{:.2f} ± {:.2f}</td><td>{}</td><td>{:.2f}</td><td>{:.2f}</td><td>{:.2f}</td>"
         "<td>{:.0f}</td></tr>".format(
             html.escape(policy),
             row["allocation_at_100"],
             row["allocation_at_100_std"],
             f"{row['published_at_100']:.2f}" if "published_at_100" in row else "",
+            row["gap_to_bound"],
             row["unallocated_at_100"],
             row["fragmentation_at_100"],
             row["failed_pods"],
         )
         for policy, row in summary["policies"].items()
     )
+    return (
+        "<table><tr><th>policy</th><th>allocation at 100% arrival (%)</th><th>published</th>"
+        "<th>gap to the bound</th><th>unallocated (%)</th><th>fragmentation (% of GPUs)</th>"
+        f"<th>failed pods</th></tr>{rows}</table>"
+        f"<p>Upper bound at 100% arrival: <b>{bound['allocation_at_100']:.2f}</b> (per seed: "
+        + ", ".join(f"{seed}: {value:.2f}" for seed, value in bound["per_seed"].items())
+        + f"; LP of {bound['variables']} variables and {bound['constraints']} constraints, "
+        f"{bound['seconds']:.2f} s per seed).</p>"
+    )
 
+
+def _figures(allocation_png: bytes, fragmentation_png: bytes) -> str:
+    return (
+        f"<h2>GPU allocation against arrived workload</h2>{output.img(allocation_png, 'allocation')}"
+        f"<h2>Fragmentation against arrived workload</h2>{output.img(fragmentation_png, 'fragmentation')}"
+    )
+
+
+def _page(title: str, body: str) -> str:
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>gpufrac simulation: {html.escape(summary["trace"])}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}}
 td:first-child,th:first-child{{text-align:left}}img{{max-width:100%}}</style></head><body>
 <h1>gpufrac simulation</h1>
-<p>Trace <b>{html.escape(summary["trace"])}</b>, {summary["gpus"]} GPUs, seeds {_seed_text(summary["seeds"])}.
-Pods arrive in a seeded order, inflated by sampling to {inflation:g}&times; the cluster's GPUs;
-a pod that does not fit is dropped (the method of Weng et al., USENIX ATC '23, "Beware of Fragmentation").
-Published figures are the paper's means over seeds 42&ndash;51 on the same trace.</p>
-<table><tr><th>policy</th><th>allocation at 100% arrival (%)</th><th>published</th><th>unallocated (%)</th>
-<th>fragmentation (% of GPUs)</th><th>failed pods</th></tr>{rows}</table>
-<h2>GPU allocation against arrived workload</h2>{output.img(allocation_png, "allocation")}
-<h2>Fragmentation against arrived workload</h2>{output.img(fragmentation_png, "fragmentation")}
+{body}
 </body></html>
 """
 

@@ -1,24 +1,57 @@
-"""`gpufrac simulate`: load, replay with a progress bar, then print and write the results."""
+"""`gpufrac simulate`: load, replay with a progress bar, bound each run, then print and write the results.
+
+One trace (`--nodes`/`--pods`, or the bundled default) gives one trace's report; `--traces` replays several
+of the paper's openb variants from one directory and writes one report over all of them.
+"""
 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
+from rich.progress import Progress, TaskID
+from rich.table import Table
 
 from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
 from gpufrac.sim import experiment, output, pool, report, trace
+from gpufrac.sim.replay import RunResult
 
 # Past a few times the cluster the replay measures nothing new, and its pod list grows without end.
 MAX_INFLATION = 10.0
+# The 17 pod lists the paper's figures use, in its order; `--traces all` replays these.
+PAPER_TRACES = (
+    "default",
+    "cpu050",
+    "cpu100",
+    "cpu200",
+    "cpu250",
+    "gpushare40",
+    "gpushare60",
+    "gpushare80",
+    "gpushare100",
+    "gpuspec10",
+    "gpuspec20",
+    "gpuspec25",
+    "gpuspec33",
+    "multigpu20",
+    "multigpu30",
+    "multigpu40",
+    "multigpu50",
+)
 
 
 def run(
     *,
     nodes: Path | None,
     pods: Path | None,
+    traces: str | None,
+    trace_dir: Path | None,
     policies: str,
     seeds: str,
     inflation: float,
@@ -31,30 +64,96 @@ def run(
             f"--inflation {inflation}: must be a number above 0 and at most {MAX_INFLATION}, such as 1.3 "
             "(the replay creates pods until their requests reach this many times the cluster's GPUs)"
         )
+    if traces is not None and pods is not None:
+        raise UserError(
+            "--traces and --pods: give one or the other (--traces reads pod lists from --trace-dir)"
+        )
+    if traces is None and trace_dir is not None:
+        raise UserError("--trace-dir: only read with --traces, e.g. --traces all")
     pool.check_workers(workers)
     chosen = list(POLICIES) if policies == "all" else experiment.parse_policies(policies)
     seed_list = experiment.parse_seeds(seeds)
-    loaded = trace.load(nodes, pods)
+    loaded = [trace.load(nodes, pods)] if traces is None else load_traces(traces, trace_dir, nodes)
     console = Console(stderr=True)
     with output.progress(console, "replaying", transient=output_format == "json") as progress:
-        task = progress.add_task(
-            f"{loaded.name}: {len(chosen)} policies × {len(seed_list)} seeds",
-            total=len(chosen) * len(seed_list),
+        # Each seed's bound is one step besides its replays: an LP, well under a second.
+        steps = len(loaded) * len(seed_list) * (len(chosen) + 1)
+        task = progress.add_task("", total=steps)
+        summaries: dict[str, dict[str, Any]] = {}
+        runs: dict[str, list[RunResult]] = {}
+        for each in loaded:
+            summaries[each.name], runs[each.name] = _simulate_one(
+                each, chosen, seed_list, inflation, workers, progress, task
+            )
+    table: Callable[[dict[str, Any]], Table]
+    write: Callable[[Path, dict[str, Any]], list[Path]]
+    if traces is None:  # one trace: its own report, as before `--traces` existed
+        (document,) = summaries.values()
+        table, write = (
+            report.summary_table,
+            lambda folder, summary: report.write(folder, summary, *runs.values()),
         )
-        results = experiment.run_matrix(
-            loaded,
-            policies=chosen,
-            seeds=seed_list,
-            inflation=inflation,
-            workers=workers,
-            on_result=lambda _: progress.advance(task),
+    else:
+        document = report.overview(summaries)
+        table, write = (
+            report.traces_table,
+            lambda folder, overview: report.write_traces(folder, overview, runs),
         )
-    summary = experiment.summarize(loaded, seed_list, results)
-    output.deliver(
-        summary,
-        table=report.summary_table,
-        write=lambda folder, _: report.write(folder, summary, results),
-        out=out,
-        output_format=output_format,
-        console=console,
+    output.deliver(document, table=table, write=write, out=out, output_format=output_format, console=console)
+
+
+def _simulate_one(
+    loaded: trace.Trace,
+    policies: list[str],
+    seeds: list[int],
+    inflation: float,
+    workers: int | None,
+    progress: Progress,
+    task: TaskID,
+) -> tuple[dict[str, Any], list[RunResult]]:
+    progress.update(task, description=f"{loaded.name}: {len(policies)} policies × {len(seeds)} seeds")
+    results = experiment.run_matrix(
+        loaded,
+        policies=policies,
+        seeds=seeds,
+        inflation=inflation,
+        workers=workers,
+        on_result=lambda _: progress.advance(task),
     )
+    progress.update(task, description=f"{loaded.name}: upper bound (LP) for {len(seeds)} seeds")
+    bounds = experiment.bounds(loaded, results, on_bound=lambda _: progress.advance(task))
+    return experiment.summarize(loaded, seeds, results, bounds), results
+
+
+def parse_traces(text: str) -> list[str]:
+    """`all` (the paper's 17), or names such as `default,cpu050`: openb_pod_list_<name>.csv each."""
+    if text.strip() == "all":
+        return list(PAPER_TRACES)
+    names = list(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    bad = [name for name in names if not re.fullmatch(r"[a-z0-9]+", name)]
+    if bad or not names:
+        raise UserError(
+            f"--traces {text!r}: expected all, or names such as default,cpu050 (openb_pod_list_NAME.csv); "
+            f"the paper's: {', '.join(PAPER_TRACES)}"
+        )
+    return names
+
+
+def load_traces(text: str, trace_dir: Path | None, nodes: Path | None) -> list[trace.Trace]:
+    """Every named pod list from `trace_dir` (default: the bundled data, which holds only `default`) on the
+    node list from `--nodes` or the same directory; a missing file stops before any replay starts."""
+    names = parse_traces(text)
+    with resources.as_file(resources.files("gpufrac") / "data") as bundled:
+        folder = trace_dir or bundled
+        node_path = nodes or folder / trace.BUNDLED_NODES
+        paths = {name: folder / f"openb_pod_list_{name}.csv" for name in names}
+        expected = [*paths.values()] if nodes else [node_path, *paths.values()]  # --nodes: reading says
+        missing = [path.name for path in expected if not path.is_file()]
+        if missing:
+            where = "the bundled data, which holds only default" if trace_dir is None else str(folder)
+            raise UserError(
+                f"--traces: {', '.join(missing)} not found in {where}; pass --trace-dir DIR, a directory "
+                "with the openb CSVs (openb_node_list_gpu_node.csv, openb_pod_list_<name>.csv)"
+            )
+        node_list = tuple(trace.load_nodes(node_path))
+        return [trace.Trace(name, node_list, tuple(trace.load_pods(path))) for name, path in paths.items()]
