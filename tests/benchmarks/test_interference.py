@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "interference.py"
+from tests.benchmarks import scripts
 
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120, env=env
-    )
+run = functools.partial(scripts.run, "interference.py")
 
 
 def test_the_cpu_path_reports_each_client_the_total_and_the_ratio(tmp_path: Path) -> None:
