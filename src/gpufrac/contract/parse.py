@@ -334,14 +334,15 @@ def _mode(container: str, own: Mapping[str, str]) -> ComputeMode:
     text = own.get(keys.COMPUTE_MODE)
     if text is None:
         return ComputeMode.TIME_SLICING
+    try:
+        return ComputeMode(text)
+    except ValueError:
+        pass  # the message is built only for a broken key: every bound pod of a relist comes through here
     choices = " or ".join(f'"{mode.value}"' for mode in ComputeMode)
     key = keys.container_key(container, keys.COMPUTE_MODE)
     if not text.strip():
         raise ContractError(key, text, f"is blank; set {choices}, or remove the key for time-slicing")
-    try:
-        return ComputeMode(text)
-    except ValueError:
-        raise ContractError(key, text, f"must be exactly {choices}") from None
+    raise ContractError(key, text, f"must be exactly {choices}")
 
 
 def _devices(key: str, text: str) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ makes `int` or `Fraction` work on a huge integer (nor hits Python's limit on con
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -92,8 +93,12 @@ def positive_count(text: str) -> int:
     return int(text)
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_quantity(text: str) -> Fraction:
-    """The exact value of a Kubernetes quantity: `1.5Gi` is 1610612736, `1e3` and `1k` are 1000."""
+    """The exact value of a Kubernetes quantity: `1.5Gi` is 1610612736, `1e3` and `1k` are 1000.
+
+    Memoized: a relist parses every pod's requests, and a cluster's pods repeat a few hundred quantities
+    (`100m`, `4Gi`); a Fraction is immutable, and a refused text raises again without being cached."""
     number, suffix = _parse(text)
     return number * _SUFFIX_FACTORS[suffix] if suffix else number
 

@@ -255,7 +255,10 @@ class SchedulerCache:
             if not objects.node_name(pod):
                 # The pending version a bind started from: the bound one, with its annotations, is to come.
                 raise PlacementRefused("its bind has not been read back yet")
-            self.state.apply(objects.bound_placement(pod, self.state.node_spec(node)))
+            # The node as last read (its spec is the first item of its view): rebuilding it from the state
+            # for each of its pods would cost a relist a GPU list per pod.
+            spec = self._node_views[node][0] if node in self._node_views else self.state.node_spec(node)
+            self.state.apply(objects.bound_placement(pod, spec))
         except (contract.ContractError, PlacementRefused) as error:
             self.misfits.setdefault(node, {})[uid] = pod
             self._hold_if_misfits(node)

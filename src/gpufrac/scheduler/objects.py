@@ -14,6 +14,7 @@ object, report the object and skip it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -236,8 +237,13 @@ def _agent_inventory(node: Obj) -> tuple[tuple[node_inventory.GpuInfo, ...] | No
     """The agent's GPU list, or None when there is none or it cannot be read (then labels are used); and
     why it was not read."""
     text = annotations_of(node).get(node_inventory.GPUS_ANNOTATION)
-    if not isinstance(text, str):
-        return None, None
+    return _read_inventory(text) if isinstance(text, str) else (None, None)
+
+
+@functools.lru_cache(maxsize=256)
+def _read_inventory(text: str) -> tuple[tuple[node_inventory.GpuInfo, ...] | None, str | None]:
+    """`_agent_inventory` of one annotation text, memoized: reading a Node asks for it three times (its
+    spec, its device-plugin GPUs, its problems), and the answer is immutable."""
     try:
         return node_inventory.load_gpus(text), None
     except ValueError as error:
