@@ -18,6 +18,7 @@ from gpufrac.placement.engine import decide
 from gpufrac.placement.fit import find_fit
 from gpufrac.placement.framework import POLICIES, Policy
 from gpufrac.placement.policies.fgd import fgd_score
+from gpufrac.placement.policies.fgd_stranding import STRANDING_WEIGHT, cpu_per_gpu
 from gpufrac.placement.workload import Shape, Workload
 
 from ..cluster.builders import SM, TS, node, share_at, share_pod, whole_at, whole_pod
@@ -485,3 +486,42 @@ def test_sm_sharing_shares_share_a_gpu_only_within_one_fault_domain(name: str) -
     )
     assert outcome.reasons == {"sm-sharing GPUs hold another fault domain's shares": 1}
     assert violations(state) == []
+
+
+def test_fgd_stranding_avoids_a_node_whose_cpu_would_strand_its_free_gpus() -> None:
+    # Against whole-GPU tasks of 8 cores, "tight" keeps enough CPU for one of them after a 2-core pod, so
+    # FGD's fragmentation does not move on either node and the tie order sends the pod to "tight". But then
+    # 15 cores feed only 1.875 of its 2 free GPUs: 125 milli-GPU stranded, which fgd-stranding avoids.
+    tasks = workload((Shape(cpu_milli=8_000, gpus=1, milli=1000), 1.0))
+    state = ClusterState([node("tight", 2, cpu=17_000), node("roomy", 2)])
+    pod = PodDemand("c", cpu_milli=2_000)
+    assert scores(state, pod, "fgd", target=tasks) == [50, 50]
+    assert place(state, pod, policy("fgd", target=tasks)).node == "tight"
+    state.release("c")
+    stranding = int(fgd_score(np.array(STRANDING_WEIGHT * 125)))
+    assert stranding < 50
+    assert scores(state, pod, "fgd-stranding", target=tasks) == [stranding, 50]
+    assert place(state, pod, policy("fgd-stranding", target=tasks)).node == "roomy"
+
+
+def test_fgd_stranding_breaks_score_ties_by_the_least_leftover_on_the_gpu() -> None:
+    # Against 0.1-GPU tasks nothing fragments, so FGD takes the first GPU; the tie-break takes the fuller one.
+    tasks = workload((Shape(cpu_milli=0, gpus=1, milli=100), 1.0))
+    state = ClusterState([node("n", 2)])
+    state.apply(share_at("s", "n", (1,), 8_000))
+    assert place(state, share_pod("fgd", 300), policy("fgd", target=tasks)).assignments[0].gpus == (0,)
+    state.release("fgd")
+    chosen = policy("fgd-stranding", target=tasks)
+    assert place(state, share_pod("p", 300), chosen).assignments[0].gpus == (1,)
+
+
+def test_fgd_stranding_feeds_gpus_at_the_workloads_weighted_median_cpu_per_gpu() -> None:
+    tasks = workload(
+        (Shape(cpu_milli=4_000, gpus=1, milli=500), 0.3),  # 8 cores per GPU
+        (Shape(cpu_milli=12_000, gpus=2, milli=1000), 0.5),  # 6
+        (Shape(cpu_milli=20_000, gpus=1, milli=1000), 0.1),  # 20
+        (Shape(cpu_milli=2_000, gpus=0, milli=0), 0.1),  # no GPU: not counted
+    )
+    assert cpu_per_gpu(tasks) == 6_000
+    assert cpu_per_gpu(tasks, percentile=70) == 8_000
+    assert cpu_per_gpu(workload((Shape(cpu_milli=2_000, gpus=0, milli=0), 1.0))) == 0

@@ -12,6 +12,7 @@ from gpufrac.placement.policies import (  # noqa: F401  (imported to register)
     clustering,
     dotprod,
     fgd,
+    fgd_stranding,
     packing,
     random,
 )

@@ -64,10 +64,6 @@ class Fgd:
         """Scores and best GPUs for the feasible nodes at `positions`."""
         rows = fit.rows[positions]
         free = usable_free_milli(state, rows)
-        model_ok = self.workload.model_ok(state.models)[state.model_id[rows]]
-        cpu = state.cpu_free[rows]
-        before = node_fragmentation(free, cpu, model_ok, self.workload)
-        cpu_after = cpu - fit.pod.cpu_milli
         need = fit.per_gpu_milli()[positions]
         no_gpu = np.zeros(len(rows))
         if fit.pod.shares and fit.pod.shares[0].num_devices == 1:
@@ -76,8 +72,8 @@ class Fgd:
             after_free = np.repeat(free[:, None, :], width, axis=1)
             diagonal = np.arange(width)
             after_free[:, diagonal, diagonal] -= need[:, None]
-            after = node_fragmentation(after_free, cpu_after[:, None], model_ok[:, None, :], self.workload)
-            scores = np.where(fit.share_ok[positions], fgd_score(after - before[:, None]), -1)
+            scores = self._node_score(state, fit, rows, free, after_free)
+            scores = np.where(fit.share_ok[positions], scores, -1)
             best = scores.max(axis=1)
             return best, np.argmax(scores == best[:, None], axis=1)
         if fit.pod.shares:
@@ -87,8 +83,26 @@ class Fgd:
             taken = empty & (np.cumsum(empty, axis=1) <= fit.pod.whole_gpus)
         else:
             taken = np.zeros_like(free, dtype=bool)
-        after = node_fragmentation(free - taken * need[:, None], cpu_after, model_ok, self.workload)
-        return fgd_score(after - before), no_gpu
+        return self._node_score(state, fit, rows, free, free - taken * need[:, None]), no_gpu
+
+    def _node_score(
+        self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, after_free: np.ndarray
+    ) -> np.ndarray:
+        """The score of placing the pod on `rows` so that their free shares go from `free` (nodes, GPUs)
+        to `after_free` (nodes, GPUs, or nodes, candidate GPU, GPUs): a subclass may rank differently."""
+        return fgd_score(self._growth(state, fit, rows, free, after_free))
+
+    def _growth(
+        self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, after_free: np.ndarray
+    ) -> np.ndarray:
+        """Δ, the growth of F_n(M) in milli-GPU, shaped as `after_free` without its GPU axis."""
+        model_ok = self.workload.model_ok(state.models)[state.model_id[rows]]
+        cpu = state.cpu_free[rows]
+        before = node_fragmentation(free, cpu, model_ok, self.workload)
+        candidates = (slice(None),) + (None,) * (after_free.ndim - free.ndim)
+        cpu_after = (cpu - fit.pod.cpu_milli)[candidates]
+        after = node_fragmentation(after_free, cpu_after, model_ok[candidates], self.workload)
+        return after - before[candidates]
 
     @staticmethod
     def _multi_device_choice(state: ClusterState, fit: Fit, positions: np.ndarray) -> np.ndarray:
