@@ -9,14 +9,12 @@ takes the lowest-index GPU that reaches the node's score; whole GPUs are the low
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpufrac.cluster.model import PodDemand
 from gpufrac.cluster.state import ClusterState
-from gpufrac.placement.cache import NodeMemo
+from gpufrac.placement.cache import NodeMemo, shape_key
 from gpufrac.placement.fit import Fit
 from gpufrac.placement.fragmentation import node_fragmentation, usable_free_milli
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext, PolicyKind
@@ -28,11 +26,6 @@ def fgd_score(delta: np.ndarray) -> np.ndarray:
     return np.trunc(100 / (1 + np.exp(np.clip(delta, -1e6, 1e6) / 1000)))
 
 
-def _shape_key(pod: PodDemand) -> PodDemand:
-    """Pods that differ only in name and priority score identically, so they share memo entries."""
-    return dataclasses.replace(pod, name="", priority=0)
-
-
 @dataclass
 class Fgd:
     """Both the node scorer and the GPU picker: scoring already finds each node's best GPU."""
@@ -41,7 +34,7 @@ class Fgd:
     memo: NodeMemo = field(default_factory=lambda: NodeMemo("score", "gpu"))
 
     def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
-        entry, stale = self.memo.lookup(state, _shape_key(fit.pod), fit.rows)
+        entry, stale = self.memo.lookup(state, shape_key(fit.pod), fit.rows)
         if stale.size:
             rows = fit.rows[stale]
             entry["score"][rows], entry["gpu"][rows] = self._evaluate(state, fit, stale)
@@ -55,7 +48,7 @@ class Fgd:
             return tuple(
                 int(g) for g in np.flatnonzero(self._multi_device_choice(state, fit, np.array([at]))[0])
             )
-        entry, _ = self.memo.lookup(state, _shape_key(fit.pod), fit.rows[at : at + 1])
+        entry, _ = self.memo.lookup(state, shape_key(fit.pod), fit.rows[at : at + 1])
         return (int(entry["gpu"][fit.rows[at]]),)
 
     def _evaluate(
