@@ -219,6 +219,8 @@ class EngineMachine(RuleBasedStateMachine):
         active = self.state.active
         for key, array in expected.items():
             assert np.array_equal(getattr(self.state, key)[active], array[active]), key
+        usable = np.where(self.state.open_gpus(), self.state.free_milli(), 0)
+        assert np.array_equal(self.state.usable_free_milli(), usable)  # the memo agrees with a fresh count
 
 
 def stateful_test(policy: str) -> type:

@@ -17,8 +17,7 @@ from gpufrac.placement.workload import Workload
 
 def usable_free_milli(state: ClusterState, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
     """Free share per GPU in thousandths, zero where no new task could land (unhealthy, held whole)."""
-    usable = state.open_gpus(rows)
-    return np.where(usable, state.free_milli(rows), 0)
+    return state.usable_free_milli(rows)
 
 
 def node_fragmentation(
