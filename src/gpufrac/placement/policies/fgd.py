@@ -16,7 +16,7 @@ import numpy as np
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.cache import NodeMemo, shape_key
 from gpufrac.placement.fit import Fit
-from gpufrac.placement.fragmentation import node_fragmentation, usable_free_milli
+from gpufrac.placement.fragmentation import fragmentation_after_share, node_fragmentation, usable_free_milli
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext, PolicyKind
 from gpufrac.placement.pickers import lowest_empty
 from gpufrac.placement.workload import Workload
@@ -64,12 +64,8 @@ class Fgd:
         need = fit.per_gpu_milli()[positions]
         no_gpu = np.zeros(len(rows))
         if fit.pod.shares and fit.pod.shares[0].num_devices == 1:
-            # Every candidate GPU at once: (nodes, candidate GPU, GPU).
-            width = free.shape[1]
-            after_free = np.repeat(free[:, None, :], width, axis=1)
-            diagonal = np.arange(width)
-            after_free[:, diagonal, diagonal] -= need[:, None]
-            after = node_fragmentation(after_free, cpu_after[:, None], model_ok[:, None, :], self.workload)
+            # Every candidate GPU at once: (nodes, candidate GPU).
+            after = fragmentation_after_share(free, cpu_after, model_ok, need, self.workload)
             scores = np.where(fit.share_ok[positions], fgd_score(after - before[:, None]), -1)
             best = scores.max(axis=1)
             return best, np.argmax(scores == best[:, None], axis=1)
