@@ -10,7 +10,12 @@ from hypothesis import strategies as st
 from gpufrac.cluster.model import PodDemand, milli_of
 from gpufrac.cluster.state import ClusterState
 from gpufrac.contract.model import Mebibytes, ShareRequest
-from gpufrac.placement.fragmentation import cluster_fragmentation, node_fragmentation, usable_free_milli
+from gpufrac.placement.fragmentation import (
+    cluster_fragmentation,
+    fragmentation_after_share,
+    node_fragmentation,
+    usable_free_milli,
+)
 from gpufrac.placement.workload import Shape, Workload
 
 from ..cluster.builders import node, share_at, share_pod, whole_at, whole_pod
@@ -201,3 +206,25 @@ def _shape(pod: PodDemand) -> Shape:
     if not pod.shares:
         return Shape(pod.cpu_milli, 0, 0)
     return Shape(pod.cpu_milli, 1, milli_of(pod.shares[0].request, 16_384))
+
+
+@given(
+    free=st.lists(st.lists(st.integers(0, 1000), min_size=4, max_size=4), min_size=1, max_size=6),
+    need=st.integers(1, 1000),
+    cpu=st.integers(0, 16_000),
+    model_ok=st.booleans(),
+)
+def test_fragmentation_after_share_is_that_of_each_hypothetical_node(
+    free: list[list[int]], need: int, cpu: int, model_ok: bool
+) -> None:
+    """FGD's shortcut gives, bit for bit, the measure of every node with the share placed on each GPU."""
+    target = workload((CPU_ONLY, 0.2), (HALF, 0.3), (WHOLE, 0.4), (TWO_WHOLE, 0.1))
+    nodes = np.array(free)
+    needs = np.full(len(nodes), need)
+    cpu_free = np.full(len(nodes), cpu)
+    allowed = np.full((len(nodes), len(target.shapes)), model_ok)
+    hypothetical = np.repeat(nodes[:, None, :], nodes.shape[1], axis=1)
+    diagonal = np.arange(nodes.shape[1])
+    hypothetical[:, diagonal, diagonal] -= needs[:, None]
+    expected = node_fragmentation(hypothetical, cpu_free[:, None], allowed[:, None, :], target)
+    assert np.array_equal(fragmentation_after_share(nodes, cpu_free, allowed, needs, target), expected)

@@ -28,6 +28,7 @@ from gpufrac.contract.model import (
     WholeGpuRequest,
 )
 from gpufrac.placement.engine import decide
+from gpufrac.placement.fit import find_fit, fit_memo
 from gpufrac.placement.framework import POLICIES, PolicyContext
 from gpufrac.placement.workload import Workload
 
@@ -133,6 +134,7 @@ class EngineMachine(RuleBasedStateMachine):
         context = PolicyContext(rng=np.random.default_rng(seed), workload=WORKLOAD)
         self.policy = POLICIES[self.policy_name](context)
         self.names = iter(range(10**9))
+        self.fits = fit_memo()
 
     def fresh_name(self) -> str:
         return f"pod-{next(self.names)}"
@@ -162,6 +164,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(pod=pods())
     def place(self, pod: PodDemand) -> None:
+        self.check_memo(pod)
         outcome = decide(self.state, dataclasses.replace(pod, name=self.fresh_name()), self.policy)
         if isinstance(outcome, Placement):
             self.state.apply(outcome)  # the engine never proposes what apply refuses
@@ -169,6 +172,14 @@ class EngineMachine(RuleBasedStateMachine):
         else:
             assert isinstance(outcome, Unschedulable)
             assert sum(outcome.reasons.values()) <= int(self.state.active.sum())
+
+    def check_memo(self, pod: PodDemand) -> None:
+        """The filters' memo, last used many changes ago, gives what filtering every node afresh gives."""
+        fast, fast_rejected = find_fit(self.state, pod, memo=self.fits)
+        slow, slow_rejected = find_fit(self.state, pod)
+        assert list(fast_rejected.items()) == list(slow_rejected.items())
+        for name in ("rows", "share_ok", "empty", "request_mib", "limit_mib", "gpu_mem"):
+            assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
 
     @precondition(lambda self: self.state.names)
     @rule(data=st.data())
@@ -208,6 +219,8 @@ class EngineMachine(RuleBasedStateMachine):
         active = self.state.active
         for key, array in expected.items():
             assert np.array_equal(getattr(self.state, key)[active], array[active]), key
+        usable = np.where(self.state.open_gpus(), self.state.free_milli(), 0)
+        assert np.array_equal(self.state.usable_free_milli(), usable)  # the memo agrees with a fresh count
 
 
 def stateful_test(policy: str) -> type:

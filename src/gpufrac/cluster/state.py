@@ -62,6 +62,9 @@ class ClusterState:
         self.gpu_whole = np.zeros((rows, width), bool)
         self.gpu_healthy = np.zeros((rows, width), bool)
         self.gpu_domain = np.zeros((rows, width), np.int32)  # the fault domain of its sm-sharing shares
+        # `usable_free_milli`'s memo, and the node versions it was computed at (-1: never).
+        self._usable = np.zeros((rows, width), np.int64)
+        self._usable_version = np.full(rows, -1, np.int64)
 
     _ROW_ARRAYS = (
         "active",
@@ -314,3 +317,16 @@ class ClusterState:
         """Unrequested share of each GPU in thousandths (0 for missing GPUs), for fragmentation and scores."""
         memory = self.gpu_mem[rows]
         return np.where(memory > 0, self.gpu_free[rows] * 1000 // np.maximum(memory, 1), 0)
+
+    def usable_free_milli(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """`free_milli` on `open_gpus`, 0 elsewhere: what every scorer and the fragmentation measure read.
+
+        Kept per node and recomputed only for nodes whose `version` moved, since one placement changes one
+        node while every decision reads all of them.
+        """
+        stale = np.flatnonzero(self._usable_version != self.version)
+        if stale.size:
+            self._usable[stale] = np.where(self.open_gpus(stale), self.free_milli(stale), 0)
+            self._usable_version[stale] = self.version[stale]
+        usable = self._usable[rows]
+        return usable.copy() if isinstance(rows, slice) else usable  # a view would let callers edit the memo

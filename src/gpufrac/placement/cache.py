@@ -1,21 +1,37 @@
-"""Per-node memo for plugins whose per-node work is costly (FGD, clustering).
+"""Per-node memo for work that is costly per node (the filters, FGD, clustering).
 
-A node's score for a given pod shape only changes when the node does, and one placement changes one
-node; so a plugin recomputes only the nodes whose `ClusterState.version` moved since it last looked.
+A node's verdict or score for a given pod shape only changes when the node does, and one placement changes
+one node; so a plugin recomputes only the nodes whose `ClusterState.version` moved since it last looked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import dataclasses
+from collections.abc import Collection, Hashable, Mapping
 
 import numpy as np
+from numpy.typing import DTypeLike
 
+from gpufrac.cluster.model import PodDemand
 from gpufrac.cluster.state import ClusterState
 
 
+def shape_key(pod: PodDemand) -> PodDemand:
+    """Pods that differ only in name and priority are filtered and scored identically, so they share memo
+    entries."""
+    return dataclasses.replace(pod, name="", priority=0)
+
+
 class NodeMemo:
-    def __init__(self, *fields: str) -> None:
+    """Arrays indexed by node row, one set per key: `fields` are one value per node (float unless `dtypes`
+    says otherwise), `per_gpu` fields one value per GPU column."""
+
+    def __init__(
+        self, *fields: str, dtypes: Mapping[str, DTypeLike] | None = None, per_gpu: Collection[str] = ()
+    ) -> None:
         self._fields = fields
+        self._dtypes = dtypes or {}
+        self._per_gpu = per_gpu
         self._serial = -1
         self._entries: dict[Hashable, dict[str, np.ndarray]] = {}
 
@@ -31,11 +47,18 @@ class NodeMemo:
             self._serial = state.serial
         size = state.version.shape[0]
         entry = self._entries.get(key)
-        if entry is None or entry["version"].shape[0] != size:
-            entry = {"version": np.full(size, -1, np.int64)} | {name: np.zeros(size) for name in self._fields}
+        if entry is None or entry["version"].shape[0] != size or self._stale_width(entry, state.width):
+            entry = {"version": np.full(size, -1, np.int64)}
+            for name in self._fields:
+                shape = (size, state.width) if name in self._per_gpu else (size,)
+                entry[name] = np.zeros(shape, self._dtypes.get(name, float))
             self._entries[key] = entry
         stale = np.flatnonzero(entry["version"][rows] != state.version[rows])
         return entry, stale
+
+    def _stale_width(self, entry: dict[str, np.ndarray], width: int) -> bool:
+        """Nodes with more GPUs than any before widen the state's GPU arrays, and so every per-GPU field."""
+        return any(entry[name].shape[1] != width for name in self._per_gpu)
 
     @staticmethod
     def stamp(state: ClusterState, entry: dict[str, np.ndarray], rows: np.ndarray) -> None:

@@ -20,7 +20,7 @@ def decide(
     state: ClusterState, pod: PodDemand, policy: Policy, *, rows: np.ndarray | None = None
 ) -> Placement | Unschedulable:
     """Where `pod` goes among `rows` (default: every active node). The caller applies the result."""
-    fit, rejected = find_fit(state, pod, rows=rows)
+    fit, rejected = find_fit(state, pod, rows=rows, memo=policy.fits)
     if not is_simple(pod):
         return exact.decide(state, fit, rejected)
     if len(fit.rows) == 0:

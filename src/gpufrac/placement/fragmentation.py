@@ -17,8 +17,7 @@ from gpufrac.placement.workload import Workload
 
 def usable_free_milli(state: ClusterState, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
     """Free share per GPU in thousandths, zero where no new task could land (unhealthy, held whole)."""
-    usable = state.open_gpus(rows)
-    return np.where(usable, state.free_milli(rows), 0)
+    return state.usable_free_milli(rows)
 
 
 def node_fragmentation(
@@ -26,14 +25,44 @@ def node_fragmentation(
 ) -> np.ndarray:
     """F_n(M) for nodes given as `free` (..., GPUs), `cpu_free` (...) and `model_ok` (..., shapes).
 
-    Leading dimensions are free: FGD passes (nodes, candidate GPUs) to score every candidate at once.
+    Leading dimensions are free: the measure is the same for any batch of hypothetical nodes.
     """
-    milli, gpus, cpu = workload.milli, workload.gpus, workload.cpu
-    total = free.sum(axis=-1)
-    below = free[..., :, None] < milli  # (..., GPUs, shapes)
+    below = free[..., :, None] < workload.milli  # (..., GPUs, shapes)
     stranded = (free[..., :, None] * below).sum(axis=-2)  # free share on GPUs too small for each shape
-    gpu_fits = (~below).sum(axis=-2) >= gpus  # enough GPUs with room for the per-GPU demand
-    fits = gpu_fits & (cpu_free[..., None] >= cpu) & model_ok & (gpus > 0)
+    roomy = (~below).sum(axis=-2)  # GPUs with room for each shape's per-GPU demand
+    return _weighed(free.sum(axis=-1), stranded, roomy, cpu_free, model_ok, workload)
+
+
+def fragmentation_after_share(
+    free: np.ndarray, cpu_free: np.ndarray, model_ok: np.ndarray, need: np.ndarray, workload: Workload
+) -> np.ndarray:
+    """(nodes, GPUs): F_n(M) once a share of `need` (per node, milli) lands on each GPU in turn, for nodes
+    given as `node_fragmentation` takes them (one leading dimension) and `cpu_free` already net of the pod.
+
+    Equal to `node_fragmentation` of every such hypothetical node, but built from the node's own sums by
+    taking out the one GPU that changes, so FGD scores all candidate GPUs at the cost of one node each.
+    """
+    milli = workload.milli
+    before = free[:, :, None]  # (nodes, GPU that takes the share, shapes)
+    after = before - need[:, None, None]
+    below, below_after = before < milli, after < milli
+    stranded = (free[:, :, None] * below).sum(axis=1)[:, None, :] - before * below + after * below_after
+    roomy = (~below).sum(axis=1)[:, None, :] - ~below + ~below_after
+    total = (free.sum(axis=1) - need)[:, None]
+    return _weighed(total, stranded, roomy, cpu_free[:, None], model_ok[:, None, :], workload)
+
+
+def _weighed(
+    total: np.ndarray,
+    stranded: np.ndarray,
+    roomy: np.ndarray,
+    cpu_free: np.ndarray,
+    model_ok: np.ndarray,
+    workload: Workload,
+) -> np.ndarray:
+    """F_n(M) from a node's free share, and per shape its stranded share and its GPUs with room."""
+    gpus = workload.gpus
+    fits = (roomy >= gpus) & (cpu_free[..., None] >= workload.cpu) & model_ok & (gpus > 0)
     per_shape = np.where(fits, stranded, total[..., None])
     return per_shape @ workload.weights
 

@@ -7,13 +7,14 @@ Filters are not pluggable per policy: every policy must honour the same invarian
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from gpufrac.cluster.state import ClusterState
-from gpufrac.placement.fit import Fit
+from gpufrac.placement.cache import NodeMemo
+from gpufrac.placement.fit import Fit, fit_memo
 from gpufrac.placement.workload import Workload
 from gpufrac.registry import Registry
 
@@ -32,10 +33,12 @@ class GpuPicker(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """One run's scorer and picker: they may keep state across a run's decisions (a memo, a random stream)."""
+    """One run's scorer and picker: they may keep state across a run's decisions (a memo, a random stream).
+    `fits` is the filters' memo (`fit.find_fit`), kept here because a policy lives as long as a run."""
 
     scorer: Scorer
     picker: GpuPicker
+    fits: NodeMemo = field(default_factory=fit_memo)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,6 +29,15 @@ class Shape:
 class Workload:
     shapes: tuple[Shape, ...]
     weights: np.ndarray  # sums to 1
+    # Per shape, as arrays: built once, since the fragmentation measure reads them for every FGD decision.
+    cpu: np.ndarray = field(init=False, repr=False, compare=False)
+    milli: np.ndarray = field(init=False, repr=False, compare=False)
+    gpus: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name, attribute in (("cpu", "cpu_milli"), ("milli", "milli"), ("gpus", "gpus")):
+            column = np.array([getattr(shape, attribute) for shape in self.shapes], np.int64)
+            object.__setattr__(self, name, column)
 
     @classmethod
     def from_pods(
@@ -48,18 +57,6 @@ class Workload:
             covered += count
         weights = np.array([count for _, count in chosen], float)
         return cls(tuple(shape for shape, _ in chosen), weights / max(weights.sum(), 1.0))
-
-    @property
-    def cpu(self) -> np.ndarray:
-        return np.array([shape.cpu_milli for shape in self.shapes], np.int64)
-
-    @property
-    def milli(self) -> np.ndarray:
-        return np.array([shape.milli for shape in self.shapes], np.int64)
-
-    @property
-    def gpus(self) -> np.ndarray:
-        return np.array([shape.gpus for shape in self.shapes], np.int64)
 
     def model_ok(self, models: list[str]) -> np.ndarray:
         """(number of known models, shapes): whether a node of each model can host each shape."""

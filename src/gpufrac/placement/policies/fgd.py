@@ -9,16 +9,14 @@ takes the lowest-index GPU that reaches the node's score; whole GPUs are the low
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpufrac.cluster.model import PodDemand
 from gpufrac.cluster.state import ClusterState
-from gpufrac.placement.cache import NodeMemo
+from gpufrac.placement.cache import NodeMemo, shape_key
 from gpufrac.placement.fit import Fit
-from gpufrac.placement.fragmentation import node_fragmentation, usable_free_milli
+from gpufrac.placement.fragmentation import fragmentation_after_share, node_fragmentation, usable_free_milli
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext, PolicyKind
 from gpufrac.placement.pickers import lowest_empty
 from gpufrac.placement.workload import Workload
@@ -26,11 +24,6 @@ from gpufrac.placement.workload import Workload
 
 def fgd_score(delta: np.ndarray) -> np.ndarray:
     return np.trunc(100 / (1 + np.exp(np.clip(delta, -1e6, 1e6) / 1000)))
-
-
-def _shape_key(pod: PodDemand) -> PodDemand:
-    """Pods that differ only in name and priority score identically, so they share memo entries."""
-    return dataclasses.replace(pod, name="", priority=0)
 
 
 @dataclass
@@ -41,7 +34,7 @@ class Fgd:
     memo: NodeMemo = field(default_factory=lambda: NodeMemo("score", "gpu"))
 
     def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
-        entry, stale = self.memo.lookup(state, _shape_key(fit.pod), fit.rows)
+        entry, stale = self.memo.lookup(state, shape_key(fit.pod), fit.rows)
         if stale.size:
             rows = fit.rows[stale]
             entry["score"][rows], entry["gpu"][rows] = self._evaluate(state, fit, stale)
@@ -55,7 +48,7 @@ class Fgd:
             return tuple(
                 int(g) for g in np.flatnonzero(self._multi_device_choice(state, fit, np.array([at]))[0])
             )
-        entry, _ = self.memo.lookup(state, _shape_key(fit.pod), fit.rows[at : at + 1])
+        entry, _ = self.memo.lookup(state, shape_key(fit.pod), fit.rows[at : at + 1])
         return (int(entry["gpu"][fit.rows[at]]),)
 
     def _evaluate(
@@ -67,13 +60,8 @@ class Fgd:
         need = fit.per_gpu_milli()[positions]
         no_gpu = np.zeros(len(rows))
         if fit.pod.shares and fit.pod.shares[0].num_devices == 1:
-            # Every candidate GPU at once: (nodes, candidate GPU, GPU).
-            width = free.shape[1]
-            after_free = np.repeat(free[:, None, :], width, axis=1)
-            diagonal = np.arange(width)
-            after_free[:, diagonal, diagonal] -= need[:, None]
-            scores = self._node_score(state, fit, rows, free, after_free)
-            scores = np.where(fit.share_ok[positions], scores, -1)
+            # Every candidate GPU at once: (nodes, candidate GPU).
+            scores = np.where(fit.share_ok[positions], self._share_scores(state, fit, rows, free, need), -1)
             best = scores.max(axis=1)
             return best, np.argmax(scores == best[:, None], axis=1)
         if fit.pod.shares:
@@ -84,6 +72,17 @@ class Fgd:
         else:
             taken = np.zeros_like(free, dtype=bool)
         return self._node_score(state, fit, rows, free, free - taken * need[:, None]), no_gpu
+
+    def _share_scores(
+        self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, need: np.ndarray
+    ) -> np.ndarray:
+        """(nodes, candidate GPU): the score of a one-GPU share on each GPU of `rows`. FGD's own shortcut
+        changes one GPU's sums per candidate instead of measuring nodes x GPUs x GPUs."""
+        model_ok = self.workload.model_ok(state.models)[state.model_id[rows]]
+        cpu = state.cpu_free[rows]
+        before = node_fragmentation(free, cpu, model_ok, self.workload)
+        after = fragmentation_after_share(free, cpu - fit.pod.cpu_milli, model_ok, need, self.workload)
+        return fgd_score(after - before[:, None])
 
     def _node_score(
         self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, after_free: np.ndarray

@@ -60,6 +60,16 @@ def stranded_milli(free_milli: np.ndarray, cpu_free: np.ndarray, cpu_per_gpu: fl
 class FgdStranding(Fgd):
     cpu_per_gpu: float = 0.0  # milli-CPU per GPU; 0 strands nothing
 
+    def _share_scores(
+        self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, need: np.ndarray
+    ) -> np.ndarray:
+        """The stranding term needs each candidate's whole node after the share: (nodes, candidate, GPUs)."""
+        width = free.shape[1]
+        after_free = np.repeat(free[:, None, :], width, axis=1)
+        diagonal = np.arange(width)
+        after_free[:, diagonal, diagonal] -= need[:, None]
+        return self._node_score(state, fit, rows, free, after_free)
+
     def _node_score(
         self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, after_free: np.ndarray
     ) -> np.ndarray:
