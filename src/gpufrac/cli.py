@@ -212,6 +212,13 @@ def scheduler(
         bool,
         typer.Option(help="Place GPU pods only on nodes whose agent set the gpufrac.io/Ready condition."),
     ] = True,
+    agent_heartbeat_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds after which a gpufrac.io/Ready condition its agent stopped refreshing counts as "
+            "not ready (0: never), 0 to 86400."
+        ),
+    ] = 300.0,
     fault_domain_label: Annotated[
         str,
         typer.Option(
@@ -230,6 +237,8 @@ def scheduler(
 
     if policy not in POLICIES:
         raise UserError(f"--policy {policy}: unknown; choose one of {', '.join(POLICIES)}")
+    if not 0 <= agent_heartbeat_timeout <= 86400:  # NaN fails both
+        raise UserError(f"--agent-heartbeat-timeout {agent_heartbeat_timeout}: must be 0 to 86400 seconds")
     if not 0 <= reservation_idle_seconds <= 3600:  # NaN fails both
         raise UserError(f"--reservation-idle-seconds {reservation_idle_seconds}: must be 0 to 3600")
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
@@ -241,6 +250,7 @@ def scheduler(
         node_selector=parse_labels(node_selector, option="--node-selector"),
         env_delivery=env_delivery,
         require_ready=require_ready,
+        agent_heartbeat_timeout=agent_heartbeat_timeout,
         namespace=namespace,
         reservation_image=reservation_image,
         reservation_idle_seconds=reservation_idle_seconds,

@@ -156,9 +156,16 @@ async def test_coexist_publishes_holders_and_is_ready_and_a_steady_node_costs_no
     assert condition["lastTransitionTime"] == condition["lastHeartbeatTime"] == "2026-01-01T00:00:00Z"
 
     writes = len(r.client.writes)
-    r.wall.later(60)
+    r.wall.later(30)
     await r.agent.tick()
     assert len(r.client.writes) == writes  # nothing changed: nothing written
+    r.wall.later(30)
+    await r.agent.tick()  # a minute on: the heartbeat alone, so the scheduler knows the agent lives
+    assert len(r.client.writes) == writes + 1
+    beat = r.client.condition()
+    assert beat is not None and beat["lastHeartbeatTime"] == "2026-01-01T00:01:00Z"
+    assert beat["lastTransitionTime"] == "2026-01-01T00:00:00Z" and beat["status"] == "True"
+    writes += 1
 
     r.kubelet.listing = []  # the trainer is gone
     await r.agent.tick()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -94,7 +95,8 @@ def test_readiness_names_the_first_prerequisite_that_fails(changes: dict[str, ob
 
 def test_condition_patch_writes_only_changes_and_moves_the_transition_only_with_the_status() -> None:
     up = inventory.Readiness(True, "AgentReady", "2 GPUs")
-    first = inventory.condition_patch(None, up, "t1")
+    t1, t2, t3 = (datetime(2026, 1, 1, 0, 0, s, tzinfo=UTC) for s in (0, 10, 20))
+    first = inventory.condition_patch(None, up, t1)
     assert first is not None
     (condition,) = first["status"]["conditions"]
     assert condition == {
@@ -102,14 +104,23 @@ def test_condition_patch_writes_only_changes_and_moves_the_transition_only_with_
         "status": "True",
         "reason": "AgentReady",
         "message": "2 GPUs",
-        "lastHeartbeatTime": "t1",
-        "lastTransitionTime": "t1",
+        "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
     }
-    assert inventory.condition_patch(condition, up, "t2") is None
-    again = inventory.condition_patch(condition, inventory.Readiness(True, "AgentReady", "3 GPUs"), "t2")
-    assert again is not None and again["status"]["conditions"][0]["lastTransitionTime"] == "t1"
-    down = inventory.condition_patch(condition, inventory.Readiness(False, "NoGPUs", "none"), "t3")
-    assert down is not None and down["status"]["conditions"][0]["lastTransitionTime"] == "t3"
+    assert inventory.condition_patch(condition, up, t2) is None
+    again = inventory.condition_patch(condition, inventory.Readiness(True, "AgentReady", "3 GPUs"), t2)
+    assert (
+        again is not None and again["status"]["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    )
+    down = inventory.condition_patch(condition, inventory.Readiness(False, "NoGPUs", "none"), t3)
+    assert (
+        down is not None and down["status"]["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:00:20Z"
+    )
+    # Unchanged but a heartbeat old: written again, so a dead agent's condition can be told from a live one's.
+    minute = datetime(2026, 1, 1, 0, 1, 0, tzinfo=UTC)
+    beat = inventory.condition_patch(condition, up, minute)
+    assert beat is not None and beat["status"]["conditions"][0]["lastHeartbeatTime"] == "2026-01-01T00:01:00Z"
+    assert beat["status"]["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
     other = [{"type": "Ready", "status": "True"}, condition]
     assert inventory.find_condition(other) == condition and inventory.find_condition(None) is None
 

@@ -60,6 +60,7 @@ def test_a_broken_kubeconfig_and_bad_options_are_one_line(tmp_path: Path) -> Non
         ("--namespace", "Not_A_Namespace", "--namespace 'Not_A_Namespace': not a namespace name"),
         ("--reservation-idle-seconds", "nan", "--reservation-idle-seconds nan: must be 0 to 3600"),
         ("--reservation-idle-seconds", "-1", "--reservation-idle-seconds -1.0: must be 0 to 3600"),
+        ("--agent-heartbeat-timeout", "inf", "--agent-heartbeat-timeout inf: must be 0 to 86400 seconds"),
     ]:
         refused = gpufrac("scheduler", "--kubeconfig", str(kubeconfig), option, value)
         assert refused.returncode == 2 and said in refused.stderr and len(refused.stderr.splitlines()) == 1

@@ -4,6 +4,7 @@ gpufrac.io/Ready gate."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -201,3 +202,25 @@ async def test_a_device_plugin_node_without_the_agents_gpus_shares_nothing() -> 
     await settle(made)
     assert client.stored("Pod", "p")["spec"].get("nodeName") is None
     assert reservation_pods(client) == []  # nor can it reserve: no GPU it could name is known
+
+
+def with_heartbeat(made: dict[str, Any], stamp: str) -> dict[str, Any]:
+    for condition in made["status"]["conditions"]:
+        if condition["type"] == node_inventory.READY_CONDITION:
+            condition["lastHeartbeatTime"] = stamp
+    return made
+
+
+async def test_a_node_whose_agent_went_silent_takes_no_gpu_pod_until_it_beats_again() -> None:
+    """An agent that dies without a clean stop cannot clear its condition: a heartbeat older than the timeout
+    (300 s by default) counts as not ready, and the next heartbeat brings the node back at once."""
+    old = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 3600))
+    made, client, clock = setup([with_heartbeat(node("n1", agent=inventory("n1", 1)), old)], [share_pod("p")])
+    await settle(made)
+    condition = [c for c in client.calls if c.kind == "PodStatus"][-1].body["status"]["conditions"][0]
+    assert "gpufrac agent silent for over 300s" in condition["message"]
+    fresh = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    assert made.cache.add_node(with_heartbeat(node("n1", agent=inventory("n1", 1)), fresh))  # a change
+    made.queue.cluster_changed()
+    await settle(made, clock)
+    assert client.stored("Pod", "p")["spec"]["nodeName"] == "n1"

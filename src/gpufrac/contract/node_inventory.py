@@ -29,6 +29,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from gpufrac.contract.errors import brief
@@ -43,6 +44,12 @@ GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 DEVICE_PLUGIN_LABEL = "gpufrac.io/device-plugin"
+# An agent that dies without a clean stop cannot clear its condition, so it refreshes the condition's
+# `lastHeartbeatTime` at least every HEARTBEAT_SECONDS, and the scheduler takes a condition whose heartbeat is
+# older than its timeout (`gpufrac scheduler --agent-heartbeat-timeout`, HEARTBEAT_TIMEOUT_SECONDS by
+# default) for a node whose agent is gone. A condition without a heartbeat never goes stale.
+HEARTBEAT_SECONDS = 60
+HEARTBEAT_TIMEOUT_SECONDS = 300
 # Set by the operator, not the agent: `kill` or `evict` on a node pool's nodes makes the watchdog act there;
 # anything else (or nothing) leaves the agent's --mode, `report` by default in the chart.
 WATCHDOG_MODE_LABEL = "gpufrac.io/watchdog"
@@ -184,6 +191,17 @@ def _gpu(item: object, position: int) -> GpuInfo:
 
 
 _OPTIONAL = ("allocatable_mib", "holder")
+
+
+def condition_time(text: object) -> datetime | None:
+    """A condition's RFC 3339 time (`2026-11-30T20:00:00Z`) as an aware datetime; None if unreadable."""
+    if not isinstance(text, str) or len(text) > 64:
+        return None
+    try:
+        stamp = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)
 
 
 def device_plugin_mode(labels: Mapping[str, str]) -> DevicePluginMode:

@@ -24,7 +24,8 @@ Who hands out `nvidia.com/gpu` (`Settings.device_plugin`, see `node_inventory.De
 device plugin runs, each tick reads the kubelet's PodResources API to publish which pod holds each GPU, and
 gives the watchdog those grants as contracts. In managed mode the agent serves `nvidia.com/gpu` itself,
 and refuses to while another device plugin advertises it. Each tick ends by setting the Node's
-`gpufrac.io/Ready` condition (`inventory.readiness`), written only when it changes.
+`gpufrac.io/Ready` condition (`inventory.readiness`), written when it changes and
+refreshed at least every `HEARTBEAT_SECONDS`, so the scheduler can tell a dead agent's condition from a live one.
 
 A process without a contract is handled only once it is seen in two consecutive intervals: a container
 that just started may run before the kubelet reports its ID in the pod's status.
@@ -394,8 +395,7 @@ class Agent:
     ) -> None:
         """Write `gpufrac.io/Ready` on the Node's status where it changed."""
         self._condition = current
-        now = self._wall_clock().strftime("%Y-%m-%dT%H:%M:%SZ")
-        patch = inventory.condition_patch(current, want, now)
+        patch = inventory.condition_patch(current, want, self._wall_clock())
         if patch is None:
             return
         name = self.settings.node_name

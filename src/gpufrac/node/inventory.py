@@ -7,6 +7,7 @@ the patches to send, or None when the Node already says it all, so a steady node
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -318,24 +319,31 @@ def find_condition(conditions: Iterable[Mapping[str, Any]] | None) -> Mapping[st
     return None
 
 
-def condition_patch(current: Mapping[str, Any] | None, want: Readiness, now: str) -> dict[str, Any] | None:
+def condition_patch(
+    current: Mapping[str, Any] | None, want: Readiness, now: datetime.datetime
+) -> dict[str, Any] | None:
     """The strategic merge patch for `nodes/status` that sets the condition (keyed by type, so the
-    kubelet's conditions stay), or None when status, reason and message are already what they should be:
-    a steady node costs no writes. `lastTransitionTime` moves only when the status does."""
+    kubelet's conditions stay), or None when status, reason and message are already what they should be and
+    the heartbeat is younger than `HEARTBEAT_SECONDS`: a steady node costs one write a minute, so the
+    scheduler can tell a live agent from a dead one. `lastTransitionTime` moves only when the status does."""
     status = "True" if want.ready else "False"
-    if current is not None and (current.get("status"), current.get("reason"), current.get("message")) == (
-        status,
-        want.reason,
-        want.message,
+    beat = node_inventory.condition_time(current.get("lastHeartbeatTime")) if current is not None else None
+    fresh = beat is not None and (now - beat).total_seconds() < node_inventory.HEARTBEAT_SECONDS
+    if (
+        current is not None
+        and fresh
+        and (current.get("status"), current.get("reason"), current.get("message"))
+        == (status, want.reason, want.message)
     ):
         return None
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     same = current is not None and current.get("status") == status and current.get("lastTransitionTime")
     condition = {
         "type": node_inventory.READY_CONDITION,
         "status": status,
         "reason": want.reason,
         "message": want.message,
-        "lastHeartbeatTime": now,
-        "lastTransitionTime": current["lastTransitionTime"] if same and current is not None else now,
+        "lastHeartbeatTime": stamp,
+        "lastTransitionTime": current["lastTransitionTime"] if same and current is not None else stamp,
     }
     return {"status": {"conditions": [condition]}}

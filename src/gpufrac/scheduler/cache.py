@@ -21,6 +21,7 @@ import numpy as np
 from gpufrac import contract
 from gpufrac.cluster.model import NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState, PlacementRefused
+from gpufrac.contract import node_inventory
 from gpufrac.scheduler import objects, problems, reservations
 from gpufrac.scheduler.devices import Hold, NodeDevices, node_devices
 from gpufrac.scheduler.eligibility import Eligibility
@@ -38,10 +39,13 @@ class SchedulerCache:
         node_selector: Mapping[str, str] | None = None,
         report: Callable[[Problem], None] = problems.log_problem,
         require_ready: bool = True,
+        heartbeat_timeout: float = node_inventory.HEARTBEAT_TIMEOUT_SECONDS,
         reservation_namespace: str = "gpufrac-system",
     ) -> None:
         self.state = ClusterState()
-        self.eligibility = Eligibility(node_selector or {}, require_ready=require_ready)
+        self.eligibility = Eligibility(
+            node_selector or {}, require_ready=require_ready, heartbeat_timeout=heartbeat_timeout
+        )
         self.reservation_namespace = reservation_namespace
         self.report = report  # told of every object skipped (`problems`); called often, it deduplicates
         self.nodes: dict[str, Obj] = {}  # name -> latest readable Node object
@@ -85,7 +89,8 @@ class SchedulerCache:
             self.add_node(node)
 
     def add_node(self, node: Obj) -> bool:
-        """Add or update a node; False when nothing placement reads has changed (a heartbeat).
+        """Add or update a node; False when nothing placement reads has changed (a heartbeat, unless it
+        brings back a node whose agent had gone silent).
 
         A node that cannot be read is reported and taken out as if deleted: nothing new lands on it, and
         its pods wait, in `unplaced`, for a version that reads.
@@ -108,7 +113,8 @@ class SchedulerCache:
                 self.remove_node(name)
             return known
         if self._node_views.get(name) == view:
-            return False
+            row = self.state.index.get(name)
+            return row is not None and self.eligibility.heartbeat(row, node)
         if (ignored := objects.inventory_problem(node)) is not None:
             self.report(Problem.about("Node", node, problems.INVALID, ignored))
         self.nodes[name] = node

@@ -7,6 +7,7 @@ the pod does not tolerate. Each rejected node is counted under its reason, for t
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from gpufrac.cluster.state import ClusterState
+from gpufrac.contract import node_inventory
 from gpufrac.scheduler import objects
 
 
@@ -34,9 +36,17 @@ def tolerates(tolerations: list[Mapping[str, Any]], taint: Mapping[str, Any]) ->
 
 
 class Eligibility:
-    def __init__(self, node_selector: Mapping[str, str], *, require_ready: bool = True) -> None:
+    def __init__(
+        self,
+        node_selector: Mapping[str, str],
+        *,
+        require_ready: bool = True,
+        heartbeat_timeout: float = node_inventory.HEARTBEAT_TIMEOUT_SECONDS,
+    ) -> None:
         self._selector = dict(node_selector)
         self._require_ready = require_ready
+        self._heartbeat_timeout = heartbeat_timeout  # 0: a Ready condition never goes stale
+        self._heartbeat = np.zeros(0)  # by row: the agent's last heartbeat, NaN for none
         self._usable = np.zeros(0, bool)  # ready and managed, by state row
         self._gpu_not_ready: dict[int, str] = {}  # rows whose agent has not said it is ready, with why
         self._gpu_unready = np.zeros(0, bool)  # the same, by state row
@@ -52,6 +62,7 @@ class Eligibility:
             self._usable = np.concatenate([self._usable, extra])
             self._tainted = np.concatenate([self._tainted, extra])
             self._gpu_unready = np.concatenate([self._gpu_unready, extra])
+            self._heartbeat = np.concatenate([self._heartbeat, np.full(extra.shape, np.nan)])
         labels = objects.node_labels_of(node)
         self._labels[row] = labels
         self._taints[row] = objects.node_taints(node)
@@ -69,6 +80,24 @@ class Eligibility:
         else:
             self._gpu_not_ready[row] = not_ready
         self._gpu_unready[row] = not_ready is not None
+        self.heartbeat(row, node)
+
+    def heartbeat(self, row: int, node: Mapping[str, Any]) -> bool:
+        """Note when `node`'s agent last refreshed its condition: a Node update that changes nothing else
+        (the agent's heartbeat, the kubelet's) still keeps the node alive here. True when this brings back
+        a node whose agent had gone silent: pods parked for want of it may fit now."""
+        if row >= self._heartbeat.shape[0]:
+            return False
+        silent = self._silent(self._heartbeat[row : row + 1], time.time())[0]
+        beat = objects.gpu_heartbeat(node)
+        self._heartbeat[row] = np.nan if beat is None else beat
+        return bool(silent and not self._silent(self._heartbeat[row : row + 1], time.time())[0])
+
+    def _silent(self, beats: np.ndarray, now: float) -> np.ndarray:
+        """Whether each heartbeat is older than the timeout (never, without a timeout or a heartbeat)."""
+        if not (self._require_ready and self._heartbeat_timeout):
+            return np.zeros(beats.shape, bool)
+        return (now - beats) > self._heartbeat_timeout  # NaN compares False
 
     def hold(self, row: int, reason: str | None) -> None:
         """Keep every pod off `row` for `reason` (the cache cannot account a pod there), or stop doing so."""
@@ -80,10 +109,11 @@ class Eligibility:
             self._usable[row] = row not in self._why_not and row not in self._held
 
     def rows_for(
-        self, pod: Mapping[str, Any], state: ClusterState, *, gpus: bool = True
+        self, pod: Mapping[str, Any], state: ClusterState, *, gpus: bool = True, now: float | None = None
     ) -> tuple[np.ndarray, Counter[str]]:
         """Active nodes the pod may land on, and the others counted by reason. A pod that asks for GPUs
-        (`gpus`) lands only where the node agent said the node is ready for them."""
+        (`gpus`) lands only where the node agent said the node is ready for them, and has said so within
+        the heartbeat timeout before `now` (seconds since the epoch; default: the clock)."""
         active = np.flatnonzero(state.active)
         known = min(self._usable.shape[0], state.active.shape[0])
         active = active[active < known]
@@ -97,6 +127,11 @@ class Eligibility:
             for row in rows[waiting]:
                 excluded[self._gpu_not_ready[int(row)]] += 1
             rows = rows[~waiting]
+        if gpus:
+            silent = self._silent(self._heartbeat[rows], time.time() if now is None else now)
+            if silent.any():
+                excluded[f"gpufrac agent silent for over {self._heartbeat_timeout:g}s"] += int(silent.sum())
+                rows = rows[~silent]
         spec = pod.get("spec") or {}
         wanted = spec.get("nodeSelector") or {}
         tolerations = spec.get("tolerations") or []

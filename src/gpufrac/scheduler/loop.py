@@ -30,6 +30,7 @@ from lightkube.types import PatchType
 from gpufrac import contract
 from gpufrac.cluster.model import Placement, Unschedulable
 from gpufrac.cluster.state import PlacementRefused
+from gpufrac.contract import node_inventory
 from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS, build, delete_exactly
 from gpufrac.kubeapi.reflector import reflect
@@ -64,8 +65,10 @@ class SchedulerConfig:
     # scheduler CPU as connections grow (benchmarks/scheduler.py --profile: 3.9 ms of scheduler CPU per pod
     # at 16 on a quiet machine, 4.8 at 64 on a busy one), a price worth the rate.
     max_concurrent_binds: int = 64
-    # GPU pods only on nodes whose agent set `gpufrac.io/Ready` (off: nodes without an agent, e.g. tests).
+    # GPU pods only on nodes whose agent set `gpufrac.io/Ready` (off: nodes without an agent, e.g. tests),
+    # and refreshed it within `agent_heartbeat_timeout` seconds (0: never stale).
     require_ready: bool = True
+    agent_heartbeat_timeout: float = node_inventory.HEARTBEAT_TIMEOUT_SECONDS
     # The scheduler's own namespace, where tenants create nothing: its Lease and its reservation pods; what
     # those run, and how long one whose GPU holds no share is kept before it goes back to the device plugin.
     namespace: str = "gpufrac-system"
@@ -109,6 +112,7 @@ class Scheduler:
                 node_selector=config.node_selector,
                 report=self.problems.report,
                 require_ready=config.require_ready,
+                heartbeat_timeout=config.agent_heartbeat_timeout,
                 reservation_namespace=config.namespace,
             )
         self.cache = cache

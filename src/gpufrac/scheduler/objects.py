@@ -228,6 +228,15 @@ def gpu_ready(node: Obj) -> str | None:
     return "no gpufrac agent ready on the node"
 
 
+def gpu_heartbeat(node: Obj) -> float | None:
+    """When the agent last refreshed `READY_CONDITION` (seconds since the epoch); None without one."""
+    for condition in _mapping(node.get("status")).get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == node_inventory.READY_CONDITION:
+            stamp = node_inventory.condition_time(condition.get("lastHeartbeatTime"))
+            return stamp.timestamp() if stamp is not None else None
+    return None
+
+
 def inventory_problem(node: Obj) -> str | None:
     """Why the agent's GPU list on `node` is ignored, or None when it is absent or readable."""
     return _agent_inventory(node)[1]

@@ -57,7 +57,9 @@ async def create_gpu_node(
         "lastHeartbeatTime": now,
         "lastTransitionTime": now,
     }
+    # No heartbeat: no agent refreshes it, and a condition without one never goes stale.
     agent = {**ready, "type": node_inventory.READY_CONDITION, "reason": "FakeNode"}
+    del agent["lastHeartbeatTime"]
     status = {"capacity": resources, "allocatable": resources, "conditions": [ready, agent]}
     await client.patch(Node.Status, name, {"status": status}, patch_type=PatchType.MERGE)
     return await client.patch(Node, name, {"spec": {"taints": None}}, patch_type=PatchType.MERGE)

@@ -111,8 +111,10 @@ def webhook(
 def scheduler(
     control_plane: controlplane.ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """`gpufrac scheduler` as its own process, as its service account."""
-    process = start_scheduler(control_plane, tmp_path_factory.mktemp("scheduler") / "scheduler.log")
+    """`gpufrac scheduler` as its own process, as its service account. The GPU node's agent ran once
+    (`gpu_node`), and no agent keeps its condition's heartbeat fresh here, so staleness is not judged."""
+    log = tmp_path_factory.mktemp("scheduler") / "scheduler.log"
+    process = start_scheduler(control_plane, log, "--agent-heartbeat-timeout", "0")
     yield process
     process.terminate()
     process.wait(timeout=30)
