@@ -24,8 +24,8 @@ Who hands out `nvidia.com/gpu` (`Settings.device_plugin`, see `node_inventory.De
 device plugin runs, each tick reads the kubelet's PodResources API to publish which pod holds each GPU, and
 gives the watchdog those grants as contracts. In managed mode the agent serves `nvidia.com/gpu` itself,
 and refuses to while another device plugin advertises it. Each tick ends by setting the Node's
-`gpufrac.io/Ready` condition (`inventory.readiness`), written when it changes and
-refreshed at least every `HEARTBEAT_SECONDS`, so the scheduler can tell a dead agent's condition from a live one.
+`gpufrac.io/Ready` condition (`inventory.readiness`), written when it changes and refreshed at least every
+`HEARTBEAT_SECONDS`, so that the scheduler can tell a dead agent's condition from a live one's.
 
 A process without a contract is handled only once it is seen in two consecutive intervals: a container
 that just started may run before the kubelet reports its ID in the pod's status.
