@@ -72,3 +72,11 @@ def test_a_capped_share_cannot_lift_its_cap_through_env() -> None:
     uncapped = sm_pod()
     uncapped["spec"]["containers"][0]["env"] = [{"name": keys.ENV_MPS_THREAD_PERCENTAGE, "value": "50"}]
     assert validate(uncapped).allowed  # without a cap it only narrows below the daemon's setting
+
+
+def test_a_bound_pods_fault_domain_cannot_be_changed_by_a_tenant() -> None:
+    bound = pod({**SM, keys.FAULT_DOMAIN_ANNOTATION: "team"})
+    moved = pod({**SM, keys.FAULT_DOMAIN_ANNOTATION: "other-team"})
+    decision = validate(moved, operation="UPDATE", old=bound)
+    assert not decision.allowed and decision.rule == "contract-change"
+    assert keys.FAULT_DOMAIN_ANNOTATION in decision.message
