@@ -224,3 +224,21 @@ async def test_a_node_whose_agent_went_silent_takes_no_gpu_pod_until_it_beats_ag
     made.queue.cluster_changed()
     await settle(made, clock)
     assert client.stored("Pod", "p")["spec"]["nodeName"] == "n1"
+
+
+async def test_a_reservation_never_published_is_deleted_and_its_pod_decides_again() -> None:
+    made, client, clock = setup([dp_node()], [share_pod("p")])
+    await settle(made)
+    [stuck] = reservation_pods(client)
+    clock.advance(60)
+    await settle(made)  # the keeper sees it unpublished from now
+    clock.advance(100)
+    await settle(made)
+    assert reservation_pods(client) == [stuck]  # the agent may yet publish it
+    clock.advance(21)
+    await settle(made)
+    made.on_pod_event("DELETED", stuck)
+    assert stuck not in reservation_pods(client)
+    await settle(made, clock)
+    [again] = reservation_pods(client)  # the pod no longer waits for a reservation that is gone
+    assert again["metadata"]["name"] != stuck["metadata"]["name"]

@@ -7,8 +7,8 @@ reservation deleted by hand, safe:
 
 - a reservation whose GPU holds no share and that no pending pod waits for is deleted after
   `idle_seconds`, so a GPU goes back to the device plugin once its last share leaves;
-- a reservation the kubelet never gave a GPU to (still unpublished after `stuck_seconds`, with no pod
-  waiting) or refused (Failed) is deleted;
+- a reservation the kubelet never gave a GPU to (still unpublished after `stuck_seconds`, pods waiting
+  for it or not: they then decide again) or refused (Failed) is deleted;
 - a GPU that holds shares but no reservation (one was deleted by hand, or evicted) is held again: one new
   reservation for every free GPU of its node at once, since the kubelet, not gpufrac, picks the GPU each
   gets; the ones that land elsewhere are idle, and go;
@@ -98,8 +98,8 @@ class ReservationKeeper:
             if uid in self._asked:
                 continue
             if held is None:
-                stuck = now - self._first_seen[uid] >= self.stuck_seconds
-                if stuck and uid not in awaited:
+                # Stuck even if pods wait for it: they would wait for ever; with it gone they decide again.
+                if now - self._first_seen[uid] >= self.stuck_seconds:
                     actions.delete.append(pod)
                     self._asked.add(uid)
                 continue
