@@ -64,6 +64,9 @@ class SchedulerCache:
         # live reservation pods (uid -> object).
         self.device_gpus: dict[str, tuple[Any, ...]] = {}
         self.devices: dict[str, NodeDevices] = {}
+        self._devices_serial = 0  # moves with every change to `devices`, for `_hold_matrix`
+        self._holds_key: tuple[Any, ...] | None = None
+        self._holds: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros((0, 0), np.int8))
         self.claims: dict[str, dict[str, tuple[str, int]]] = {}
         self.reservations: dict[str, Obj] = {}
 
@@ -137,6 +140,7 @@ class SchedulerCache:
         if view[4] is None:
             self.device_gpus.pop(name, None)
             self.devices.pop(name, None)
+            self._devices_serial += 1
         else:
             self.device_gpus[name] = view[4]
             self._refresh_devices(name)
@@ -147,6 +151,7 @@ class SchedulerCache:
         self._node_views.pop(name, None)
         self.device_gpus.pop(name, None)
         self.devices.pop(name, None)
+        self._devices_serial += 1
         held = self.misfits.pop(name, {})
         if name in self.state.index and self.state.active[self.state.index[name]]:
             for placement in self.state.remove_node(name):
@@ -367,6 +372,7 @@ class SchedulerCache:
             for uid, pod in self.reservations.items()
             if uid in claimed and objects.node_name(pod) == node
         }
+        self._devices_serial += 1
         self.devices[node] = node_devices(
             gpus,
             reservations=live,
@@ -378,32 +384,45 @@ class SchedulerCache:
     def device_view(self, *usable: Hold) -> Iterator[None]:
         """Within the block, the engine sees on device-plugin nodes only the GPUs whose hold is one of
         `usable` (shares: reserved ones; whole GPUs: free ones); the health NVML reports is back after it.
-        The rows' versions move both ways, so per-node memos recompute them."""
+        The rows' versions move both ways, so per-node memos recompute them. One numpy pass over the
+        device-plugin rows: a decision pays no Python loop over nodes."""
         if not usable or not self.devices:
             yield
             return
         state = self.state
-        rows, masks = [], []
-        for node, view in self.devices.items():
-            row = state.index.get(node)
-            if row is None or not state.active[row]:
-                continue
-            rows.append(row)
-            masks.append(view.mask(*usable))
-        saved = [state.gpu_healthy[row].copy() for row in rows]
+        rows, holds = self._hold_matrix()
+        saved = state.gpu_healthy[rows].copy()
         try:
-            for row, mask in zip(rows, masks, strict=True):
-                # A GPU the agent did not publish (GPUs read from labels, say) has no hold: unusable.
-                usable_here = np.zeros(state.gpu_healthy.shape[1], bool)
-                width = min(len(mask), usable_here.shape[0])
-                usable_here[:width] = mask[:width]
-                state.gpu_healthy[row] &= usable_here
-                state.version[row] += 1
+            # A GPU the agent did not publish (GPUs read from labels, say) has no hold (-1): unusable.
+            state.gpu_healthy[rows] &= np.isin(holds, [_HOLD_CODES[hold] for hold in usable])
+            state.version[rows] += 1
             yield
         finally:
-            for row, health in zip(rows, saved, strict=True):
-                state.gpu_healthy[row] = health
-                state.version[row] += 1
+            state.gpu_healthy[rows] = saved
+            state.version[rows] += 1
+
+    def _hold_matrix(self) -> tuple[np.ndarray, np.ndarray]:
+        """The active device-plugin rows and their GPUs' hold codes (-1: none), rebuilt only when a node's
+        holds or the state's shape changed since the last decision."""
+        state = self.state
+        key = (self._devices_serial, state.gpu_healthy.shape, state.serial)
+        if self._holds_key != key:
+            found = [
+                (row, view)
+                for node, view in self.devices.items()
+                if (row := state.index.get(node)) is not None and state.active[row]
+            ]
+            width = state.gpu_healthy.shape[1]
+            holds = np.full((len(found), width), -1, np.int8)
+            for position, (_, view) in enumerate(found):
+                codes = [_HOLD_CODES[hold] for hold in view.holds[:width]]
+                holds[position, : len(codes)] = codes
+            self._holds = (np.array([row for row, _ in found], np.int64), holds)
+            self._holds_key = key
+        return self._holds
+
+
+_HOLD_CODES = {hold: code for code, hold in enumerate(Hold)}
 
 
 def _same_shape(current: NodeSpec, new: NodeSpec) -> bool:

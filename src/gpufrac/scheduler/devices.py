@@ -21,8 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-import numpy as np
-
 from gpufrac.contract.node_inventory import GpuInfo
 
 
@@ -43,9 +41,6 @@ class NodeDevices:
 
     holds: tuple[Hold, ...]
     reservations: Mapping[int, str]  # GPU index -> namespace/name of the reservation pod
-
-    def mask(self, *holds: Hold) -> np.ndarray:
-        return np.array([hold in holds for hold in self.holds], bool)
 
     def count(self, hold: Hold) -> int:
         return sum(1 for held in self.holds if held is hold)
