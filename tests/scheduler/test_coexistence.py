@@ -11,7 +11,9 @@ from typing import Any
 from gpufrac.contract import keys, node_inventory
 from gpufrac.contract.node_inventory import DevicePluginMode
 from gpufrac.scheduler import reservations
+from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.devices import Hold
+from gpufrac.scheduler.keeper import ReservationKeeper
 from gpufrac.scheduler.loop import Scheduler
 
 from ..kubeapi.apiobjects import GPU_MIB, bound, inventory, key, node, pod
@@ -242,3 +244,14 @@ async def test_a_reservation_never_published_is_deleted_and_its_pod_decides_agai
     await settle(made, clock)
     [again] = reservation_pods(client)  # the pod no longer waits for a reservation that is gone
     assert again["metadata"]["name"] != stuck["metadata"]["name"]
+
+
+def test_a_deletion_that_did_not_go_through_is_asked_again() -> None:
+    keeper, cache = ReservationKeeper(), SchedulerCache()
+    failed = reservations.manifest("n1", namespace=NAMESPACE, image="pause")
+    failed["metadata"]["uid"] = "uid-failed"
+    keeper.finished(failed)
+    assert keeper.tend(cache, 0.0).delete == [failed]
+    assert keeper.tend(cache, 1.0).delete == []  # under way: not asked twice
+    keeper.retry("uid-failed")
+    assert keeper.tend(cache, 2.0).delete == [failed]

@@ -272,12 +272,30 @@ def _owned_by(configmap: Mapping[str, Any], uid: str) -> bool:
 
 async def unbind_misbound(client: lightkube.AsyncClient, pod: Mapping[str, Any], *, component: str) -> bool:
     """Delete a pod that a Binding meant for its same-name predecessor bound (`objects.misbound`), with a
-    Warning Event saying why. Only that very pod (UID precondition): should the name belong to yet another
-    pod by now, nothing is deleted. True when settled (deleted, or gone already); False to try again later.
+    Warning Event saying why. True when settled (deleted, or gone already); False to try again later.
 
     A bound pod cannot be unbound, and left alone it would run with GPUs it was never granted (and, with
     ConfigMap delivery, wait forever for env ConfigMaps made for its predecessor).
     """
+    message = (
+        f"deleted by {component}: bound by a Binding meant for pod UID {bound_for(pod)}, which this pod "
+        "replaced under the same name while it was being bound, so its GPU contract is not its own; "
+        "create it again to have it scheduled"
+    )
+    return await delete_pod(client, pod, component=component, reason="BoundToAnotherPod", message=message)
+
+
+async def delete_pod(
+    client: lightkube.AsyncClient,
+    pod: Mapping[str, Any],
+    *,
+    component: str,
+    reason: str = "",
+    message: str = "",
+) -> bool:
+    """Delete `pod`, only that very pod (UID precondition: should its name belong to another pod by now,
+    nothing is deleted), and record a Warning Event with `reason` and `message` when given. True when
+    settled (deleted, gone already, or the name taken by another pod); False to try again later."""
     namespace, name, uid = meta(pod)["namespace"], meta(pod)["name"], str(meta(pod).get("uid"))
     try:
         await delete_exactly(client, Pod, name, namespace=namespace, uid=uid)
@@ -285,17 +303,11 @@ async def unbind_misbound(client: lightkube.AsyncClient, pod: Mapping[str, Any],
         return error.status.code in (404, 409)
     except TRANSPORT_ERRORS:
         return False
-    predecessor = bound_for(pod)
-    message = (
-        f"deleted by {component}: bound by a Binding meant for pod UID {predecessor}, which this pod "
-        "replaced under the same name while it was being bound, so its GPU contract is not its own; "
-        "create it again to have it scheduled"
-    )
-    involved = {"kind": "Pod", "name": name, "namespace": namespace, "uid": uid}
-    await events.record(
-        client,
-        events.warning(involved=involved, reason="BoundToAnotherPod", message=message, component=component),
-    )
+    if reason:
+        involved = {"kind": "Pod", "name": name, "namespace": namespace, "uid": uid}
+        await events.record(
+            client, events.warning(involved=involved, reason=reason, message=message, component=component)
+        )
     return True
 
 

@@ -76,6 +76,10 @@ class ReservationKeeper:
         if objects.meta(pod).get("deletionTimestamp") is None:
             self.failed[objects.pod_uid(pod)] = pod
 
+    def retry(self, uid: str) -> None:
+        """A deletion this keeper asked for did not go through: ask again at the next tending."""
+        self._asked.discard(uid)
+
     def deleted(self, uid: str) -> None:
         for table in (self.failed, self._first_seen, self._idle_since):
             table.pop(uid, None)

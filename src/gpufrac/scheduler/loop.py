@@ -23,7 +23,6 @@ from typing import Any
 
 import lightkube
 import numpy as np
-from lightkube import ApiError
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
@@ -32,13 +31,21 @@ from gpufrac.cluster.model import Placement, Unschedulable
 from gpufrac.cluster.state import PlacementRefused
 from gpufrac.contract import node_inventory
 from gpufrac.kubeapi import events
-from gpufrac.kubeapi.client import API_ERRORS, build, delete_exactly
+from gpufrac.kubeapi.client import API_ERRORS, build
 from gpufrac.kubeapi.reflector import reflect
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Workload
 from gpufrac.scheduler import objects, reservations
-from gpufrac.scheduler.binder import BindError, BoundElsewhere, PodGone, bind, read_back, unbind_misbound
+from gpufrac.scheduler.binder import (
+    BindError,
+    BoundElsewhere,
+    PodGone,
+    bind,
+    delete_pod,
+    read_back,
+    unbind_misbound,
+)
 from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.devices import Hold
 from gpufrac.scheduler.keeper import ReservationKeeper
@@ -453,32 +460,16 @@ class Scheduler:
             self._track(self._delete(pod, why))
 
     async def _delete(self, pod: Mapping[str, Any], why: str) -> None:
-        """Delete a reservation (its GPU goes back to the device plugin) or a share pod that lost its GPU."""
-        namespace, name = objects.meta(pod)["namespace"], objects.meta(pod)["name"]
-        try:
-            # Only the pod judged: one recreated under its name since is another pod (409, left alone).
-            await delete_exactly(self.client, Pod, name, namespace=namespace, uid=objects.pod_uid(pod))
-        except API_ERRORS as error:
-            if not (isinstance(error, ApiError) and error.status.code in (404, 409)):
-                log.error("cannot delete pod %s/%s: %s", namespace, name, error)
-                self.keeper.deleted(objects.pod_uid(pod))  # asked again next round
-                return
-        if why:
-            log.warning("deleted pod %s/%s: %s", namespace, name, why)
-            involved = {
-                "kind": "Pod",
-                "name": name,
-                "namespace": namespace,
-                "uid": objects.meta(pod).get("uid"),
-            }
-            await events.record(
-                self.client,
-                events.warning(
-                    involved=involved, reason="GPUReservationLost", message=why, component=self.config.name
-                ),
-            )
+        """Delete a reservation (its GPU goes back to the device plugin), or, with `why`, a share pod that
+        lost its GPU; one not settled is asked again at the next tending."""
+        reason = "GPUReservationLost" if why else ""
+        if not await delete_pod(self.client, pod, component=self.config.name, reason=reason, message=why):
+            log.error("cannot delete pod %s; trying again", objects.pod_key(pod))
+            self.keeper.retry(objects.pod_uid(pod))
+        elif why:
+            log.warning("deleted pod %s: %s", objects.pod_key(pod), why)
         else:
-            log.info("released GPU reservation %s/%s", namespace, name)
+            log.info("released GPU reservation %s", objects.pod_key(pod))
 
     def _unbind_misbound(self) -> None:
         """Start deleting each pod bound with another pod's contract; one not settled is tried next round."""
