@@ -16,7 +16,7 @@ from gpufrac.scheduler.devices import Hold
 from gpufrac.scheduler.keeper import ReservationKeeper
 from gpufrac.scheduler.loop import Scheduler
 
-from ..kubeapi.apiobjects import GPU_MIB, bound, inventory, key, node, pod
+from ..kubeapi.apiobjects import GPU_MIB, bound, container, inventory, key, node, pod
 from ..kubeapi.fakeapi import FakeApi, FakeClock
 from .schedulers import gpu_free, pod_nodes, scheduler, share_notes
 
@@ -255,3 +255,13 @@ def test_a_deletion_that_did_not_go_through_is_asked_again() -> None:
     assert keeper.tend(cache, 1.0).delete == []  # under way: not asked twice
     keeper.retry("uid-failed")
     assert keeper.tend(cache, 2.0).delete == [failed]
+
+
+async def test_a_pod_with_a_share_and_whole_gpus_is_kept_off_device_plugin_nodes() -> None:
+    notes = {keys.container_key("a", keys.MEMORY_REQUEST): "4Gi", keys.ENV_CONFIGMAP_ANNOTATION: ENV_BASE}
+    mixed = pod("m", annotations=notes, containers=[container("a"), container("b", whole=1)])
+    made, client, _ = setup([dp_node(gpus=4)], [mixed])
+    await settle(made)
+    assert client.stored("Pod", "m")["spec"].get("nodeName") is None and reservation_pods(client) == []
+    condition = [c for c in client.calls if c.kind == "PodStatus"][-1].body["status"]["conditions"][0]
+    assert "1 node(s) where a device plugin runs (a share and whole GPUs in one pod)" in condition["message"]

@@ -64,7 +64,7 @@ class SchedulerCache:
         # live reservation pods (uid -> object).
         self.device_gpus: dict[str, tuple[Any, ...]] = {}
         self.devices: dict[str, NodeDevices] = {}
-        self._devices_serial = 0  # moves with every change to `devices`, for `_hold_matrix`
+        self._devices_serial = 0  # moves with every change to `devices`, for `hold_matrix`
         self._holds_key: tuple[Any, ...] | None = None
         self._holds: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros((0, 0), np.int8))
         self.claims: dict[str, dict[str, tuple[str, int]]] = {}
@@ -390,7 +390,7 @@ class SchedulerCache:
             yield
             return
         state = self.state
-        rows, holds = self._hold_matrix()
+        rows, holds = self.hold_matrix()
         saved = state.gpu_healthy[rows].copy()
         try:
             # A GPU the agent did not publish (GPUs read from labels, say) has no hold (-1): unusable.
@@ -401,7 +401,7 @@ class SchedulerCache:
             state.gpu_healthy[rows] = saved
             state.version[rows] += 1
 
-    def _hold_matrix(self) -> tuple[np.ndarray, np.ndarray]:
+    def hold_matrix(self) -> tuple[np.ndarray, np.ndarray]:
         """The active device-plugin rows and their GPUs' hold codes (-1: none), rebuilt only when a node's
         holds or the state's shape changed since the last decision."""
         state = self.state

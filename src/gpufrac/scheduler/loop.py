@@ -397,9 +397,7 @@ class Scheduler:
     ) -> tuple[np.ndarray, Counter[str]]:
         """A pod asking for a share and whole GPUs at once is kept off device-plugin nodes: its whole GPUs
         would be the kubelet's pick, its share gpufrac's, and nothing would keep the two apart."""
-        index = self.cache.state.index
-        device_rows = np.array([index[node] for node in self.cache.devices if node in index], np.int64)
-        off = np.isin(rows, device_rows)
+        off = np.isin(rows, self.cache.hold_matrix()[0])
         if off.any():
             excluded = excluded + Counter(
                 {"node(s) where a device plugin runs (a share and whole GPUs in one pod)": int(off.sum())}
