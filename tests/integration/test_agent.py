@@ -135,9 +135,17 @@ async def running_pod(
 
 
 def share(
-    host: FakeHost, container: str, gpu: int, *, limit: int, mode: ComputeMode = ComputeMode.TIME_SLICING
+    host: FakeHost,
+    container: str,
+    gpu: int,
+    *,
+    limit: int,
+    mode: ComputeMode = ComputeMode.TIME_SLICING,
+    request: int | None = None,
 ):
-    return PodPlacement((SharePlacement(container, (host.uuid(gpu),), limit // 2, limit, mode),))
+    """A placement of one share on `gpu`: its request half its limit unless given."""
+    asked = limit // 2 if request is None else request
+    return PodPlacement((SharePlacement(container, (host.uuid(gpu),), asked, limit, mode),))
 
 
 async def events(client: lightkube.AsyncClient, namespace: str, reason: str) -> list[Event]:
@@ -583,12 +591,8 @@ async def test_a_burst_into_a_neighbours_guarantee_is_reclaimed_with_an_event_na
     """Burst rule, against the real apiserver: `greedy` (request 4 GiB, limit 12 GiB) uses 11 GiB of a 16 GiB
     GPU, leaving `steady` (request = limit = 8 GiB, using 2) less than its request: greedy is killed."""
     node = await node_name(gpu_nodes, gpus=4)
-    greedy = PodPlacement(
-        (SharePlacement("app", (host.uuid(1),), 4 * GIB, 12 * GIB, ComputeMode.TIME_SLICING),)
-    )
-    steady = PodPlacement(
-        (SharePlacement("app", (host.uuid(1),), 8 * GIB, 8 * GIB, ComputeMode.TIME_SLICING),)
-    )
+    greedy = share(host, "app", 1, request=4 * GIB, limit=12 * GIB)
+    steady = share(host, "app", 1, request=8 * GIB, limit=8 * GIB)
     await running_pod(admin_client, namespace, "greedy", node, greedy, {"app": 1})
     await running_pod(admin_client, namespace, "steady", node, steady, {"app": 2})
     host.add_process(201, container=container_id(1))
