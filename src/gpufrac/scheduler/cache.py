@@ -68,6 +68,7 @@ class SchedulerCache:
         self._holds_key: tuple[Any, ...] | None = None
         self._holds: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros((0, 0), np.int8))
         self.claims: dict[str, dict[str, tuple[str, int]]] = {}
+        self._claimed_on: dict[str, str] = {}  # uid -> the node of its claim, so a release finds it at once
         self.reservations: dict[str, Obj] = {}
 
     def snapshot(self) -> ClusterState:
@@ -336,11 +337,7 @@ class SchedulerCache:
         self.reservations.pop(uid, None)
         if uid in self.state.placements:
             self.state.release(uid)
-        for node, claimed in list(self.claims.items()):
-            if claimed.pop(uid, None) is not None:
-                if not claimed:
-                    del self.claims[node]
-                self._refresh_devices(node)
+        self._unclaim(uid)
 
     def _name(self, uid: str) -> str:
         return self.names.get(uid, uid)
@@ -359,19 +356,28 @@ class SchedulerCache:
         if reservations.is_reservation(pod, self.reservation_namespace):
             self.reservations[uid] = pod
         if asked > placed:
+            if self._claimed_on.get(uid, node) != node:
+                self._unclaim(uid)
             self.claims.setdefault(node, {})[uid] = (objects.pod_key(pod), asked - placed)
+            self._claimed_on[uid] = node
             self._refresh_devices(node)
+
+    def _unclaim(self, uid: str) -> None:
+        node = self._claimed_on.pop(uid, None)
+        if node is None:
+            return
+        claimed = self.claims[node]
+        del claimed[uid]
+        if not claimed:
+            del self.claims[node]
+        self._refresh_devices(node)
 
     def _refresh_devices(self, node: str) -> None:
         gpus = self.device_gpus.get(node)
         if gpus is None:
             return
         claimed = self.claims.get(node, {})
-        live = {
-            objects.pod_key(pod): 1
-            for uid, pod in self.reservations.items()
-            if uid in claimed and objects.node_name(pod) == node
-        }
+        live = {key: 1 for uid, (key, _) in claimed.items() if uid in self.reservations}
         self._devices_serial += 1
         self.devices[node] = node_devices(
             gpus,
