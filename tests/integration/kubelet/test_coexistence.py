@@ -260,6 +260,13 @@ async def watcher(
     real_node: realnode.RealNode, admin_client: lightkube.AsyncClient, namespace: str
 ) -> AsyncIterator[Watcher]:
     watching = Watcher(real_node, admin_client, namespace)
+
+    async def released() -> bool:
+        return not await watching.holders()
+
+    # The last test's pods were deleted from the API at once (grace 0), but the kubelet may still hold their
+    # GPUs for a while: a test that starts before then sees fewer free GPUs than it counts on.
+    await pods.wait_for("the last test's GPUs released by the kubelet", released, timeout=90)
     stop = asyncio.Event()
     task = asyncio.create_task(watching.run(stop))
     yield watching
