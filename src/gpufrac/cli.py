@@ -109,6 +109,13 @@ def simulate(
     policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = "all",
     seeds: SeedsOption = "42-44",
     inflation: Annotated[float, typer.Option(help="Replay until requests reach this × cluster GPUs.")] = 1.3,
+    move_budget: Annotated[
+        str,
+        typer.Option(
+            help="Defragmentation: pods moved per 100 arrivals to make room (shares and CPU-only pods move); "
+            "several, e.g. 0,5, compare."
+        ),
+    ] = "0",
     workers: WorkersOption = 0,
     out: OutOption = None,
     output_format: FormatOption = "table",
@@ -127,6 +134,7 @@ def simulate(
         workers=workers or None,
         out=out,
         output_format=output_format,
+        move_budget=move_budget,
     )
 
 

@@ -13,5 +13,7 @@ POLICY_KEYS = {
     "seconds",
     "gap_to_bound",
 }
+# Per policy variant with a move budget (`--move-budget`): what moving cost by 100% arrival.
+MOVE_KEYS = {"move_budget", "moves_at_100", "moves_per_100_arrivals", "moved_gpu_seconds_at_100"}
 # The upper bound at 100% arrival: the mean, each seed's, and the LP's size and solve time.
 BOUND_KEYS = {"allocation_at_100", "per_seed", "variables", "constraints", "seconds"}

@@ -71,6 +71,20 @@ def test_json_output_and_report_files(tiny: tuple[Path, Path], tmp_path: Path) -
     assert {line.split(",")[0] for line in curves[1:]} == {"fgd", "bestfit", "spread"}
 
 
+def test_move_budgets_are_compared_in_the_json_the_table_and_the_report(
+    tiny: tuple[Path, Path], tmp_path: Path
+) -> None:
+    nodes, pods = tiny
+    out = tmp_path / "report"
+    args = ("--policies", "fgd", "--seeds", "1", "--workers", "1", "--move-budget", "0,5")
+    result = simulate("--nodes", nodes, "--pods", pods, *args, "--format", "json", "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert list(json.loads(result.stdout)["policies"]) == ["fgd", "fgd +moves 5"]
+    assert "moves per 100 arrivals" in (out / "report.html").read_text()
+    table = simulate("--nodes", nodes, "--pods", pods, *args)
+    assert table.returncode == 0 and "moves/100" in table.stdout and "fgd +moves 5" in table.stdout
+
+
 def test_the_default_table(tiny: tuple[Path, Path]) -> None:
     nodes, pods = tiny
     result = simulate(
@@ -95,6 +109,7 @@ def test_a_broken_csv_is_one_line_naming_file_and_line(tiny: tuple[Path, Path]) 
         (("--seeds", "9-1"), "runs backwards"),
         (("--inflation", "0"), "--inflation"),
         (("--workers", "-1"), "--workers"),
+        (("--move-budget", "lots"), "--move-budget"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(tiny: tuple[Path, Path], args: tuple[str, ...], says: str) -> None:

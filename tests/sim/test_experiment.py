@@ -14,7 +14,7 @@ from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
 from gpufrac.sim import experiment, replay, trace
 
-from .json_contract import BOUND_KEYS, POLICY_KEYS, SUMMARY_KEYS
+from .json_contract import BOUND_KEYS, MOVE_KEYS, POLICY_KEYS, SUMMARY_KEYS
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +138,27 @@ def test_summary_has_the_json_contracts_keys(tiny: trace.Trace) -> None:
         assert ("published_at_100" in row) == (name in experiment.PAPER_POLICIES)
         assert all(isinstance(x, str) and int(x) >= 0 for x in row["allocation"])
         assert row["unallocated_at_100"] == pytest.approx(100 - row["allocation_at_100"], abs=0.011)
+
+
+def test_each_move_budget_is_a_variant_with_what_moving_cost(tiny: trace.Trace) -> None:
+    results = experiment.run_matrix(
+        tiny, policies=["fgd"], seeds=[1, 2], inflation=1.3, move_budgets=[0, 5], workers=1
+    )
+    assert [(r.move_budget, r.seed) for r in results] == [(0, 1), (0, 2), (5, 1), (5, 2)]
+    summary = experiment.summarize(tiny, [1, 2], results, experiment.bounds(tiny, results))
+    assert list(summary["policies"]) == ["fgd", "fgd +moves 5"]
+    assert set(summary["policies"]["fgd +moves 5"]) == POLICY_KEYS | MOVE_KEYS
+    assert summary["policies"]["fgd +moves 5"]["moves_per_100_arrivals"] <= 5
+
+
+@pytest.mark.parametrize("text", ["", "five", "-1", "101", "nan", "1,,2"])
+def test_bad_move_budgets_are_a_user_error(text: str) -> None:
+    with pytest.raises(UserError, match="--move-budget"):
+        experiment.parse_move_budgets(text)
+
+
+def test_move_budgets_parse_in_order_without_repeats() -> None:
+    assert experiment.parse_move_budgets("0, 5,2.5,5") == [0, 5, 2.5]
 
 
 def test_summary_averages_over_seeds(tiny: trace.Trace) -> None:

@@ -176,3 +176,34 @@ def test_fgd_reproduces_the_published_allocation_on_the_openb_trace() -> None:
     result = replay.replay(trace.load(), policy="fgd", seed=42)
     assert 94.7 <= result.allocation[100] <= 95.8
     assert result.allocation[70] == pytest.approx(70, abs=0.6)  # below ~80% arrival everything fits
+
+
+# ---- moves (defragmentation) -------------------------------------------------------------------------------
+
+
+def halves_then_a_whole_gpu() -> tuple[trace.Trace, int]:
+    """Two one-GPU nodes, two half-GPU shares and a whole-GPU pod; and a seed whose order brings the whole
+    GPU last, when `spread` has put the halves on different GPUs."""
+    workload = tiny(pod("a"), pod("b"), pod("w", gpu_milli=1_000), gpus=(1, 1))
+    seed = next(s for s in range(100) if order_of(workload, s, inflation=1.0)[-1].name == "w")
+    return workload, seed
+
+
+def test_a_move_budget_lets_a_pod_in_that_fits_only_once_a_share_moves() -> None:
+    workload, seed = halves_then_a_whole_gpu()
+    kept = replay.replay(workload, policy="spread", seed=seed, inflation=1.0)
+    moved = replay.replay(workload, policy="spread", seed=seed, inflation=1.0, move_budget=100)
+    assert (kept.failed_pods, moved.failed_pods) == (1, 0)
+    last = moved.moves[max(moved.moves)]
+    assert (last.arrivals, last.moves, last.moved_gpus) == (3, 1, 0.5)
+    assert moved.label == "spread +moves 100" and kept.label == "spread"
+
+
+@pytest.mark.parametrize("budget", [10, 40])
+def test_moves_stay_within_the_budget_at_every_point(budget: float) -> None:
+    """A budget under one move per arrival in three: the one move is not allowed before enough arrivals."""
+    workload, seed = halves_then_a_whole_gpu()
+    run = replay.replay(workload, policy="spread", seed=seed, inflation=1.0, move_budget=budget)
+    for tally in run.moves.values():
+        assert tally.moves <= budget * tally.arrivals / 100
+    assert run.failed_pods == (0 if budget * 3 / 100 >= 1 else 1)

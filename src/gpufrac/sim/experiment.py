@@ -72,9 +72,28 @@ def _quoted(text: str) -> str:
     return json.dumps(text if len(text) <= 80 else text[:77] + "...", ensure_ascii=False)
 
 
-def _replay_job(trace: Trace, job: tuple[str, int, float]) -> RunResult:
-    policy, seed, inflation = job
-    return replay(trace, policy=policy, seed=seed, inflation=inflation)
+# What a moved pod loses, in seconds of its GPUs: a restart and a model load, for an inference replica or a
+# notebook (the pods that opt in). Moved GPU-seconds are this times the GPUs the moved pods held.
+RESTART_SECONDS = 120
+
+
+def parse_move_budgets(text: str) -> list[float]:
+    """`0`, `5` or `0,2,5`: moves allowed per 100 arrivals, each a variant of every policy."""
+    try:
+        budgets = list(dict.fromkeys(float(part) for part in text.split(",")))
+    except ValueError:
+        budgets = []
+    if not budgets or not all(math.isfinite(b) and 0 <= b <= 100 for b in budgets):
+        raise UserError(
+            f"--move-budget {_quoted(text)}: expected moves per 100 arrivals between 0 and 100, or several "
+            "separated by commas, such as 0,5"
+        )
+    return budgets
+
+
+def _replay_job(trace: Trace, job: tuple[str, int, float, float]) -> RunResult:
+    policy, seed, inflation, move_budget = job
+    return replay(trace, policy=policy, seed=seed, inflation=inflation, move_budget=move_budget)
 
 
 def run_matrix(
@@ -83,11 +102,15 @@ def run_matrix(
     policies: Sequence[str],
     seeds: Sequence[int],
     inflation: float,
+    move_budgets: Sequence[float] = (0.0,),
     workers: int | None = None,
     on_result: Callable[[RunResult], None] | None = None,
 ) -> list[RunResult]:
-    """Every policy on every seed, in that order; each worker process receives the trace once."""
-    jobs = [(policy, seed, inflation) for policy in policies for seed in seeds]
+    """Every policy with every move budget on every seed, in that order; each worker process receives the
+    trace once."""
+    jobs = [
+        (policy, seed, inflation, budget) for policy in policies for budget in move_budgets for seed in seeds
+    ]
     results: list[RunResult] = []
     for _, result in pool.run_jobs(trace, _replay_job, jobs, workers=workers):
         results.append(result)
@@ -126,8 +149,8 @@ def summarize(
     per_seed = {seed: math.ceil(10_000 * bounds[seed].milli / capacity) / 100 for seed in seeds}
     bound_at_100 = math.ceil(100 * statistics.fmean(per_seed.values())) / 100
     policies: dict[str, Any] = {}
-    for policy in dict.fromkeys(result.policy for result in results):
-        runs = [result for result in results if result.policy == policy]
+    for policy in dict.fromkeys(result.label for result in results):
+        runs = [result for result in results if result.label == policy]
         at_100 = [run.allocation.get(100, _nearest(run.allocation, 100)) for run in runs]
         arrivals = sorted(set().union(*(run.allocation for run in runs)))
         policies[policy] = {
@@ -148,6 +171,8 @@ def summarize(
             "seconds": round(statistics.fmean(run.seconds for run in runs), 3),
         }
         policies[policy]["gap_to_bound"] = round(bound_at_100 - policies[policy]["allocation_at_100"], 2)
+        if runs[0].move_budget:
+            policies[policy] |= _moves_at_100(runs)
         if policy in PUBLISHED_AT_100:
             policies[policy]["published_at_100"] = PUBLISHED_AT_100[policy]
     return {
@@ -165,10 +190,21 @@ def summarize(
     }
 
 
+def _moves_at_100(runs: Sequence[RunResult]) -> dict[str, float]:
+    """What moving cost by 100% arrival, as means over the runs."""
+    tallies = [run.moves.get(100) or run.moves[_nearest_point(run.moves, 100)] for run in runs]
+    return {
+        "move_budget": runs[0].move_budget,
+        "moves_at_100": round(statistics.fmean(t.moves for t in tallies), 1),
+        "moves_per_100_arrivals": round(statistics.fmean(100 * t.moves / t.arrivals for t in tallies), 2),
+        "moved_gpu_seconds_at_100": round(statistics.fmean(RESTART_SECONDS * t.moved_gpus for t in tallies)),
+    }
+
+
 def _nearest(curve: dict[int, float], x: int) -> float:
     """A curve that never reached x% arrival (a small trace) reports its closest point instead."""
     return curve[_nearest_point(curve, x)] if curve else 0.0
 
 
-def _nearest_point(curve: dict[int, float], x: int) -> int:
+def _nearest_point(curve: Mapping[int, object], x: int) -> int:
     return min(curve, key=lambda point: (abs(point - x), point))

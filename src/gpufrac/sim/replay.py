@@ -16,13 +16,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpufrac.cluster.model import Placement
+from gpufrac.cluster.model import Placement, PodDemand
 from gpufrac.cluster.state import ClusterState
+from gpufrac.placement import defrag
+from gpufrac.placement.cache import shape_key
 from gpufrac.placement.engine import decide
 from gpufrac.placement.fragmentation import cluster_fragmentation
-from gpufrac.placement.framework import POLICIES, PolicyContext
+from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Workload
 from gpufrac.sim.trace import Trace, TracePod
+
+# A pod may move at most this many others to get in: past a few, a plan disrupts more than it gains.
+MAX_MOVES_PER_POD = 3
+
+
+@dataclass(frozen=True, slots=True)
+class MoveTally:
+    """Moves by some point of a run: pods arrived, pods moved, and the GPUs the moved pods held (a share of
+    0.5 counts 0.5), which is what they lose while they restart."""
+
+    arrivals: int
+    moves: int
+    moved_gpus: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +53,13 @@ class RunResult:
     seconds: float
     decision_ms_p50: float  # engine time per pod (decide only, not apply or measurement)
     decision_ms_p99: float
+    move_budget: float = 0.0  # moves allowed per 100 arrivals (`placement.defrag`); 0: none
+    moves: dict[int, MoveTally] = dataclasses.field(default_factory=dict)  # arrival % -> moves so far
+
+    @property
+    def label(self) -> str:
+        """How tables name the run's variant: the policy, and its move budget where it has one."""
+        return f"{self.policy} +moves {self.move_budget:g}" if self.move_budget else self.policy
 
 
 def target_workload(trace: Trace) -> Workload:
@@ -68,8 +90,12 @@ def replay(
     seed: int,
     inflation: float = 1.3,
     workload: Workload | None = None,
+    move_budget: float = 0.0,
     on_pod: Callable[[int, int], None] | None = None,
 ) -> RunResult:
+    """One run. With a `move_budget`, a pod that fits nowhere may move movable pods (every pod without whole
+    GPUs: shares and CPU-only pods) to make room, as long as the moves so far stay within `move_budget` per
+    100 arrivals and no pod moves more than `MAX_MOVES_PER_POD` others."""
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
     workload = workload or target_workload(trace)
@@ -91,13 +117,18 @@ def replay(
     decision_seconds = np.zeros(len(pods))
     arrived_milli = used_milli = 0
     bucket = -1
+    mover = _Mover(state, chosen, move_budget)
+    moves: dict[int, MoveTally] = {}
     for i, (pod, demand) in enumerate(zip(pods, demands, strict=True)):
         arrived_milli += pod.gpu_demand_milli
         tick = time.perf_counter()
         outcome = decide(state, demand, chosen)
         decision_seconds[i] = time.perf_counter() - tick
+        if not isinstance(outcome, Placement):
+            outcome = mover.make_room(demand, arrivals=i + 1) or outcome
         if isinstance(outcome, Placement):
             state.apply(outcome)
+            mover.placed(demand)
             used_milli += pod.gpu_demand_milli
         else:
             dropped[main_reason(outcome.reasons)] += 1
@@ -107,6 +138,7 @@ def replay(
             bucket = now
             fragmentation[now] = 100 * float(cluster_fragmentation(state, workload).sum()) / capacity
             failures[now] = dict(dropped)
+            moves[now] = MoveTally(i + 1, mover.moves, round(mover.moved_gpus, 3))
         if on_pod is not None:
             on_pod(i + 1, len(pods))
     return RunResult(
@@ -121,7 +153,48 @@ def replay(
         seconds=time.perf_counter() - started,
         decision_ms_p50=1000 * float(np.percentile(decision_seconds, 50)),
         decision_ms_p99=1000 * float(np.percentile(decision_seconds, 99)),
+        move_budget=move_budget,
+        moves=moves,
     )
+
+
+class _Mover:
+    """Carries out `defrag.plan_room` within the run's move budget, and counts what moving cost.
+
+    Pods only arrive in this replay, so room only shrinks: a pod shape no plan was found for is not looked
+    at again until a move changes the cluster."""
+
+    def __init__(self, state: ClusterState, policy: Policy, budget: float) -> None:
+        self.state, self.policy, self.budget = state, policy, budget
+        self.movable: dict[str, PodDemand] = {}
+        self.hopeless: set[PodDemand] = set()
+        self.moves = 0
+        self.moved_gpus = 0.0
+
+    def placed(self, demand: PodDemand) -> None:
+        if self.budget and not demand.whole:
+            self.movable[demand.name] = demand
+
+    def make_room(self, demand: PodDemand, *, arrivals: int) -> Placement | None:
+        allowed = min(int(self.budget * arrivals / 100) - self.moves, MAX_MOVES_PER_POD)
+        shape = shape_key(demand)
+        if allowed < 1 or shape in self.hopeless:
+            return None
+        room = defrag.plan_room(self.state, demand, self.policy, movable=self.movable, max_moves=allowed)
+        if room is None:
+            self.hopeless.add(shape)
+            return None
+        for move in room.moves:
+            self.state.release(move.source.pod)
+            self.state.apply(move.target)
+            row = self.state.index[move.source.node]
+            self.moved_gpus += sum(
+                a.request_mib * len(a.gpus) / int(self.state.gpu_mem[row, a.gpus[0]])
+                for a in move.source.assignments
+            )
+        self.moves += len(room.moves)
+        self.hopeless.clear()
+        return room.placement
 
 
 def main_reason(reasons: dict[str, int]) -> str:

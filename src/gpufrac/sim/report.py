@@ -23,6 +23,7 @@ from matplotlib.axes import Axes
 from rich.table import Table
 
 from gpufrac.sim import output
+from gpufrac.sim.experiment import RESTART_SECONDS
 from gpufrac.sim.replay import RunResult
 
 
@@ -34,7 +35,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
         f"bound: no placement allocates more (LP, {bound['variables']} variables, {bound['constraints']} "
         f"constraints, {bound['seconds']:.2f} s per seed); gap: bound - alloc@100%",
     )
-    columns = (
+    columns: tuple[str, ...] = (
         "policy",
         "alloc@100%",
         "std",
@@ -46,6 +47,9 @@ def summary_table(summary: dict[str, Any]) -> Table:
         "failed",
         "s/run",
     )
+    moving = _moving(summary)
+    if moving:
+        columns += ("moves/100 arrivals", "moved GPU-s")
     for column in columns:
         table.add_column(column, justify="left" if column == "policy" else "right")
     for policy, row in summary["policies"].items():
@@ -61,8 +65,20 @@ def summary_table(summary: dict[str, Any]) -> Table:
             f"{row['fragmentation_at_100']:.2f}",
             f"{row['failed_pods']:.0f}",
             f"{row['seconds']:.2f}",
+            *(_move_cells(row) if moving else ()),
         )
     return table
+
+
+def _moving(summary: dict[str, Any]) -> bool:
+    """Whether any variant moved pods (`--move-budget`): only then do tables show what moving cost."""
+    return any("move_budget" in row for row in summary["policies"].values())
+
+
+def _move_cells(row: dict[str, Any]) -> tuple[str, str]:
+    if "move_budget" not in row:
+        return "", ""
+    return f"{row['moves_per_100_arrivals']:.2f}", f"{row['moved_gpu_seconds_at_100']:,}"
 
 
 def overview(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -188,7 +204,7 @@ def _curve_rows(results: Sequence[RunResult]) -> Iterator[list[object]]:
         for x in sorted(run.allocation):
             fragmentation = run.fragmentation.get(x)
             yield [
-                run.policy,
+                run.label,
                 run.seed,
                 x,
                 run.allocation[x],
@@ -219,7 +235,7 @@ def _plot(
 
 def _draw(axes: Axes, summary: dict[str, Any], results: Sequence[RunResult], *, field: str) -> None:
     for policy in summary["policies"]:
-        runs = [getattr(run, field) for run in results if run.policy == policy]
+        runs = [getattr(run, field) for run in results if run.label == policy]
         xs = sorted(set().union(*runs))
         means = [
             sum(curve[x] for curve in runs if x in curve) / sum(x in curve for curve in runs) for x in xs
@@ -241,9 +257,10 @@ def _draw(axes: Axes, summary: dict[str, Any], results: Sequence[RunResult], *, 
 
 def _policy_table(summary: dict[str, Any]) -> str:
     bound = summary["bound"]
+    moving = _moving(summary)
     rows = "".join(
         "<tr><td>{}</td><td>{:.2f} ± {:.2f}</td><td>{}</td><td>{:.2f}</td><td>{:.2f}</td><td>{:.2f}</td>"
-        "<td>{:.0f}</td></tr>".format(
+        "<td>{:.0f}</td>{}</tr>".format(
             html.escape(policy),
             row["allocation_at_100"],
             row["allocation_at_100_std"],
@@ -252,13 +269,19 @@ def _policy_table(summary: dict[str, Any]) -> str:
             row["unallocated_at_100"],
             row["fragmentation_at_100"],
             row["failed_pods"],
+            "".join(f"<td>{cell}</td>" for cell in _move_cells(row)) if moving else "",
         )
         for policy, row in summary["policies"].items()
+    )
+    move_headers = (
+        f"<th>moves per 100 arrivals</th><th>moved GPU-seconds (restart {RESTART_SECONDS} s)</th>"
+        if moving
+        else ""
     )
     return (
         "<table><tr><th>policy</th><th>allocation at 100% arrival (%)</th><th>published</th>"
         "<th>gap to the bound</th><th>unallocated (%)</th><th>fragmentation (% of GPUs)</th>"
-        f"<th>failed pods</th></tr>{rows}</table>"
+        f"<th>failed pods</th>{move_headers}</tr>{rows}</table>"
         f"<p>Upper bound at 100% arrival: <b>{bound['allocation_at_100']:.2f}</b> (per seed: "
         + ", ".join(f"{seed}: {value:.2f}" for seed, value in bound["per_seed"].items())
         + f"; LP of {bound['variables']} variables and {bound['constraints']} constraints, "

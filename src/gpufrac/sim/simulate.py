@@ -58,6 +58,7 @@ def run(
     workers: int | None,
     out: Path | None,
     output_format: str,
+    move_budget: str = "0",
 ) -> None:
     if not math.isfinite(inflation) or not 0 < inflation <= MAX_INFLATION:
         raise UserError(
@@ -73,17 +74,18 @@ def run(
     pool.check_workers(workers)
     chosen = list(POLICIES) if policies == "all" else experiment.parse_policies(policies)
     seed_list = experiment.parse_seeds(seeds)
+    budgets = experiment.parse_move_budgets(move_budget)
     loaded = [trace.load(nodes, pods)] if traces is None else load_traces(traces, trace_dir, nodes)
     console = Console(stderr=True)
     with output.progress(console, "replaying", transient=output_format == "json") as progress:
         # Each seed's bound is one step besides its replays: an LP, well under a second.
-        steps = len(loaded) * len(seed_list) * (len(chosen) + 1)
+        steps = len(loaded) * len(seed_list) * (len(chosen) * len(budgets) + 1)
         task = progress.add_task("", total=steps)
         summaries: dict[str, dict[str, Any]] = {}
         runs: dict[str, list[RunResult]] = {}
         for each in loaded:
             summaries[each.name], runs[each.name] = _simulate_one(
-                each, chosen, seed_list, inflation, workers, progress, task
+                each, chosen, seed_list, inflation, budgets, workers, progress, task
             )
     table: Callable[[dict[str, Any]], Table]
     write: Callable[[Path, dict[str, Any]], list[Path]]
@@ -107,6 +109,7 @@ def _simulate_one(
     policies: list[str],
     seeds: list[int],
     inflation: float,
+    move_budgets: list[float],
     workers: int | None,
     progress: Progress,
     task: TaskID,
@@ -117,6 +120,7 @@ def _simulate_one(
         policies=policies,
         seeds=seeds,
         inflation=inflation,
+        move_budgets=move_budgets,
         workers=workers,
         on_result=lambda _: progress.advance(task),
     )

@@ -1,0 +1,157 @@
+"""Defragmentation plans (`placement.defrag`) on clusters small enough to work out by hand, and a property:
+any plan, carried out move by move, is accepted by the state and lets the pod in."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpufrac.cluster.invariants import violations
+from gpufrac.cluster.model import Placement, PodDemand
+from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.defrag import Room, plan_room
+from gpufrac.placement.engine import decide
+
+from ..cluster.builders import node, share_pod, whole_pod
+from .builders import policy
+
+BINPACK = "binpack"
+
+
+def cluster(*gpus_per_node: int, cpu: int = 64_000) -> ClusterState:
+    return ClusterState(node(f"n{i}", gpus, cpu=cpu) for i, gpus in enumerate(gpus_per_node))
+
+
+def place_on(state: ClusterState, demand: PodDemand, on: str) -> None:
+    outcome = decide(state, demand, policy(BINPACK), rows=np.array([state.index[on]]))
+    assert isinstance(outcome, Placement), outcome
+    state.apply(outcome)
+
+
+def placed(state: ClusterState, *pods: tuple[PodDemand, str]) -> dict[str, PodDemand]:
+    """Place each pod on the named node; the movable pods, by name."""
+    for demand, on in pods:
+        place_on(state, demand, on)
+    return {demand.name: demand for demand, _ in pods}
+
+
+def snapshot(state: ClusterState) -> tuple[object, ...]:
+    return (
+        dict(state.placements),
+        state.cpu_free.tolist(),
+        state.gpu_free.tolist(),
+        state.gpu_tenants.tolist(),
+        state.gpu_mode.tolist(),
+    )
+
+
+def carry_out(state: ClusterState, room: Room) -> None:
+    for move in room.moves:
+        state.release(move.source.pod)
+        state.apply(move.target)
+    state.apply(room.placement)
+
+
+def test_the_fewest_moves_win_and_the_state_is_left_as_found() -> None:
+    """n0's GPU holds two 0.3 shares, n1's one 0.4 share: moving the 0.4 into n0's free 0.4 opens n1 in one
+    move, where opening n0 would take two."""
+    state = cluster(1, 1)
+    movable = placed(
+        state, (share_pod("a", 300), "n0"), (share_pod("b", 300), "n0"), (share_pod("c", 400), "n1")
+    )
+    before = snapshot(state)
+    room = plan_room(state, whole_pod("w"), policy(BINPACK), movable=movable, max_moves=3)
+    assert snapshot(state) == before
+    assert room is not None and room.placement.node == "n1"
+    assert [(m.source.pod, m.source.node, m.target.node) for m in room.moves] == [("c", "n1", "n0")]
+    carry_out(state, room)
+    assert violations(state) == []
+
+
+def test_pods_that_did_not_opt_in_never_move() -> None:
+    state = cluster(1, 1)
+    movable = placed(
+        state, (share_pod("a", 300), "n0"), (share_pod("b", 300), "n0"), (share_pod("c", 400), "n1")
+    )
+    del movable["c"]
+    room = plan_room(state, whole_pod("w"), policy(BINPACK), movable=movable, max_moves=3)
+    assert room is not None and room.placement.node == "n0"
+    assert sorted(m.source.pod for m in room.moves) == ["a", "b"]
+    assert {m.target.node for m in room.moves} == {"n1"}
+    assert plan_room(state, whole_pod("w"), policy(BINPACK), movable=movable, max_moves=1) is None
+
+
+def test_no_plan_when_the_moved_pods_have_nowhere_to_go() -> None:
+    state = cluster(1, 1)
+    movable = placed(state, (share_pod("a", 600), "n0"), (share_pod("b", 600), "n1"))
+    assert plan_room(state, share_pod("p", 500), policy(BINPACK), movable=movable, max_moves=3) is None
+
+
+def test_cpu_taken_by_a_movable_pod_is_freed_for_a_stranded_gpu() -> None:
+    """n0's GPU is free but a CPU-only pod holds its CPU; n1 has CPU but its GPU is taken whole."""
+    state = cluster(1, 1, cpu=8_000)
+    place_on(state, whole_pod("keep"), "n1")
+    movable = placed(state, (PodDemand("cpu", cpu_milli=6_000), "n0"))
+    room = plan_room(state, whole_pod("w", cpu=4_000), policy(BINPACK), movable=movable, max_moves=1)
+    assert room is not None and room.placement.node == "n0"
+    assert [(m.source.pod, m.target.node) for m in room.moves] == [("cpu", "n1")]
+
+
+def test_no_moves_allowed_no_plan() -> None:
+    state = cluster(1, 1)
+    movable = placed(state, (share_pod("a", 300), "n0"), (share_pod("c", 400), "n1"))
+    assert plan_room(state, whole_pod("w"), policy(BINPACK), movable=movable, max_moves=0) is None
+
+
+def test_without_copies_the_state_and_leaves_it_alone() -> None:
+    state = cluster(2)
+    placed(state, (share_pod("a", 300, cpu=1_000), "n0"))
+    before = snapshot(state)
+    copy = state.without(["a", "not-placed"])
+    assert snapshot(state) == before
+    assert copy.placements == {} and copy.cpu_free[0] == 64_000 and int(copy.gpu_tenants.sum()) == 0
+    assert copy.serial != state.serial
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    nodes=st.lists(st.integers(1, 3), min_size=1, max_size=4),
+    shares=st.lists(st.sampled_from([100, 250, 300, 400, 500, 700]), max_size=12),
+    pending=st.one_of(st.sampled_from([300, 500, 800]), st.just(0)),
+    max_moves=st.integers(0, 3),
+    policy_name=st.sampled_from(["binpack", "fgd", "spread"]),
+)
+def test_any_plan_carried_out_is_valid_and_lets_the_pod_in(
+    nodes: list[int], shares: list[int], pending: int, max_moves: int, policy_name: str
+) -> None:
+    state = cluster(*nodes)
+    chosen = policy(policy_name)
+    movable: dict[str, PodDemand] = {}
+    for i, milli in enumerate(shares):
+        demand = share_pod(f"s{i}", milli)
+        outcome = decide(state, demand, chosen)
+        if isinstance(outcome, Placement):
+            state.apply(outcome)
+            if i % 3:  # every third pod did not opt in
+                movable[demand.name] = demand
+    pod = share_pod("p", pending) if pending else whole_pod("p")
+    before = snapshot(state)
+    room = plan_room(state, pod, chosen, movable=movable, max_moves=max_moves)
+    assert snapshot(state) == before
+    if room is None:
+        return
+    assert 1 <= len(room.moves) <= max_moves
+    assert {m.source.pod for m in room.moves} <= set(movable)
+    carry_out(state, room)
+    assert violations(state) == []
+    assert room.placement.pod in state.placements
+
+
+@pytest.mark.parametrize("name", ["binpack", "fgd", "fgd-stranding"])
+def test_no_pod_is_moved_for_nothing(name: str) -> None:
+    """Where the pod fits as the cluster stands, there is no plan: moving would only cost."""
+    state = cluster(2)
+    movable = placed(state, (share_pod("a", 300), "n0"))
+    assert plan_room(state, share_pod("p", 300), policy(name), movable=movable, max_moves=2) is None
