@@ -234,6 +234,16 @@ def scheduler(
             "namespace its own)."
         ),
     ] = "",
+    max_moves: Annotated[
+        int,
+        typer.Option(
+            help="Pods that opted in (gpufrac.io/movable) evicted at most to make room for one pending pod, "
+            "0 to 10 (0: never move)."
+        ),
+    ] = 3,
+    move_min_runtime: Annotated[
+        float, typer.Option(help="Seconds a pod runs before it may be moved (again), 0 to 86400.")
+    ] = 600.0,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Schedule pods that ask for GPU shares: place them with the engine, write the contract, bind."""
@@ -249,6 +259,10 @@ def scheduler(
         raise UserError(f"--agent-heartbeat-timeout {agent_heartbeat_timeout}: must be 0 to 86400 seconds")
     if not 0 <= reservation_idle_seconds <= 3600:  # NaN fails both
         raise UserError(f"--reservation-idle-seconds {reservation_idle_seconds}: must be 0 to 3600")
+    if not 0 <= max_moves <= 10:
+        raise UserError(f"--max-moves {max_moves}: must be 0 (never move) to 10")
+    if not 0 <= move_min_runtime <= 86400:  # NaN fails both
+        raise UserError(f"--move-min-runtime {move_min_runtime}: must be 0 to 86400 seconds")
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
         raise UserError(f"--namespace {namespace!r}: not a namespace name (lowercase letters, digits, '-')")
     setup_logging(log_level)
@@ -263,6 +277,8 @@ def scheduler(
         reservation_image=reservation_image,
         reservation_idle_seconds=reservation_idle_seconds,
         fault_domain_label=fault_domain_label.strip(),
+        max_moves=max_moves,
+        move_min_runtime=move_min_runtime,
     )
     asyncio.run(
         serve.serve(

@@ -488,3 +488,41 @@ def test_portions_are_of_the_memory_a_process_can_allocate_where_the_agent_publi
     assert isinstance(placed, Placement)
     # Half of what can be allocated, not half of the total: two halves fit in practice.
     assert [a.request_mib for a in placed.assignments] == [40000]
+
+
+# ---- movable pods -----------------------------------------------------------------------------------------
+
+OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": True}
+
+
+def movable(**meta: Any) -> dict[str, Any]:
+    body = pod("p", annotations={keys.MOVABLE_ANNOTATION: "true"})
+    body["metadata"] |= {"ownerReferences": [OWNER], "creationTimestamp": "2026-01-01T00:00:00Z"} | meta
+    return body
+
+
+def test_a_movable_pod_counts_from_its_start_else_its_creation() -> None:
+    assert objects.movable_since(movable()) == 1767225600.0
+    started = movable()
+    started["status"] = {"phase": "Running", "startTime": "2026-01-01T00:10:00Z"}
+    assert objects.movable_since(started) == 1767226200.0
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"annotations": {keys.MOVABLE_ANNOTATION: "yes"}},  # only "true" consents
+        {"annotations": {}},
+        {"ownerReferences": []},  # a bare pod: nothing would recreate it
+        {"ownerReferences": [OWNER | {"controller": False}]},
+        {"ownerReferences": [OWNER | {"controller": "true"}]},
+        {"ownerReferences": "rs"},  # hostile shapes read as no owner, never raise
+        {"ownerReferences": [7, None]},
+        {"ownerReferences": {"controller": True}},
+        {"deletionTimestamp": "2026-01-01T00:00:01Z"},  # already going
+        {"creationTimestamp": "yesterday"},
+        {"creationTimestamp": 5},
+    ],
+)
+def test_pods_that_may_not_be_moved(change: dict[str, Any]) -> None:
+    assert objects.movable_since(movable(**change)) is None

@@ -96,6 +96,11 @@ FAULT_DOMAIN_ANNOTATION = "gpufrac.io/fault-domain"
 # (scheduler/reservations.py): their GPU is the shares' GPU, so a count of GPUs in use skips them.
 RESERVATION_LABEL = "gpufrac.io/reservation"
 
+# A tenant's consent ("true") to have the pod moved (evicted through the Eviction API, to be recreated by its
+# controller and placed again) when the scheduler needs its room for a pod that fits nowhere
+# (defragmentation, scheduler/mover.py). Only pods a controller owns are moved: a bare pod would be lost.
+MOVABLE_ANNOTATION = "gpufrac.io/movable"
+
 
 def env_configmap_name(base: str, container: str) -> str:
     """The env ConfigMap of one GPU container: `<base>-<container>`, `base` being the annotation's value.

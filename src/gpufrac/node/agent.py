@@ -51,9 +51,9 @@ from lightkube.types import PatchType
 
 from gpufrac.contract import node_inventory
 from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement
-from gpufrac.kubeapi import events
+from gpufrac.kubeapi import events, eviction
 from gpufrac.kubeapi.client import API_ERRORS
-from gpufrac.node import bursts, eviction, inventory, procfs, watchdog
+from gpufrac.node import bursts, inventory, procfs, watchdog
 from gpufrac.node.exporter import Exporter, GpuView, Observation
 from gpufrac.node.kubelet.device_plugin import DevicePluginError
 from gpufrac.node.kubelet.podresources import PodResourcesError

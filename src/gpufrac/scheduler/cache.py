@@ -70,6 +70,7 @@ class SchedulerCache:
         self.claims: dict[str, dict[str, tuple[str, int]]] = {}
         self._claimed_on: dict[str, str] = {}  # uid -> the node of its claim, so a release finds it at once
         self.reservations: dict[str, Obj] = {}
+        self.kept_rooms: dict[str, Placement] = {}  # pending pod uid -> room its moved pods left
 
     def snapshot(self) -> ClusterState:
         """The state the engine decides on. Not a copy: decisions run on the event loop between awaits, so
@@ -338,6 +339,26 @@ class SchedulerCache:
         if uid in self.state.placements:
             self.state.release(uid)
         self._unclaim(uid)
+
+    # ---- rooms kept for pending pods (defragmentation) ----------------------------------------------------
+
+    def keep_room(self, uid: str, placement: Placement) -> bool:
+        """Count `placement` as taken until its pending pod is decided, so that no other pod takes the room
+        pods were moved out of for it (`scheduler/mover.py`); False when the room is no longer free."""
+        try:
+            self.state.apply(placement)
+        except PlacementRefused:
+            return False
+        self.kept_rooms[uid] = placement
+        return True
+
+    def give_room(self, uid: str) -> Placement | None:
+        """Stop keeping the pod's room (to decide for the pod itself, or because it went); the placement it
+        was kept as, if any."""
+        placement = self.kept_rooms.pop(uid, None)
+        if placement is not None and self.state.placements.get(uid) is placement:
+            self.state.release(uid)
+        return placement
 
     def _name(self, uid: str) -> str:
         return self.names.get(uid, uid)

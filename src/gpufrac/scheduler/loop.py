@@ -27,7 +27,7 @@ from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
 from gpufrac import contract
-from gpufrac.cluster.model import Placement, Unschedulable
+from gpufrac.cluster.model import Placement, PodDemand, Unschedulable
 from gpufrac.cluster.state import PlacementRefused
 from gpufrac.contract import node_inventory
 from gpufrac.kubeapi import events
@@ -50,6 +50,7 @@ from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.devices import Hold
 from gpufrac.scheduler.keeper import ReservationKeeper
 from gpufrac.scheduler.metrics import SchedulerMetrics
+from gpufrac.scheduler.mover import Mover
 from gpufrac.scheduler.problems import INVALID, Problem, Problems
 from gpufrac.scheduler.queue import SchedulingQueue
 
@@ -85,6 +86,10 @@ class SchedulerConfig:
     # the namespaces carrying the same value of this namespace label (an admin's label; tenants cannot
     # label namespaces).
     fault_domain_label: str = ""
+    # Defragmentation (scheduler/mover.py): how many pods that opted in may be moved to let one pending pod
+    # in (0: never move), and how long a pod runs before it may be moved (again).
+    max_moves: int = 3
+    move_min_runtime: float = 600.0
 
 
 class Scheduler:
@@ -138,6 +143,15 @@ class Scheduler:
         self.policy = self._policy(Workload.from_pods([]))
         self._workload_at: float | None = None
         self.keeper = ReservationKeeper(idle_seconds=config.reservation_idle_seconds)
+        self.mover = Mover(
+            client,
+            self.cache,
+            component=config.name,
+            min_runtime=config.move_min_runtime,
+            max_moves=config.max_moves,
+            moves=self.metrics.moves,
+            clock=clock,
+        )
         self.namespace_labels: dict[str, Mapping[str, str]] = {}  # with `fault_domain_label` only
 
     # ---- events -------------------------------------------------------------------------------------------
@@ -180,7 +194,8 @@ class Scheduler:
         if event == "DELETED" or objects.is_done(pod):
             self._forget_pending(uid)
             self.misbound.pop(uid, None)
-            if self.cache.remove_pod(uid):
+            freed = self.cache.remove_pod(uid)
+            if self.mover.gone(uid) or freed:
                 self._cluster_changed()
             return
         if objects.node_name(pod):
@@ -237,6 +252,7 @@ class Scheduler:
         self.pending.pop(uid, None)
         self.queue.forget(uid)
         self.keeper.forget_pod(uid)
+        self.mover.forget(uid)
 
     # ---- scheduling ---------------------------------------------------------------------------------------
 
@@ -292,14 +308,22 @@ class Scheduler:
         rows, excluded = self.cache.eligible_rows(pod, gpus=bool(demand.shares or demand.whole))
         if demand.shares and demand.whole and self.cache.devices:
             rows, excluded = self._off_device_plugin_nodes(rows, excluded)
-        if self.keeper.waits(self.cache, uid):
+        if self.keeper.waits(self.cache, uid) or self.mover.waits(uid):
+            # The node agent has not published which GPU its reservation got (a Node update wakes it), or
+            # pods moved to make room for it are still going (their deletion wakes it).
             self.queue.park(uid, priority=_priority(pod), created=_created(pod))
-            return  # the node agent has not published which GPU its reservation got; a Node update wakes it
+            return
+        kept = self.mover.take_room(uid)
         # Shares only on GPUs gpufrac reserved, whole GPUs only on GPUs the device plugin still has free.
         usable = (Hold.RESERVED,) if demand.shares else (Hold.FREE,) if demand.whole else ()
         try:
             with self.cache.device_view(*usable):
-                outcome = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
+                outcome: Placement | Unschedulable = Unschedulable(uid, {})
+                if kept is not None:  # the room pods were moved out of, first
+                    room = rows[rows == self.cache.state.index.get(kept.node, -1)]
+                    outcome = decide(self.cache.snapshot(), demand, self.policy, rows=room)
+                if isinstance(outcome, Unschedulable):
+                    outcome = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
             if isinstance(outcome, Unschedulable) and demand.shares and self.cache.devices:
                 # Would it fit with more GPUs reserved? Then reserve them, and decide again once they are.
                 with self.cache.device_view(Hold.RESERVED, Hold.PENDING, Hold.FREE):
@@ -307,6 +331,15 @@ class Scheduler:
                 if not isinstance(trial, Unschedulable) and await self._reserve_for(uid, pod, trial):
                     self.queue.park(uid, priority=_priority(pod), created=_created(pod))
                     return
+            if (
+                isinstance(outcome, Unschedulable)
+                and self.config.max_moves
+                and await self._make_room(uid, pod, demand, rows)
+            ):
+                self.queue.park(uid, priority=_priority(pod), created=_created(pod))
+                if not self.mover.waits(uid):  # the moved pods went while their evictions were sent
+                    self._cluster_changed()
+                return
         except Exception:  # a bug, or a demand the contract let through that the engine cannot weigh
             log.exception("pod %s: the placement engine failed on it", objects.pod_key(pod))
             self.metrics.attempts.labels("error").inc()
@@ -403,6 +436,13 @@ class Scheduler:
                 {"node(s) where a device plugin runs (a share and whole GPUs in one pod)": int(off.sum())}
             )
         return rows[~off], excluded
+
+    async def _make_room(self, uid: str, pod: dict[str, Any], demand: PodDemand, rows: np.ndarray) -> bool:
+        """Move pods that opted in to let the pod in (`mover`), off device-plugin nodes, whose GPUs are the
+        kubelet's to give; the moved pods are placed again as shares are, on reserved GPUs."""
+        rows = rows[~np.isin(rows, self.cache.hold_matrix()[0])]
+        with self.cache.device_view(Hold.RESERVED):
+            return await self.mover.make_room(uid, pod, demand, self.policy, rows)
 
     async def _reserve_for(self, uid: str, pod: dict[str, Any], trial: Placement) -> bool:
         """Make the pod wait for the reservations `trial` needs on its node: the ones not yet published there

@@ -74,6 +74,13 @@ class SchedulerMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.moves = Counter(
+            "gpufrac_scheduler_moves",
+            "Pods evicted to make room for a pending pod (defragmentation), by outcome: evicted, refused "
+            "(a PodDisruptionBudget), failed",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.pending = Gauge(
             "gpufrac_scheduler_pending_pods", "Pods waiting to be scheduled", registry=self.registry
         )

@@ -19,6 +19,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
@@ -321,6 +322,24 @@ def gpu_resource_count(pod: Obj) -> int:
         return found
 
     return max(sum(counts("containers")), max(counts("initContainers"), default=0))
+
+
+def movable_since(pod: Obj) -> float | None:
+    """When a pod that may be moved started (epoch seconds: `status.startTime`, else its creation); None for
+    a pod that may not: one without the tenant's `gpufrac.io/movable: "true"`, without a controller to
+    recreate it, or already going."""
+    if annotations_of(pod).get(keys.MOVABLE_ANNOTATION) != "true" or is_done(pod):
+        return None
+    owners = meta(pod).get("ownerReferences")
+    if not isinstance(owners, list) or not any(
+        isinstance(owner, Mapping) and owner.get("controller") is True for owner in owners
+    ):
+        return None
+    started = text_field(pod, "status", "startTime") or text_field(pod, "metadata", "creationTimestamp")
+    try:
+        return datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def node_name(pod: Obj) -> str:

@@ -1,0 +1,108 @@
+"""Defragmentation rounds against a fake API server: a whole-GPU pod gets the GPU a movable share leaves,
+whatever order the eviction's reply and the watch's news of the pod's going arrive in; the room is kept for
+it; a refused eviction is not counted on again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpufrac.contract import keys
+from gpufrac.scheduler.loop import Scheduler
+
+from ..kubeapi.apiobjects import GPU_MIB, bound, key, pod, with_status
+from ..kubeapi.fakeapi import FakeApi, FakeClock, api_error
+from .schedulers import scheduler, share_notes
+from .test_scheduler_binds import gpu_node, share_pod
+
+OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "controller": True}
+
+
+def placed_share(name: str, node: str, fraction: float, *, movable: bool = True) -> dict[str, Any]:
+    notes = {keys.MOVABLE_ANNOTATION: "true"} if movable else {}
+    body = bound(
+        pod(name, annotations=notes),
+        node,
+        share_notes("main", f"GPU-{node}-0", f"{int(fraction * GPU_MIB)}Mi"),
+    )
+    body["metadata"]["ownerReferences"] = [OWNER]
+    return body
+
+
+def going(body: dict[str, Any]) -> dict[str, Any]:
+    gone = with_status(body)
+    gone["metadata"]["deletionTimestamp"] = "2024-05-01T13:00:00Z"
+    return gone
+
+
+class EvictingApi(FakeApi):
+    """An eviction whose pod's going the watch reports before the eviction's reply (`early`), or after."""
+
+    def __init__(self, early: bool) -> None:
+        super().__init__()
+        self.early = early
+        self.scheduler: Scheduler | None = None
+        self.evicted: list[str] = []
+
+    async def create(self, obj: Any, name: str | None = None, *, namespace: str | None = None) -> Any:
+        if obj.kind == "Eviction":
+            self.evicted.append(name or "")
+            if self.early and self.scheduler is not None:
+                self.scheduler.on_pod_event("MODIFIED", going(self.stored("Pod", name or "") or {}))
+        return await super().create(obj, name, namespace=namespace)
+
+
+def two_gpus(client: FakeApi, clock: FakeClock, *, a_movable: bool = True) -> Scheduler:
+    """n0's GPU holds A (0.3), n1's B (0.6); W asks for a whole GPU."""
+    pods = [placed_share("a", "n0", 0.3, movable=a_movable), placed_share("b", "n1", 0.6, movable=False)]
+    pods.append(pod("w", whole=1))
+    for item in pods:
+        client.put(item)
+    made = scheduler(client, clock, move_min_runtime=0)
+    made.on_nodes_listed([gpu_node("n0", gpus=1), gpu_node("n1", gpus=1)])
+    made.on_pods_listed(pods)
+    return made
+
+
+@pytest.mark.parametrize("early", [True, False], ids=["watch-first", "reply-first"])
+async def test_the_room_a_moved_share_leaves_goes_to_the_pod_it_was_moved_for(early: bool) -> None:
+    client, clock = EvictingApi(early), FakeClock()
+    made = two_gpus(client, clock)
+    client.scheduler = made
+    await made.schedule_pending()
+    assert client.evicted == ["a"]
+    if not early:
+        assert made.mover.waits(key("w"))
+        made.on_pod_event("MODIFIED", going(client.stored("Pod", "a") or {}))
+    # The room is kept: a share that arrives first does not take it.
+    assert key("w") in made.cache.kept_rooms
+    client.put(share_pod("late", "0.5"))
+    made.on_pod_event("ADDED", share_pod("late", "0.5"))
+    for _ in range(3):
+        clock.advance(60)
+        await made.schedule_pending()
+    await made.wait_for_binds()
+    assert client.stored("Pod", "w")["spec"]["nodeName"] == "n0"  # type: ignore[index]
+    assert client.stored("Pod", "late")["spec"].get("nodeName") is None  # type: ignore[index]
+    assert made.cache.kept_rooms == {} and made.mover.plans == {}
+
+
+async def test_a_refused_eviction_is_not_tried_again_while_it_would_be_refused() -> None:
+    client, clock = EvictingApi(early=False), FakeClock()
+    client.fail["create Eviction"] = api_error(429, "TooManyRequests", "disruption budget")
+    made = two_gpus(client, clock)
+    await made.schedule_pending()
+    assert client.evicted == ["a"] and key("a") in made.mover.refused
+    clock.advance(120)
+    await made.schedule_pending()
+    assert client.evicted == ["a"]  # A is not planned with again before the refusal expires
+    assert client.stored("Pod", "w")["spec"].get("nodeName") is None  # type: ignore[index]
+
+
+async def test_a_pod_without_consent_is_never_evicted() -> None:
+    client = EvictingApi(early=True)
+    made = two_gpus(client, FakeClock(), a_movable=False)
+    client.scheduler = made
+    await made.schedule_pending()
+    assert client.evicted == [] and made.mover.plans == {}
