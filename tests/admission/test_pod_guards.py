@@ -43,6 +43,7 @@ def bound(obj: dict[str, Any]) -> dict[str, Any]:
         {f"{N}app.gpu-memory.request": "9Gi", f"{N}app.gpu-memory.limit": "8Gi"},
         {f"{N}app.gpu-compute.mode": " "},
         {f"{N}other.gpu-memory.request": "1Gi"},
+        {"gpu-fraction": "0.5", "gpufrac.io/movable": "yes"},  # consent is "true" or "false", nothing looser
     ],
 )
 @pytest.mark.parametrize("user", [TENANT, SCHEDULER])

@@ -427,6 +427,17 @@ def test_malformed_pods_are_contract_errors(pod: dict[str, object], message: str
     assert refusal(pod) == message
 
 
+@pytest.mark.parametrize("value", ["yes", "True", "", 1, None, ["true"]])
+def test_consent_to_be_moved_is_true_or_false(value: object) -> None:
+    if value is None:
+        assert parse_pod({"metadata": {"annotations": {keys.MOVABLE_ANNOTATION: None}}}) == parse_pod({})
+        return
+    message = refusal({"metadata": {"annotations": {keys.MOVABLE_ANNOTATION: value}}})
+    assert message.startswith(f"{keys.MOVABLE_ANNOTATION}=") and 'expected "true"' in message
+    for consent in ("true", "false"):
+        assert parse_pod({"metadata": {"annotations": {keys.MOVABLE_ANNOTATION: consent}}}) == parse_pod({})
+
+
 def test_a_long_malformed_value_is_shortened_in_the_message() -> None:
     message = refusal({"metadata": ["x" * 100]})
     assert len(message) < 100

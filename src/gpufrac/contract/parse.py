@@ -393,7 +393,13 @@ def _listing(containers: Sequence[str]) -> str:
 def _read(pod: Mapping[str, object]) -> _Pod:
     metadata = _mapping(pod.get("metadata"), "metadata")
     spec = _mapping(pod.get("spec"), "spec")
-    annotations = _annotations(_mapping(metadata.get("annotations"), "metadata.annotations"))
+    raw_annotations = _mapping(metadata.get("annotations"), "metadata.annotations")
+    annotations = _annotations(raw_annotations)
+    consent = raw_annotations.get(keys.MOVABLE_ANNOTATION)
+    if consent is not None and consent not in ("true", "false"):
+        raise ContractError(
+            keys.MOVABLE_ANNOTATION, _text(consent), 'expected "true" (the pod may be moved) or "false"'
+        )
     containers: list[str] = []
     whole: dict[str, int] = {}
     for container in _sequence(spec.get("containers"), "spec.containers"):
