@@ -12,10 +12,13 @@ with the node agent's `gpufrac.io/gpus` annotation and Ready conditions, Pods as
 (a) Decision latency. One fill with `binpack` (the scheduler's default) decides every arrival through
 `placement.engine.decide` on a `ClusterState` and applies what fits; its times are binpack's. Filling the
 cluster once per policy would take hours on a shared 2-core machine, so at each fill level (every quarter
-of the arrivals, and the end) every policy, built fresh, decides the next `--decisions` arrivals, applying
-each placement and releasing them all afterwards. The first decision of a fresh policy fills its per-node
-memos (fgd: the fragmentation of every node) and is reported apart as `cold`; a scheduler pays it once per
-policy rebuild (fgd: every 10 minutes). `--decisions 0` fills the cluster once per policy instead. Wall time
+of the arrivals, and the end) every policy, built once for the whole fill as a scheduler builds it,
+decides the next `--decisions` arrivals, applying each placement and releasing them all afterwards. Before
+that it decides one pod of each shape among them, untimed and not applied: a running scheduler's per-shape
+memos already hold every node but the few its last decisions changed, while the fill changed thousands
+since the last probe. A policy's very first decision fills its memos for every node (fgd: the
+fragmentation of every node) and is reported apart as `cold`; a scheduler pays it once per policy rebuild
+(fgd: every 10 minutes). `--decisions 0` fills the cluster once per policy instead. Wall time
 and CPU time (`time.thread_time`) are taken around each `decide`: on a machine shared with other work the
 wall time includes waiting for a core, the CPU time does not.
 
@@ -56,6 +59,7 @@ from gpufrac import contract
 from gpufrac.cluster.model import NodeSpec, Placement, PodDemand
 from gpufrac.cluster.state import ClusterState
 from gpufrac.contract import keys, node_inventory
+from gpufrac.placement.cache import shape_key
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, PolicyContext
 from gpufrac.placement.workload import Workload
@@ -241,18 +245,21 @@ def build_policy(name: str, workload: Workload, seed: int) -> Any:
 def probe(
     state: ClusterState,
     demands: Sequence[PodDemand],
-    policies: Sequence[str],
-    workload: Workload,
-    seed: int,
+    policies: dict[str, Any],
     timings: dict[str, Timings],
 ) -> None:
-    """Each policy, built fresh, decides `demands` (the first one cold) on `state`; its placements are
-    released afterwards, so every policy starts from the same fill."""
-    for name in policies:
-        policy = build_policy(name, workload, seed)
+    """Each policy decides `demands` on `state`, its placements released afterwards, so every policy starts
+    from the same fill. A running scheduler's policy has decided pods of these shapes recently, so its
+    per-shape memos hold every node but the few the last decisions changed; here the fill changed thousands
+    of nodes since the last probe, so each policy first decides one pod of every shape untimed (nothing
+    applied), which brings its memos to where a running scheduler's are."""
+    shapes = {shape_key(demand): demand for demand in demands}
+    for name, policy in policies.items():
+        for demand in shapes.values():
+            decide(state, demand, policy)
         placed_before = set(state.placements)
-        for i, demand in enumerate(demands):
-            timings[name].decide(state, demand, policy, cold=i == 0)
+        for demand in demands:
+            timings[name].decide(state, demand, policy)
         for pod in [pod for pod in state.placements if pod not in placed_before]:
             state.release(pod)
 
@@ -279,10 +286,16 @@ def sampled_latency(
     fill_policy = build_policy(FILL_POLICY, workload, seed)
     levels = fill_levels(len(cluster.demands), decisions)
     allocated: dict[int, float] = {}
+    # One policy each for the whole fill, as in a scheduler; the first decision of each is timed apart.
+    probing = {name: build_policy(name, workload, seed) for name in policies}
+    first = cluster.demands[0]
+    for name, policy in probing.items():
+        if isinstance(timings[name].decide(state, first, policy, cold=True), Placement):
+            state.release(first.name)
     for i, demand in enumerate(cluster.demands):
         if i in levels:
             allocated[i] = allocation(state)
-            probe(state, cluster.demands[i : i + decisions], policies, workload, seed + i, timings)
+            probe(state, cluster.demands[i : i + decisions], probing, timings)
         fill.decide(state, demand, fill_policy, cold=i == 0)
         on_fill(i + 1)
     timings[f"{FILL_POLICY} (full fill)"] = fill
