@@ -526,3 +526,26 @@ def test_a_movable_pod_counts_from_its_start_else_its_creation() -> None:
 )
 def test_pods_that_may_not_be_moved(change: dict[str, Any]) -> None:
     assert objects.movable_since(movable(**change)) is None
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"metadata": {"annotations": {"a": 1}}},
+        {"metadata": {"annotations": {1: "a"}}},
+        {"spec": {"containers": {"name": "app"}}},
+        {"spec": {"containers": [None]}},
+        {"spec": {"priority": True}},
+        {"spec": {"priority": "1"}},
+        {"status": []},
+    ],
+)
+def test_the_quick_shape_walk_and_the_naming_one_agree(odd: dict[str, Any]) -> None:
+    """`check` walks an object once without naming fields, and again to name the first wrong one: both
+    walks must judge alike, or a malformed pod would pass (or a sound one be refused)."""
+    body = pod("p")
+    for part, fields in odd.items():
+        body[part] = {**body[part], **fields} if isinstance(fields, dict) else fields
+    with pytest.raises(contract.ContractError):
+        objects.check_pod(body)
+    objects.check_pod(pod("p"))

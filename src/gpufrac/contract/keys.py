@@ -41,6 +41,7 @@ CONTAINER_FAMILIES = {
     CONTAINER_PREFIX: CONTAINER_SUFFIXES,
     GPUFRAC_CONTAINER_PREFIX: GPUFRAC_CONTAINER_SUFFIXES,
 }
+_FAMILY_PREFIXES = tuple(CONTAINER_FAMILIES)
 
 # The extended resource through which a container asks for whole GPUs.
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -120,7 +121,9 @@ def container_key(container: str, suffix: str) -> str:
 
 def container_prefix(key: str) -> str | None:
     """The per-container family `key` is in (`nvidia.com/container.` or `gpufrac.io/container.`), if any."""
-    return next((prefix for prefix in CONTAINER_FAMILIES if key.startswith(prefix)), None)
+    if not key.startswith(_FAMILY_PREFIXES):  # most keys: one C call, no loop
+        return None
+    return next(prefix for prefix in CONTAINER_FAMILIES if key.startswith(prefix))
 
 
 def split_container_key(key: str) -> tuple[str, str] | None:
