@@ -85,8 +85,8 @@ class Mover:
                 or uid not in self.cache.state.placements
             ):
                 continue
-            try:
-                demand = objects.pod_demand(pod)
+            try:  # placed again within the fault domain its sm-sharing shares were placed in
+                demand = objects.pod_demand(pod, fault_domain=self.cache.state.placements[uid].fault_domain)
             except contract.ContractError:
                 continue
             if not demand.whole:  # whole-GPU pods are where the room goes, never what is moved
