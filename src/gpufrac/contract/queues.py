@@ -1,0 +1,183 @@
+"""Queues: how teams share the cluster, as the `Queue` custom resource (`queues.gpufrac.io`) says. Pure.
+
+A queue is guaranteed its `quota` of each resource, may borrow what others leave idle in proportion to its
+`overQuotaWeight`, and never holds more than its `limit`. Queues form a tree (`parentQueue`): a child's
+share comes out of its parent's. Pods join a queue by the label `gpufrac.io/queue`, or KAI Scheduler's
+`kai.scheduler/queue` so that teams move over without editing manifests; a pod with neither is in
+`default`, which exists even when no Queue object names it (no quota, weight 1, no limit).
+
+Units are the engine's: GPU memory (what shares request) and memory in MiB, CPU in millicores, whole GPUs
+as a count. The field names follow KAI's Queue where it has one (`parentQueue`, `quota`, `limit`,
+`overQuotaWeight`, -1 for "no limit"), so a KAI queue reads with its resource names changed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from fractions import Fraction
+
+from gpufrac.contract.errors import ContractError
+from gpufrac.contract.quantity import parse_quantity
+
+GROUP = "gpufrac.io"
+VERSION = "v1alpha1"
+KIND = "Queue"
+PLURAL = "queues"
+QUEUE_LABEL = "gpufrac.io/queue"
+KAI_QUEUE_LABEL = "kai.scheduler/queue"
+DEFAULT_QUEUE = "default"
+NO_LIMIT = -1  # as KAI writes it
+
+
+class Resource(StrEnum):
+    GPU_MEMORY = "gpuMemory"  # MiB requested by GPU shares
+    GPUS = "gpus"  # whole GPUs
+    CPU = "cpu"  # millicores
+    MEMORY = "memory"  # MiB
+
+
+_UNIT = {
+    Resource.GPU_MEMORY: Fraction(2**20),
+    Resource.GPUS: Fraction(1),
+    Resource.CPU: Fraction(1, 1000),
+    Resource.MEMORY: Fraction(2**20),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Entitlement:
+    """One resource of one queue, in the resource's unit: guaranteed, weight over it, and the most."""
+
+    quota: int = 0
+    over_quota_weight: float = 1.0
+    limit: int | None = None  # None: no limit
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    name: str
+    parent: str | None = None
+    resources: Mapping[Resource, Entitlement] = field(default_factory=dict)
+
+    def entitlement(self, resource: Resource) -> Entitlement:
+        return self.resources.get(resource, Entitlement())
+
+
+def queue_of(labels: Mapping[str, object]) -> str:
+    """The queue a pod joins: gpufrac's label, else KAI's, else `default`."""
+    for key in (QUEUE_LABEL, KAI_QUEUE_LABEL):
+        value = labels.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return DEFAULT_QUEUE
+
+
+def parse_queue(obj: Mapping[str, object]) -> QueueSpec:
+    """A Queue object as the API returns it; `ContractError` naming the first field that is wrong."""
+    metadata = _map(obj.get("metadata"), "metadata")
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise ContractError("metadata.name", str(name), "a Queue needs a name")
+    spec = _map(obj.get("spec", {}), "spec")
+    parent = spec.get("parentQueue")
+    if parent is not None and (not isinstance(parent, str) or not parent):
+        raise ContractError("spec.parentQueue", str(parent), "must be the name of another Queue")
+    if parent == name:
+        raise ContractError("spec.parentQueue", name, "a Queue cannot be its own parent")
+    resources: dict[Resource, Entitlement] = {}
+    for key, value in _map(spec.get("resources", {}), "spec.resources").items():
+        try:
+            resource = Resource(key)
+        except ValueError:
+            known = ", ".join(r.value for r in Resource)
+            raise ContractError(
+                f"spec.resources.{key}", str(value), f"unknown resource; known: {known}"
+            ) from None
+        resources[resource] = _entitlement(resource, _map(value, f"spec.resources.{key}"))
+    return QueueSpec(name, parent or None, resources)
+
+
+def check_tree(queues: Mapping[str, QueueSpec]) -> None:
+    """`ContractError` for the first thing wrong with the queues as a whole: a parent that does not exist, a
+    cycle, or children whose quotas add up to more than their parent's quota (or whose limit passes it; a
+    child without a limit is held to its parent's)."""
+    for spec in queues.values():
+        if spec.parent is not None and spec.parent not in queues:
+            raise ContractError("spec.parentQueue", spec.parent, f"queue {spec.name}: no such Queue")
+    for spec in queues.values():
+        seen = {spec.name}
+        parent = spec.parent
+        while parent is not None:
+            if parent in seen:
+                raise ContractError("spec.parentQueue", spec.parent or "", f"queue {spec.name}: a cycle")
+            seen.add(parent)
+            parent = queues[parent].parent
+    for spec in queues.values():
+        children = [child for child in queues.values() if child.parent == spec.name]
+        for resource in Resource:
+            ceiling = spec.entitlement(resource)
+            promised = sum(child.entitlement(resource).quota for child in children)
+            if promised > ceiling.quota:
+                raise ContractError(
+                    f"spec.resources.{resource.value}.quota",
+                    str(promised),
+                    f"queue {spec.name}'s children are promised more than its quota ({ceiling.quota})",
+                )
+            for child in children:
+                limit = child.entitlement(resource).limit
+                if ceiling.limit is not None and limit is not None and limit > ceiling.limit:
+                    raise ContractError(
+                        f"spec.resources.{resource.value}.limit",
+                        str(limit),
+                        f"queue {child.name} may not hold more than its parent {spec.name} ({ceiling.limit})",
+                    )
+
+
+def _entitlement(resource: Resource, fields: Mapping[str, object]) -> Entitlement:
+    where = f"spec.resources.{resource.value}"
+    unknown = set(fields) - {"quota", "limit", "overQuotaWeight"}
+    if unknown:
+        raise ContractError(
+            f"{where}.{sorted(map(str, unknown))[0]}",
+            "",
+            "unknown field; known: quota, limit, overQuotaWeight",
+        )
+    quota = _amount(resource, fields.get("quota", 0), f"{where}.quota")
+    limit_text = fields.get("limit", NO_LIMIT)
+    limit = (
+        None if limit_text in (NO_LIMIT, str(NO_LIMIT)) else _amount(resource, limit_text, f"{where}.limit")
+    )
+    weight = fields.get("overQuotaWeight", 1)
+    if (
+        isinstance(weight, bool)
+        or not isinstance(weight, int | float)
+        or not math.isfinite(weight)
+        or weight < 0
+    ):
+        raise ContractError(f"{where}.overQuotaWeight", str(weight), "must be a number, 0 or more")
+    if limit is not None and limit < quota:
+        raise ContractError(f"{where}.limit", str(limit_text), f"is below the quota ({quota})")
+    return Entitlement(quota, float(weight), limit)
+
+
+def _amount(resource: Resource, value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ContractError(where, str(value), "must be a quantity such as 4, 500m or 80Gi")
+    try:
+        amount = parse_quantity(str(value))
+    except ValueError as error:
+        raise ContractError(where, str(value), str(error)) from None
+    if amount < 0:
+        raise ContractError(where, str(value), "must be 0 or more")
+    if resource is Resource.GPUS and amount.denominator != 1:
+        raise ContractError(where, str(value), "whole GPUs are counted whole")
+    return math.ceil(amount / _UNIT[resource])
+
+
+def _map(value: object, where: str) -> Mapping[str, object]:
+    if not isinstance(value, Mapping):
+        raise ContractError(where, str(value), "must be a map")
+    return value

@@ -1,0 +1,103 @@
+"""Queue objects read into `QueueSpec`s, with a one-line reason for every way one can be wrong, and the
+checks on the tree they form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpufrac.contract import ContractError
+from gpufrac.contract.queues import (
+    Entitlement,
+    QueueSpec,
+    Resource,
+    check_tree,
+    parse_queue,
+    queue_of,
+)
+
+
+def queue(name: str = "team-a", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "gpufrac.io/v1alpha1", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+
+def test_a_queue_in_each_resource_unit() -> None:
+    parsed = parse_queue(
+        queue(
+            parentQueue="org",
+            resources={
+                "gpuMemory": {"quota": "80Gi", "limit": "160Gi", "overQuotaWeight": 2},
+                "gpus": {"quota": 2, "limit": -1},
+                "cpu": {"quota": "500m"},
+                "memory": {"quota": "1Gi", "overQuotaWeight": 0.5},
+            },
+        )
+    )
+    assert parsed == QueueSpec(
+        "team-a",
+        "org",
+        {
+            Resource.GPU_MEMORY: Entitlement(81920, 2.0, 163840),
+            Resource.GPUS: Entitlement(2, 1.0, None),
+            Resource.CPU: Entitlement(500, 1.0, None),
+            Resource.MEMORY: Entitlement(1024, 0.5, None),
+        },
+    )
+    assert parse_queue(queue()) == QueueSpec("team-a")
+
+
+@pytest.mark.parametrize(
+    ("obj", "says"),
+    [
+        ({"metadata": {}}, "metadata.name"),
+        (queue(parentQueue="team-a"), "its own parent"),
+        (queue(parentQueue=7), "spec.parentQueue"),
+        (queue(resources={"nvidia.com/gpu": {"quota": 1}}), "unknown resource; known: gpuMemory, gpus"),
+        (queue(resources={"gpus": {"quota": "1.5"}}), "counted whole"),
+        (queue(resources={"gpus": {"quota": "-1"}}), "0 or more"),
+        (queue(resources={"gpus": {"quota": "lots"}}), "spec.resources.gpus.quota"),
+        (queue(resources={"gpus": {"quota": 4, "limit": 2}}), "below the quota"),
+        (queue(resources={"gpus": {"overQuotaWeight": -1}}), "overQuotaWeight"),
+        (queue(resources={"gpus": {"overQuotaWeight": "nan"}}), "overQuotaWeight"),
+        (queue(resources={"gpus": {"quotas": 1}}), "unknown field"),
+        (queue(resources=[]), "spec.resources"),
+        (queue(resources={"gpus": True}), "must be a map"),
+    ],
+)
+def test_a_bad_queue_is_refused_with_the_field_and_the_fix(obj: dict[str, Any], says: str) -> None:
+    with pytest.raises(ContractError, match=says) as caught:
+        parse_queue(obj)
+    assert "\n" not in str(caught.value)
+
+
+def spec(name: str, parent: str | None = None, quota: int = 0, limit: int | None = None) -> QueueSpec:
+    return QueueSpec(name, parent, {Resource.GPUS: Entitlement(quota, 1.0, limit)})
+
+
+@pytest.mark.parametrize(
+    ("tree", "says"),
+    [
+        ([spec("a", "nowhere")], "no such Queue"),
+        ([spec("a", "b"), spec("b", "a")], "a cycle"),
+        ([spec("p", quota=4), spec("a", "p", 3), spec("b", "p", 2)], "promised more than its quota"),
+        ([spec("p", quota=4, limit=4), spec("a", "p", 1, limit=8)], "may not hold more than its parent"),
+    ],
+)
+def test_a_bad_tree_is_refused(tree: list[QueueSpec], says: str) -> None:
+    with pytest.raises(ContractError, match=says):
+        check_tree({q.name: q for q in tree})
+
+
+def test_a_sound_tree_passes() -> None:
+    check_tree(
+        {q.name: q for q in [spec("p", quota=4, limit=8), spec("a", "p", 3), spec("b", "p", 1, limit=8)]}
+    )
+
+
+def test_the_queue_a_pod_joins() -> None:
+    assert queue_of({"gpufrac.io/queue": "team-a", "kai.scheduler/queue": "team-b"}) == "team-a"
+    assert queue_of({"kai.scheduler/queue": "team-b"}) == "team-b"
+    assert (
+        queue_of({}) == queue_of({"gpufrac.io/queue": ""}) == queue_of({"gpufrac.io/queue": 5}) == "default"
+    )
