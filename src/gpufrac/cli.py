@@ -244,6 +244,13 @@ def scheduler(
     move_min_runtime: Annotated[
         float, typer.Option(help="Seconds a pod runs before it may be moved (again), 0 to 86400.")
     ] = 600.0,
+    queues: Annotated[
+        bool,
+        typer.Option(
+            help="Take pods from the tenant queue furthest below its fair share first (Queue objects, "
+            "queues.gpufrac.io: install the chart's CRD)."
+        ),
+    ] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Schedule pods that ask for GPU shares: place them with the engine, write the contract, bind."""
@@ -279,6 +286,7 @@ def scheduler(
         fault_domain_label=fault_domain_label.strip(),
         max_moves=max_moves,
         move_min_runtime=move_min_runtime,
+        queues=queues,
     )
     asyncio.run(
         serve.serve(

@@ -53,6 +53,7 @@ from gpufrac.scheduler.metrics import SchedulerMetrics
 from gpufrac.scheduler.mover import Mover
 from gpufrac.scheduler.problems import INVALID, Problem, Problems
 from gpufrac.scheduler.queue import SchedulingQueue
+from gpufrac.scheduler.tenants import QUEUE_RESOURCE, Tenants, tenant_of
 
 log = logging.getLogger("gpufrac.scheduler")
 WORKLOAD_REFRESH_SECONDS = 600.0
@@ -90,6 +91,9 @@ class SchedulerConfig:
     # in (0: never move), and how long a pod runs before it may be moved (again).
     max_moves: int = 3
     move_min_runtime: float = 600.0
+    # Tenant queues (Queue objects, queues.gpufrac.io): pods are taken from the queue furthest below its fair
+    # share first. Needs the chart's CustomResourceDefinition.
+    queues: bool = False
 
 
 class Scheduler:
@@ -115,6 +119,7 @@ class Scheduler:
             lambda: self.cache.snapshot(),
             leader=lambda: self.leading,
             misfits=lambda: sum(len(held) for held in self.cache.misfits.values()),
+            queues=(lambda: (self.tenants.shares, self.tenants.usage)) if config.queues else None,
         )
         self.problems = Problems(
             on_new=lambda problem: self.metrics.invalid_objects.labels(problem.kind, problem.reason).inc()
@@ -134,6 +139,9 @@ class Scheduler:
         self.synced = {"nodes": False, "pods": False}
         if config.fault_domain_label:
             self.synced["namespaces"] = False
+        self.tenants = Tenants(report=self.problems.report, clock=clock)
+        if config.queues:
+            self.synced["queues"] = False
         self.is_leader = leading  # a standby (False) keeps its cache warm and binds nothing until `lead()`
         self._holds: Callable[[], bool] = lambda: True  # the elector's word that the Lease is still ours
         self._binds: set[asyncio.Task[None]] = set()
@@ -216,8 +224,17 @@ class Scheduler:
             previous = self.pending.get(uid)
             self.pending[uid] = pod
             if previous is None or _spec_changed(previous, pod):
-                self.queue.add(uid, priority=_priority(pod), created=_created(pod))
+                self.queue.add(uid, **_order(pod))
                 self._wakeup.set()
+
+    def on_queues_listed(self, items: list[dict[str, Any]]) -> None:
+        self.tenants.on_listed(items)
+        self.synced["queues"] = True
+        self._cluster_changed()
+
+    def on_queue_event(self, event: str, item: dict[str, Any]) -> None:
+        self.tenants.on_event(event, item)
+        self._cluster_changed()
 
     def on_namespaces_listed(self, namespaces: list[dict[str, Any]]) -> None:
         self.namespace_labels = {objects.name_of(ns): objects.node_labels_of(ns) for ns in namespaces}
@@ -287,7 +304,7 @@ class Scheduler:
         if self.leading and (self.cache.devices or self.keeper.failed) and self.keeper.due(self.clock()):
             await self._tend_reservations()
         tried = 0
-        while self.leading and (uid := self.queue.pop()) is not None:
+        while self.leading and (uid := self.queue.pop(self._tenant_rank())) is not None:
             pod = self.pending.get(uid)
             if pod is None:
                 continue
@@ -296,13 +313,19 @@ class Scheduler:
         self.metrics.pending.set(len(self.pending))
         return tried
 
+    def _tenant_rank(self) -> Callable[[str], float] | None:
+        """The order of the tenant queues, when there are queues and more than one has pods to try."""
+        if not self.config.queues or len(self.queue.tenants()) < 2:
+            return None
+        return self.tenants.rank(self.cache, self.pending)
+
     async def _schedule(self, uid: str, pod: dict[str, Any]) -> None:
         started = time.perf_counter()
         try:
             demand = objects.pod_demand(pod, fault_domain=self.fault_domain(pod))
         except contract.ContractError as error:
             self.metrics.attempts.labels("invalid").inc()
-            self.queue.park(uid, priority=_priority(pod), created=_created(pod))
+            self.queue.park(uid, **_order(pod))
             await self._report_failure(pod, f"invalid GPU request: {error}")
             return
         rows, excluded = self.cache.eligible_rows(pod, gpus=bool(demand.shares or demand.whole))
@@ -311,7 +334,7 @@ class Scheduler:
         if self.keeper.waits(self.cache, uid) or self.mover.waits(uid):
             # The node agent has not published which GPU its reservation got (a Node update wakes it), or
             # pods moved to make room for it are still going (their deletion wakes it).
-            self.queue.park(uid, priority=_priority(pod), created=_created(pod))
+            self.queue.park(uid, **_order(pod))
             return
         kept = self.mover.take_room(uid)
         # Shares only on GPUs gpufrac reserved, whole GPUs only on GPUs the device plugin still has free.
@@ -329,27 +352,27 @@ class Scheduler:
                 with self.cache.device_view(Hold.RESERVED, Hold.PENDING, Hold.FREE):
                     trial = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
                 if not isinstance(trial, Unschedulable) and await self._reserve_for(uid, pod, trial):
-                    self.queue.park(uid, priority=_priority(pod), created=_created(pod))
+                    self.queue.park(uid, **_order(pod))
                     return
             if (
                 isinstance(outcome, Unschedulable)
                 and self.config.max_moves
                 and await self._make_room(uid, pod, demand, rows)
             ):
-                self.queue.park(uid, priority=_priority(pod), created=_created(pod))
+                self.queue.park(uid, **_order(pod))
                 if not self.mover.waits(uid):  # the moved pods went while their evictions were sent
                     self._cluster_changed()
                 return
         except Exception:  # a bug, or a demand the contract let through that the engine cannot weigh
             log.exception("pod %s: the placement engine failed on it", objects.pod_key(pod))
             self.metrics.attempts.labels("error").inc()
-            self.queue.park(uid, priority=_priority(pod), created=_created(pod))
+            self.queue.park(uid, **_order(pod))
             await self._report_failure(pod, "the placement engine failed on it; see the scheduler's log")
             return
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         if isinstance(outcome, Unschedulable):
             self.metrics.attempts.labels("unschedulable").inc()
-            self.queue.park(uid, priority=_priority(pod), created=_created(pod))
+            self.queue.park(uid, **_order(pod))
             reasons = Counter(outcome.reasons) + excluded
             message = Unschedulable(uid, dict(reasons)).message
             log.info("pod %s unschedulable: %s", objects.pod_key(pod), message)
@@ -363,6 +386,7 @@ class Scheduler:
             )
         try:
             self.cache.assume(pod, outcome)
+            self.tenants.placed(tenant_of(pod), outcome)
         except PlacementRefused as error:  # the cache holds it already: a bind or the watch got there first
             log.warning("pod %s: not bound, already accounted: %s", objects.pod_key(pod), error)
             self._forget_pending(uid)
@@ -373,7 +397,7 @@ class Scheduler:
             self._slots.release()
             if self.cache.forget(pod):
                 self.pending[uid] = pod
-                self.queue.add(uid, priority=_priority(pod), created=_created(pod))
+                self.queue.add(uid, **_order(pod))
             return
         self._track(self._bind(uid, pod, outcome))
 
@@ -414,7 +438,7 @@ class Scheduler:
             )
             if self.cache.forget(pod):  # still there: try again after the backoff
                 self.pending[uid] = pod
-                self.queue.backoff(uid, priority=_priority(pod), created=_created(pod))
+                self.queue.backoff(uid, **_order(pod))
             self._cluster_changed()
         else:
             self.metrics.attempts.labels("scheduled").inc()
@@ -618,21 +642,22 @@ class Scheduler:
 
     async def run(self) -> None:
         """Watch nodes and pods, and schedule while leader, until cancelled."""
-        namespaces = (
-            [
-                reflect(
-                    self.client,
-                    Namespace,
-                    on_list=self.on_namespaces_listed,
-                    on_event=self.on_namespace_event,
-                    namespaced=False,
-                )
-            ]
-            if self.config.fault_domain_label
-            else []
+        # Namespaces only to group them into fault domains; Queue objects only with tenant queues.
+        optional = (
+            (
+                Namespace,
+                self.on_namespaces_listed,
+                self.on_namespace_event,
+                bool(self.config.fault_domain_label),
+            ),
+            (QUEUE_RESOURCE, self.on_queues_listed, self.on_queue_event, self.config.queues),
         )
         await asyncio.gather(
-            *namespaces,
+            *(
+                reflect(self.client, kind, on_list=listed, on_event=changed, namespaced=False)
+                for kind, listed, changed, wanted in optional
+                if wanted
+            ),
             reflect(
                 self.client, Node, on_list=self.on_nodes_listed, on_event=self.on_node_event, namespaced=False
             ),
@@ -662,6 +687,11 @@ class Scheduler:
                 await asyncio.wait_for(
                     self._wakeup.wait(), timeout=1.0 if delay is None else max(delay, 0.01)
                 )
+
+
+def _order(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """Where the pod goes in the scheduling queue: its tenant queue, priority and age."""
+    return {"priority": _priority(pod), "created": _created(pod), "tenant": tenant_of(pod)}
 
 
 def _priority(pod: Mapping[str, Any]) -> int:

@@ -6,7 +6,8 @@ are read from `ClusterState` at scrape time rather than kept in step with it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import (
@@ -50,6 +51,32 @@ class _GpuMemory(Collector):
         yield free
 
 
+QueueFigures = tuple[
+    Mapping[str, Mapping[Any, float]], Mapping[str, Mapping[Any, float]]
+]  # queue -> resource -> amount
+
+
+class _Queues(Collector):
+    """Each tenant queue's fair share and use, per resource, as the scheduler last computed them."""
+
+    def __init__(self, figures: Callable[[], QueueFigures]) -> None:
+        self._figures = figures
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        shares, usage = self._figures()
+        for name, helptext, table in (
+            ("gpufrac_queue_fair_share", "A queue's fair share, in the resource's unit", shares),
+            ("gpufrac_queue_usage", "What a queue's pods hold, in the resource's unit", usage),
+        ):
+            family = GaugeMetricFamily(
+                name, f"{helptext} (MiB, millicores or GPUs)", labels=["queue", "resource"]
+            )
+            for queue, amounts in sorted(table.items()):
+                for resource, amount in sorted(amounts.items()):
+                    family.add_metric([queue, str(resource)], amount)
+            yield family
+
+
 class SchedulerMetrics:
     def __init__(
         self,
@@ -57,6 +84,7 @@ class SchedulerMetrics:
         *,
         leader: Callable[[], bool] = lambda: True,
         misfits: Callable[[], int] = lambda: 0,
+        queues: Callable[[], QueueFigures] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.attempts = Counter(
@@ -103,6 +131,8 @@ class SchedulerMetrics:
         )
         self.misfits.set_function(lambda: float(misfits()))
         self.registry.register(_GpuMemory(state))
+        if queues is not None:
+            self.registry.register(_Queues(queues))
 
 
 def http_app(metrics: SchedulerMetrics, *, ready: Callable[[], bool]) -> web.Application:

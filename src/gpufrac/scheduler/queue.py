@@ -1,4 +1,8 @@
-"""The scheduling queue: highest priority first, then oldest; pods that did not fit wait.
+"""The scheduling queue: the tenant queue furthest below its fair share first, then highest priority, then
+oldest; pods that did not fit wait.
+
+Pods are kept per tenant queue (`contract.queues`); `pop` takes the head of the tenant queue that `rank`
+puts first (lowest), and without a rank the head of them all, which is plain priority-then-age order.
 
 A pod that did not fit is parked. It comes back when the cluster changes (a pod left, a node came or
 changed) once its backoff has passed, or `max_park` seconds after that regardless, much as
@@ -13,6 +17,8 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from gpufrac.contract.queues import DEFAULT_QUEUE
 
 
 @dataclass(order=True)
@@ -29,6 +35,7 @@ class _Waiting:
     needs_change: bool
     priority: int
     created: float
+    tenant: str
 
 
 class SchedulingQueue:
@@ -44,7 +51,7 @@ class SchedulingQueue:
         self._initial = initial_backoff
         self._max = max_backoff
         self._max_park = max_park
-        self._heap: list[_Entry] = []
+        self._heaps: dict[str, list[_Entry]] = {}  # tenant queue -> its pods' entries
         self._active: dict[str, _Entry] = {}
         self._waiting: dict[str, _Waiting] = {}
         self._attempts: dict[str, int] = {}
@@ -56,35 +63,49 @@ class SchedulingQueue:
     def __contains__(self, key: str) -> bool:
         return key in self._active or key in self._waiting
 
-    def add(self, key: str, *, priority: int, created: float) -> None:
+    def add(self, key: str, *, priority: int, created: float, tenant: str = DEFAULT_QUEUE) -> None:
         """Queue a pod to try now (a new pod, or one whose spec changed)."""
         self._waiting.pop(key, None)
         if key not in self._active:
             entry = _Entry(-priority, created, next(self._sequence), key)
             self._active[key] = entry
-            heapq.heappush(self._heap, entry)
+            heapq.heappush(self._heaps.setdefault(tenant, []), entry)
 
-    def pop(self) -> str | None:
+    def pop(self, rank: Callable[[str], float] | None = None) -> str | None:
+        """The next pod to try: from the tenant queue `rank` puts first (ties, and no rank: by the pods'
+        own order), or None."""
         self._promote()
-        while self._heap:
-            entry = heapq.heappop(self._heap)
-            if self._active.get(entry.key) is entry:
-                del self._active[entry.key]
-                return entry.key
-        return None
+        heads: list[tuple[float, _Entry, str]] = []
+        for tenant, heap in list(self._heaps.items()):
+            while heap and self._active.get(heap[0].key) is not heap[0]:
+                heapq.heappop(heap)  # forgotten, or queued again since
+            if heap:
+                heads.append((rank(tenant) if rank else 0.0, heap[0], tenant))
+            else:
+                del self._heaps[tenant]
+        if not heads:
+            return None
+        _, entry, tenant = min(heads)
+        heapq.heappop(self._heaps[tenant])
+        del self._active[entry.key]
+        return entry.key
 
-    def park(self, key: str, *, priority: int, created: float) -> None:
+    def tenants(self) -> set[str]:
+        """The tenant queues with pods ready to try."""
+        return {tenant for tenant, heap in self._heaps.items() if heap}
+
+    def park(self, key: str, *, priority: int, created: float, tenant: str = DEFAULT_QUEUE) -> None:
         """The pod fits nowhere: wait for the cluster to change."""
-        self._wait(key, priority=priority, created=created, needs_change=True)
+        self._wait(key, _Waiting(0.0, True, priority, created, tenant))
 
-    def backoff(self, key: str, *, priority: int, created: float) -> None:
+    def backoff(self, key: str, *, priority: int, created: float, tenant: str = DEFAULT_QUEUE) -> None:
         """Binding failed: try again after the backoff, change or no change."""
-        self._wait(key, priority=priority, created=created, needs_change=False)
+        self._wait(key, _Waiting(0.0, False, priority, created, tenant))
 
-    def _wait(self, key: str, *, priority: int, created: float, needs_change: bool) -> None:
+    def _wait(self, key: str, waiting: _Waiting) -> None:
         attempts = self._attempts[key] = self._attempts.get(key, 0) + 1
-        delay = min(self._max, self._initial * 2 ** (attempts - 1))
-        self._waiting[key] = _Waiting(self._clock() + delay, needs_change, priority, created)
+        waiting.ready_at = self._clock() + min(self._max, self._initial * 2 ** (attempts - 1))
+        self._waiting[key] = waiting
 
     def cluster_changed(self) -> None:
         for waiting in self._waiting.values():
@@ -111,4 +132,4 @@ class SchedulingQueue:
         ready = [key for key, waiting in self._waiting.items() if self._ready_time(waiting) <= now]
         for key in ready:
             waiting = self._waiting.pop(key)
-            self.add(key, priority=waiting.priority, created=waiting.created)
+            self.add(key, priority=waiting.priority, created=waiting.created, tenant=waiting.tenant)

@@ -1,0 +1,170 @@
+"""Tenant queues in the scheduler: the Queue objects, what each queue's pods hold and ask for, the fair
+shares (`placement.fairshare`) and the rank by which `SchedulingQueue.pop` takes queues.
+
+Ranks are recomputed from the cache at most every `refresh` seconds (a pass over every bound pod), and
+between two passes each placement the loop makes is added to its queue's use at once, so a burst of pods
+from one queue does not all go before the others notice.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from lightkube.generic_resource import create_global_resource
+
+from gpufrac import contract
+from gpufrac.cluster.model import Placement, resolve_mib
+from gpufrac.contract import queues
+from gpufrac.contract.queues import QueueSpec, Resource
+from gpufrac.placement import fairshare
+from gpufrac.scheduler import objects
+from gpufrac.scheduler.cache import SchedulerCache
+from gpufrac.scheduler.problems import INVALID, Problem
+
+Amounts = dict[Resource, float]
+QUEUE_RESOURCE = create_global_resource(queues.GROUP, queues.VERSION, queues.KIND, queues.PLURAL)
+
+
+def tenant_of(pod: Mapping[str, Any]) -> str:
+    return queues.queue_of(objects.meta(pod).get("labels") or {})
+
+
+def held(placement: Placement) -> Amounts:
+    """What a placement counts against its queue: shares' GPU memory, whole GPUs, CPU and memory."""
+    amounts = {
+        Resource.GPU_MEMORY: 0.0,
+        Resource.GPUS: 0.0,
+        Resource.CPU: float(placement.cpu_milli),
+        Resource.MEMORY: float(placement.memory_mib),
+    }
+    for assignment in placement.assignments:
+        if assignment.mode is None:
+            amounts[Resource.GPUS] += len(assignment.gpus)
+        else:
+            amounts[Resource.GPU_MEMORY] += assignment.request_mib * len(assignment.gpus)
+    return amounts
+
+
+class Tenants:
+    def __init__(
+        self,
+        *,
+        report: Callable[[Problem], None],
+        refresh: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.report, self.refresh, self.clock = report, refresh, clock
+        self.specs: dict[str, QueueSpec] = fairshare.with_default({})
+        self._objects: dict[str, QueueSpec] = {}
+        self.usage: dict[str, Amounts] = {}
+        self.shares: dict[str, dict[Resource, float]] = {}
+        self.ranks: dict[str, float] = {}
+        self._at = -math.inf
+
+    # ---- Queue objects ------------------------------------------------------------------------------------
+
+    def on_listed(self, items: list[dict[str, Any]]) -> None:
+        self._objects = {}
+        for item in items:
+            self._read(item)
+        self._rebuild()
+
+    def on_event(self, event: str, item: dict[str, Any]) -> None:
+        if event == "DELETED":
+            self._objects.pop(objects.name_of(item), None)
+        else:
+            self._read(item)
+        self._rebuild()
+
+    def _read(self, item: Mapping[str, Any]) -> None:
+        try:
+            spec = queues.parse_queue(item)
+        except contract.ContractError as error:
+            self._objects.pop(objects.name_of(item), None)
+            self.report(Problem.about("Queue", item, INVALID, f"ignored: {error}"))
+            return
+        self._objects[spec.name] = spec
+
+    def _rebuild(self) -> None:
+        """The queues to share by; a tree the webhook would have refused (made without it) is reported, and
+        its queues still get what `fair_shares` can give them."""
+        try:
+            queues.check_tree(self._objects)
+        except contract.ContractError as error:
+            self.report(Problem("Queue", "queues", None, None, INVALID, f"the queue tree: {error}"))
+        self.specs = fairshare.with_default(self._objects)
+        self._at = -math.inf
+
+    # ---- ranks ---------------------------------------------------------------------------------------------
+
+    def rank(self, cache: SchedulerCache, pending: Mapping[str, Mapping[str, Any]]) -> Callable[[str], float]:
+        """How far each tenant queue is above its fair share (lower goes first), fresh at most `refresh`
+        seconds ago."""
+        now = self.clock()
+        if now - self._at >= self.refresh:
+            self._at = now
+            self._recompute(cache, pending)
+        return lambda tenant: self.ranks.get(tenant, 0.0)
+
+    def placed(self, tenant: str, placement: Placement) -> None:
+        """Count a placement the loop just made at once, before the next pass."""
+        usage = self.usage.setdefault(tenant, {})
+        for resource, amount in held(placement).items():
+            usage[resource] = usage.get(resource, 0.0) + amount
+        self.ranks[tenant] = fairshare.starvation(usage, self.shares.get(tenant, {}))
+
+    def _recompute(self, cache: SchedulerCache, pending: Mapping[str, Mapping[str, Any]]) -> None:
+        usage: dict[str, Amounts] = {}
+        for uid, placement in cache.state.placements.items():
+            pod = cache.bound.get(uid) or pending.get(uid)
+            if pod is not None:
+                _add(usage.setdefault(tenant_of(pod), {}), held(placement))
+        demand = {tenant: dict(amounts) for tenant, amounts in usage.items()}
+        memory = cache.state.gpu_mem[cache.state.gpu_mem > 0]
+        reference = int(np.median(memory)) if memory.size else 0  # what a portion means here, roughly
+        for pod in pending.values():
+            _add(demand.setdefault(tenant_of(pod), {}), _asked(pod, reference))
+        self.usage = usage
+        self.shares = fairshare.fair_shares(self.specs, _capacity(cache), demand)
+        self.ranks = {
+            tenant: fairshare.starvation(usage.get(tenant, {}), self.shares.get(tenant, {}))
+            for tenant in set(usage) | set(demand)
+        }
+
+
+def _add(total: Amounts, amounts: Mapping[Resource, float]) -> None:
+    for resource, amount in amounts.items():
+        total[resource] = total.get(resource, 0.0) + amount
+
+
+def _asked(pod: Mapping[str, Any], reference_gpu_mib: int) -> Amounts:
+    """What a pending pod asks for, shares resolved on the cluster's median GPU (nothing for an unreadable
+    pod: it is reported where it is scheduled)."""
+    try:
+        demand = objects.pod_demand(pod)
+    except contract.ContractError:
+        return {}
+    gpu_memory = sum(
+        resolve_mib(share.request, reference_gpu_mib) * share.num_devices for share in demand.shares
+    )
+    return {
+        Resource.GPU_MEMORY: float(gpu_memory),
+        Resource.GPUS: float(demand.whole_gpus),
+        Resource.CPU: float(demand.cpu_milli),
+        Resource.MEMORY: float(demand.memory_mib),
+    }
+
+
+def _capacity(cache: SchedulerCache) -> Amounts:
+    state = cache.state
+    active = state.active
+    return {
+        Resource.GPU_MEMORY: float(state.gpu_mem[active].sum()),
+        Resource.GPUS: float(state.gpu_count[active].sum()),
+        Resource.CPU: float(state.cpu_cap[active].sum()),
+        Resource.MEMORY: float(state.mem_cap[active].sum()),
+    }
