@@ -503,8 +503,12 @@ def webhook(
         ),
     ] = "",
     kubeconfig: Annotated[
-        Path | None, typer.Option(help="--generate-certs --secret: default in-cluster.")
+        Path | None, typer.Option(help="--generate-certs --secret, and --queues: default in-cluster.")
     ] = None,
+    queues: Annotated[
+        bool,
+        typer.Option(help="Watch Queue objects (queues.gpufrac.io) to check each new one against the rest."),
+    ] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Serve the admission webhook over HTTPS: normalize share pods, guard the GPU contract."""
@@ -545,7 +549,10 @@ def webhook(
         untrusted_sm_sharing=untrusted_sm_sharing,
     )
     setup_logging(log_level)
-    server.run(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port)
+    from gpufrac.kubeapi.client import load_config
+
+    queue_config = load_config(kubeconfig) if queues else None
+    server.run(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, queue_config=queue_config)
 
 
 def main(args: Sequence[str] | None = None) -> None:

@@ -66,6 +66,18 @@ def test_every_webhook_fails_closed_outside_the_exempt_namespaces() -> None:
         hook["name"]: (hook["clientConfig"]["service"]["path"], hook["rules"])
         for hook in mutating + validating
     }
+    assert rules["queues.validate.gpufrac.io"] == (
+        "/validate",
+        [
+            {
+                "apiGroups": ["gpufrac.io"],
+                "apiVersions": ["v1alpha1"],
+                "operations": ["CREATE", "UPDATE", "DELETE"],
+                "resources": ["queues"],
+                "scope": "Cluster",
+            }
+        ],
+    )
     # One entry per trust tier: the plain paths are the untrusted tier's.
     assert rules["pods-trusted.mutate.gpufrac.io"][0] == "/mutate/trusted"
     assert rules["pods-untrusted.mutate.gpufrac.io"] == (

@@ -18,7 +18,7 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Pod
 
 from gpufrac.contract import queues
-from gpufrac.scheduler.tenants import QUEUE_RESOURCE
+from gpufrac.kubeapi.queues import QUEUE_RESOURCE
 
 from . import fakenodes
 from .scheduling import gpu_pod, running_scheduler, wait_bound

@@ -1,9 +1,10 @@
-"""The admission webhook: an AdmissionReview in, its response out, for pods and gpufrac's env ConfigMaps.
+"""The admission webhook: an AdmissionReview in, its response out, for pods, env ConfigMaps and Queues.
 
 Where to look:
 - `exchange`: the review read into a shape-checked `Request`; the `Decision`; the reply.
 - `mutation`: `/mutate`, which hands share pods to gpufrac and prepares their env delivery.
 - `pod_guards`, `configmap_guards`: `/validate`, the contract and the guards of the threat model;
+  `queue_guards`: `/validate` for Queue objects and the tree they make;
   `gpu_env` (which variables grant GPUs, and which `envFrom` prefixes spell them) and `host_paths`
   (canonical host paths, and which reach the MPS pipes) are their vocabulary.
 - `settings`: the `Policy` the `gpufrac webhook` flags build, and its defaults.
@@ -17,7 +18,10 @@ is unit-tested without a server or a cluster.
 
 from __future__ import annotations
 
-from gpufrac.admission import configmap_guards, exchange, mutation, pod_guards, settings
+from collections.abc import Mapping
+
+from gpufrac.admission import configmap_guards, exchange, mutation, pod_guards, queue_guards, settings
+from gpufrac.contract.queues import QueueSpec
 
 
 def decide(
@@ -27,6 +31,7 @@ def decide(
     policy: settings.Policy,
     configmap_name: str,
     trusted_namespace: bool,
+    queues: Mapping[str, QueueSpec] | None = None,
 ) -> exchange.Decision:
     """The decision at `endpoint`: "mutate" (which never denies) or "validate"; `trusted_namespace`: the
     request's namespace is in the trusted tier (`settings.TRUST_LABEL`)."""
@@ -34,11 +39,15 @@ def decide(
         return mutation.mutate(
             request, policy, configmap_name=configmap_name, trusted_namespace=trusted_namespace
         )
-    return validate(request, policy, trusted_namespace=trusted_namespace)
+    return validate(request, policy, trusted_namespace=trusted_namespace, queues=queues)
 
 
 def validate(
-    request: exchange.Request, policy: settings.Policy, *, trusted_namespace: bool
+    request: exchange.Request,
+    policy: settings.Policy,
+    *,
+    trusted_namespace: bool,
+    queues: Mapping[str, QueueSpec] | None = None,
 ) -> exchange.Decision:
     """Allowed, or denied with the first rule broken, by the rules for the object's kind.
 
@@ -54,4 +63,6 @@ def validate(
         return configmap_guards.validate(request, policy)
     if request.resource == "pods":
         return pod_guards.validate(request, policy, trusted_namespace=trusted_namespace)
+    if request.resource == "queues":  # `known` queues: the server's watch of them, when it runs one
+        return queue_guards.validate(request, queues or {})
     return exchange.ALLOW

@@ -16,19 +16,23 @@ import logging
 import secrets
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import lightkube
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gpufrac import admission
 from gpufrac.admission import exchange, settings
 from gpufrac.contract import keys
+from gpufrac.contract.queues import QueueSpec
 from gpufrac.errors import UserError
+from gpufrac.kubeapi.client import async_client
 from gpufrac.kubeapi.probes import add_probe_routes
+from gpufrac.kubeapi.queues import QueueIndex
 from gpufrac.stopping import stop_on_signals
 
 log = logging.getLogger("gpufrac.webhook")
@@ -83,6 +87,7 @@ class _Handlers:
     metrics: Metrics
     configmap_name: Callable[[], str]
     workers: ThreadPoolExecutor
+    queues: QueueIndex | None = None  # the Queue objects, when the server watches them
 
     async def mutate(self, request: web.Request) -> web.Response:
         return await self._review(request, "mutate", trusted_namespace=False)
@@ -103,13 +108,14 @@ class _Handlers:
             body = b""
         started = time.perf_counter()
         name = self.configmap_name()
+        known = dict(self.queues.specs) if self.queues is not None else None
         if len(body) > INLINE_BYTES:
             loop = asyncio.get_running_loop()
             request, decision, reply = await loop.run_in_executor(
-                self.workers, _answer, body, endpoint, self.policy, name, trusted_namespace
+                self.workers, _answer, body, endpoint, self.policy, name, trusted_namespace, known
             )
         else:
-            request, decision, reply = _answer(body, endpoint, self.policy, name, trusted_namespace)
+            request, decision, reply = _answer(body, endpoint, self.policy, name, trusted_namespace, known)
         self.metrics.seconds.labels(endpoint).observe(time.perf_counter() - started)
         outcome = "denied" if not decision.allowed else "patched" if decision.patch else "allowed"
         self.metrics.reviews.labels(endpoint, outcome).inc()
@@ -120,7 +126,12 @@ class _Handlers:
 
 
 def _answer(
-    body: bytes, endpoint: str, policy: settings.Policy, configmap_name: str, trusted_namespace: bool
+    body: bytes,
+    endpoint: str,
+    policy: settings.Policy,
+    configmap_name: str,
+    trusted_namespace: bool,
+    queues: Mapping[str, QueueSpec] | None,
 ) -> tuple[exchange.Request | None, exchange.Decision, bytes]:
     """The review read, decided and answered: pure but for the log of a bug, so it may run in a thread."""
     request = None
@@ -138,6 +149,7 @@ def _answer(
                 policy=policy,
                 configmap_name=configmap_name,
                 trusted_namespace=trusted_namespace,
+                queues=queues,
             )
         except Exception:  # a bug in a rule must still get an answer, and a closed door
             log.exception("%s: error deciding %s", endpoint, request.uid)
@@ -171,11 +183,12 @@ def build_app(
     *,
     registry: CollectorRegistry | None = None,
     configmap_name: Callable[[], str] = new_configmap_name,
+    queues: QueueIndex | None = None,
 ) -> web.Application:
     """The aiohttp application: `POST /mutate` and `/validate` (the untrusted tier), `/mutate/trusted` and
     `/validate/trusted` (namespaces labelled `settings.TRUST_LABEL`), `GET /healthz`, `GET /metrics`."""
     workers = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="gpufrac-review")
-    handlers = _Handlers(policy, Metrics(registry or CollectorRegistry()), configmap_name, workers)
+    handlers = _Handlers(policy, Metrics(registry or CollectorRegistry()), configmap_name, workers, queues)
     app = web.Application(client_max_size=MAX_BODY_BYTES)
 
     async def stop_workers(_: web.Application) -> AsyncIterator[None]:
@@ -236,11 +249,16 @@ async def serve(
     stop: asyncio.Event,
     listening: Callable[[str, int], None] | None = None,
     registry: CollectorRegistry | None = None,
+    queue_client: lightkube.AsyncClient | None = None,
 ) -> None:
-    """Serve over HTTPS until `stop` is set; `listening(host, port)` is called once it accepts."""
+    """Serve over HTTPS until `stop` is set; `listening(host, port)` is called once it accepts. With a
+    `queue_client`, Queue objects are watched, so that a new one is checked against the others."""
     context = tls_context(tls_cert, tls_key)
-    runner = web.AppRunner(build_app(policy, registry=registry), access_log=None, handle_signals=False)
+    queues = QueueIndex() if queue_client is not None else None
+    app = build_app(policy, registry=registry, queues=queues)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
+    watching = asyncio.create_task(queues.watch(queue_client)) if queues and queue_client else None
     try:
         site = web.TCPSite(runner, host, port, ssl_context=context)
         try:
@@ -255,6 +273,10 @@ async def serve(
         with contextlib.suppress(asyncio.CancelledError):
             await reload
     finally:
+        if watching is not None:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
         await runner.cleanup()
 
 
@@ -263,10 +285,31 @@ def _print_address(host: str, port: int) -> None:
     print(f"gpufrac webhook: serving on https://{host}:{port}", flush=True)
 
 
-def run(policy: settings.Policy, *, tls_cert: Path, tls_key: Path, host: str, port: int) -> None:
-    """Serve until SIGTERM or SIGINT; the CLI's entry point."""
+def run(
+    policy: settings.Policy,
+    *,
+    tls_cert: Path,
+    tls_key: Path,
+    host: str,
+    port: int,
+    queue_config: lightkube.KubeConfig | None = None,
+) -> None:
+    """Serve until SIGTERM or SIGINT; the CLI's entry point. With `queue_config`, watch Queue objects."""
 
     async def main() -> None:
-        await serve(policy, tls_cert=tls_cert, tls_key=tls_key, host=host, port=port, stop=stop_on_signals())
+        client = async_client(queue_config, field_manager="gpufrac-webhook") if queue_config else None
+        try:
+            await serve(
+                policy,
+                tls_cert=tls_cert,
+                tls_key=tls_key,
+                host=host,
+                port=port,
+                stop=stop_on_signals(),
+                queue_client=client,
+            )
+        finally:
+            if client is not None:
+                await client.close()
 
     asyncio.run(main())

@@ -32,6 +32,7 @@ from gpufrac.cluster.state import PlacementRefused
 from gpufrac.contract import node_inventory
 from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS, build
+from gpufrac.kubeapi.queues import QUEUE_RESOURCE
 from gpufrac.kubeapi.reflector import reflect
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
@@ -53,7 +54,7 @@ from gpufrac.scheduler.metrics import SchedulerMetrics
 from gpufrac.scheduler.mover import Mover
 from gpufrac.scheduler.problems import INVALID, Problem, Problems
 from gpufrac.scheduler.queue import SchedulingQueue
-from gpufrac.scheduler.tenants import QUEUE_RESOURCE, Tenants, tenant_of
+from gpufrac.scheduler.tenants import Tenants, tenant_of
 
 log = logging.getLogger("gpufrac.scheduler")
 WORKLOAD_REFRESH_SECONDS = 600.0

@@ -14,19 +14,18 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from lightkube.generic_resource import create_global_resource
 
 from gpufrac import contract
 from gpufrac.cluster.model import Placement, resolve_mib
 from gpufrac.contract import queues
 from gpufrac.contract.queues import QueueSpec, Resource
+from gpufrac.kubeapi.queues import QueueIndex
 from gpufrac.placement import fairshare
 from gpufrac.scheduler import objects
 from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.problems import INVALID, Problem
 
 Amounts = dict[Resource, float]
-QUEUE_RESOURCE = create_global_resource(queues.GROUP, queues.VERSION, queues.KIND, queues.PLURAL)
 
 
 def tenant_of(pod: Mapping[str, Any]) -> str:
@@ -59,7 +58,9 @@ class Tenants:
     ) -> None:
         self.report, self.refresh, self.clock = report, refresh, clock
         self.specs: dict[str, QueueSpec] = fairshare.with_default({})
-        self._objects: dict[str, QueueSpec] = {}
+        self.index = QueueIndex(
+            on_bad=lambda item, error: report(Problem.about("Queue", item, INVALID, f"ignored: {error}"))
+        )
         self.usage: dict[str, Amounts] = {}
         self.shares: dict[str, dict[Resource, float]] = {}
         self.ranks: dict[str, float] = {}
@@ -68,35 +69,21 @@ class Tenants:
     # ---- Queue objects ------------------------------------------------------------------------------------
 
     def on_listed(self, items: list[dict[str, Any]]) -> None:
-        self._objects = {}
-        for item in items:
-            self._read(item)
+        self.index.listed(items)
         self._rebuild()
 
     def on_event(self, event: str, item: dict[str, Any]) -> None:
-        if event == "DELETED":
-            self._objects.pop(objects.name_of(item), None)
-        else:
-            self._read(item)
+        self.index.changed(event, item)
         self._rebuild()
-
-    def _read(self, item: Mapping[str, Any]) -> None:
-        try:
-            spec = queues.parse_queue(item)
-        except contract.ContractError as error:
-            self._objects.pop(objects.name_of(item), None)
-            self.report(Problem.about("Queue", item, INVALID, f"ignored: {error}"))
-            return
-        self._objects[spec.name] = spec
 
     def _rebuild(self) -> None:
         """The queues to share by; a tree the webhook would have refused (made without it) is reported, and
         its queues still get what `fair_shares` can give them."""
         try:
-            queues.check_tree(self._objects)
+            queues.check_tree(self.index.specs)
         except contract.ContractError as error:
             self.report(Problem("Queue", "queues", None, None, INVALID, f"the queue tree: {error}"))
-        self.specs = fairshare.with_default(self._objects)
+        self.specs = fairshare.with_default(self.index.specs)
         self._at = -math.inf
 
     # ---- ranks ---------------------------------------------------------------------------------------------
