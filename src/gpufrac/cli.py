@@ -305,13 +305,17 @@ def top(
         Path | None, typer.Option(help="Kubeconfig file; default: in-cluster config.")
     ] = None,
     output_format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
+    queues: Annotated[
+        bool, typer.Option(help="Show every tenant queue's use and fair share instead of the GPUs.")
+    ] = False,
 ) -> None:
-    """Show every GPU: mode, memory requested, limits and free, and the pods on it."""
+    """Show every GPU: mode, memory requested, limits and free, and its pods; or, --queues, every queue."""
     import asyncio
 
     from gpufrac.scheduler import top as gpu_top
 
-    gpu_top.show(asyncio.run(gpu_top.collect(kubeconfig)), output_format=output_format)
+    rows = asyncio.run(gpu_top.collect(kubeconfig, queues=queues))
+    gpu_top.show(rows, output_format=output_format, queues=queues)
 
 
 @app.command()

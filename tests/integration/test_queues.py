@@ -6,6 +6,9 @@ team a, whose pods came first."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,7 +23,7 @@ from lightkube.resources.core_v1 import Pod
 from gpufrac.contract import queues
 from gpufrac.kubeapi.queues import QUEUE_RESOURCE
 
-from . import fakenodes
+from . import controlplane, fakenodes
 from .scheduling import gpu_pod, running_scheduler, wait_bound
 
 CRD = Path(__file__).parents[2] / "deploy/helm/gpufrac/crds/queues.gpufrac.io.yaml"
@@ -84,3 +87,35 @@ async def test_the_team_below_its_share_is_served_first(
             assert scheduler.tenants.shares["team-b"][queues.Resource.GPUS] == 1
     bound = sorted(pod["metadata"]["name"] for pod in listed if pod["spec"].get("nodeName"))
     assert bound == (["a1", "b1"] if fair else ["a1", "a2"])
+
+
+async def test_top_shows_each_queues_use_and_fair_share(
+    team_queues: list[str],
+    admin_client: lightkube.AsyncClient,
+    scheduler_client: lightkube.AsyncClient,
+    namespace: str,
+    gpu_nodes: fakenodes.GpuNodes,
+    control_plane: controlplane.ControlPlane,
+) -> None:
+    await gpu_nodes.create(gpus=1)
+    await admin_client.create(team_pod("a1", namespace, queues.QUEUE_LABEL, "team-a"))
+    await admin_client.create(team_pod("b1", namespace, queues.QUEUE_LABEL, "team-b"))
+    async with running_scheduler(scheduler_client, queues=True):
+        await wait_bound(admin_client, namespace, 1)
+    command = [
+        sys.executable,
+        "-m",
+        "gpufrac.cli",
+        "top",
+        "--queues",
+        "--kubeconfig",
+        str(control_plane.kubeconfig("admin")),
+    ]
+    shown = subprocess.run([*command, "--format", "json"], capture_output=True, text=True, check=True)
+    rows = {row["queue"]: row["resources"]["gpus"] for row in json.loads(shown.stdout)}
+    # One GPU, two teams each guaranteed one: the pod that runs uses it, the other waits at its share.
+    assert sorted(row["used"] for row in rows.values() if row["quota"] == 1) == [0, 1]
+    assert rows["team-a"]["fair_share"] + rows["team-b"]["fair_share"] == 1
+    assert "default" in rows
+    table = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    assert "team-a" in table and "team-b" in table

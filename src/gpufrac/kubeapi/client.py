@@ -123,6 +123,26 @@ async def list_nodes_and_pods(kubeconfig: Path | None) -> tuple[list[dict[str, A
     return nodes, pods
 
 
+async def list_objects(kubeconfig: Path | None, resource: type[Any]) -> list[dict[str, Any]]:
+    """Every object of a cluster-scoped `resource`, as plain API data, for a command that reads the cluster
+    once; a resource the API server does not serve (its CRD not installed) is a `UserError` saying so."""
+    config = load_config(kubeconfig)
+    client = async_client(config)
+    try:
+        return [item.to_dict() async for item in client.list(resource)]
+    except TRANSPORT_ERRORS as error:
+        raise unreachable(error, config) from None
+    except lightkube.ApiError as error:
+        name = resource._api_info.plural
+        if error.status.code == 404:
+            raise UserError(
+                f"the API server does not serve {name}: install the gpufrac chart's CRDs"
+            ) from None
+        raise UserError(f"the API server refused to list {name}: {error.status.message}") from None
+    finally:
+        await client.close()
+
+
 def build(resource: type[R], body: Mapping[str, Any]) -> R:
     """A typed lightkube object from plain API data: requests are written as data, as the API documents
     them, and converted once here."""

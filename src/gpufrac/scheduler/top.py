@@ -17,8 +17,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpufrac.cluster.state import MODE_OF_CODE, ClusterState
+from gpufrac.contract.queues import Resource
 from gpufrac.kubeapi import client as kube_client
+from gpufrac.kubeapi.queues import QUEUE_RESOURCE
+from gpufrac.scheduler import objects
 from gpufrac.scheduler.cache import SchedulerCache
+from gpufrac.scheduler.problems import log_problem
+from gpufrac.scheduler.tenants import Tenants
 
 
 def gpu_rows(state: ClusterState, *, names: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
@@ -87,17 +92,62 @@ def table(rows: list[dict[str, Any]]) -> Table:
     return view
 
 
-async def collect(kubeconfig: Path | None) -> list[dict[str, Any]]:
+def queue_rows(tenants: Tenants) -> list[dict[str, Any]]:
+    """One entry per tenant queue: its parent, and per resource its quota, fair share and use."""
+    return [
+        {
+            "queue": name,
+            "parent": spec.parent or "",
+            "resources": {
+                resource.value: {
+                    "quota": spec.entitlement(resource).quota,
+                    "fair_share": round(tenants.shares.get(name, {}).get(resource, 0.0), 1),
+                    "used": round(tenants.usage.get(name, {}).get(resource, 0.0), 1),
+                }
+                for resource in Resource
+            },
+        }
+        for name, spec in sorted(tenants.specs.items())
+    ]
+
+
+def queue_table(rows: list[dict[str, Any]]) -> Table:
+    view = Table(title="gpufrac: queues, used / fair share (GPU memory and memory in MiB, CPU in millicores)")
+    view.add_column("queue")
+    view.add_column("parent")
+    for resource in Resource:
+        view.add_column(resource.value, justify="right")
+    for row in rows:
+        cells = [
+            f"{row['resources'][r.value]['used']:g} / {row['resources'][r.value]['fair_share']:g}"
+            for r in Resource
+        ]
+        view.add_row(row["queue"], row["parent"] or "-", *cells)
+    return view
+
+
+async def collect(kubeconfig: Path | None, *, queues: bool = False) -> list[dict[str, Any]]:
+    """Every GPU's rows, or with `queues` every queue's."""
     nodes, pods = await kube_client.list_nodes_and_pods(kubeconfig)
     cache = SchedulerCache()
     cache.sync_nodes(nodes)
     cache.sync_pods(pods)
-    return gpu_rows(cache.snapshot(), names=cache.names)
+    if not queues:
+        return gpu_rows(cache.snapshot(), names=cache.names)
+    tenants = Tenants(report=log_problem, refresh=0.0)
+    tenants.on_listed(await kube_client.list_objects(kubeconfig, QUEUE_RESOURCE))
+    pending = {
+        objects.pod_uid(pod): pod for pod in pods if not objects.node_name(pod) and not objects.is_done(pod)
+    }
+    tenants.rank(cache, pending)
+    return queue_rows(tenants)
 
 
-def show(rows: list[dict[str, Any]], *, output_format: str) -> None:
+def show(rows: list[dict[str, Any]], *, output_format: str, queues: bool = False) -> None:
     if output_format == "json":
         print(json.dumps(rows, indent=2))
     else:
         # Piped output is read whole (grep, a log): do not truncate it to 80 columns.
-        Console(width=None if sys.stdout.isatty() else 240).print(table(rows))
+        Console(width=None if sys.stdout.isatty() else 240).print(
+            queue_table(rows) if queues else table(rows)
+        )
