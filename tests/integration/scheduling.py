@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 import time
 import uuid
 from collections import defaultdict
@@ -18,6 +20,8 @@ from gpufrac import contract
 from gpufrac.contract import keys
 from gpufrac.scheduler import objects
 from gpufrac.scheduler.loop import Scheduler, SchedulerConfig
+
+from . import controlplane
 
 
 def gpu_pod(
@@ -128,3 +132,19 @@ async def allocation_problems(client: lightkube.AsyncClient) -> list[str]:
         if "whole" in kinds and len(kinds) > 1
     ]
     return problems
+
+
+def top(plane: controlplane.ControlPlane, *args: str) -> tuple[str, str]:
+    """`gpufrac top` as admin, in a subprocess: its JSON and its table."""
+    command = [
+        sys.executable,
+        "-m",
+        "gpufrac.cli",
+        "top",
+        *args,
+        "--kubeconfig",
+        str(plane.kubeconfig("admin")),
+    ]
+    shown = subprocess.run([*command, "--format", "json"], capture_output=True, text=True, check=True)
+    table = subprocess.run(command, capture_output=True, text=True, check=True)
+    return shown.stdout, table.stdout

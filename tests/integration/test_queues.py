@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,7 +22,7 @@ from gpufrac.contract import queues
 from gpufrac.kubeapi.queues import QUEUE_RESOURCE
 
 from . import controlplane, fakenodes
-from .scheduling import gpu_pod, running_scheduler, wait_bound
+from .scheduling import gpu_pod, running_scheduler, top, wait_bound
 
 CRD = Path(__file__).parents[2] / "deploy/helm/gpufrac/crds/queues.gpufrac.io.yaml"
 
@@ -102,20 +100,10 @@ async def test_top_shows_each_queues_use_and_fair_share(
     await admin_client.create(team_pod("b1", namespace, queues.QUEUE_LABEL, "team-b"))
     async with running_scheduler(scheduler_client, queues=True):
         await wait_bound(admin_client, namespace, 1)
-    command = [
-        sys.executable,
-        "-m",
-        "gpufrac.cli",
-        "top",
-        "--queues",
-        "--kubeconfig",
-        str(control_plane.kubeconfig("admin")),
-    ]
-    shown = subprocess.run([*command, "--format", "json"], capture_output=True, text=True, check=True)
-    rows = {row["queue"]: row["resources"]["gpus"] for row in json.loads(shown.stdout)}
+    shown, table = top(control_plane, "--queues")
+    rows = {row["queue"]: row["resources"]["gpus"] for row in json.loads(shown)}
     # One GPU, two teams each guaranteed one: the pod that runs uses it, the other waits at its share.
     assert sorted(row["used"] for row in rows.values() if row["quota"] == 1) == [0, 1]
     assert rows["team-a"]["fair_share"] + rows["team-b"]["fair_share"] == 1
     assert "default" in rows
-    table = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     assert "team-a" in table and "team-b" in table

@@ -19,7 +19,7 @@ from gpufrac import contract
 from gpufrac.contract import keys
 
 from . import controlplane, fakenodes
-from .scheduling import allocation_problems, gpu_pod, running_scheduler, wait_bound
+from .scheduling import allocation_problems, gpu_pod, running_scheduler, top, wait_bound
 
 GPU_MIB = 81920
 
@@ -273,16 +273,8 @@ async def test_top_shows_each_gpu_with_its_pods(
     )
     async with running_scheduler(scheduler_client):
         await wait_bound(admin_client, namespace, 1)
-    command = [
-        sys.executable,
-        "-m",
-        "gpufrac.cli",
-        "top",
-        "--kubeconfig",
-        str(control_plane.kubeconfig("admin")),
-    ]
-    shown = subprocess.run([*command, "--format", "json"], capture_output=True, text=True, check=True)
-    (gpu,) = [row for row in json.loads(shown.stdout) if row["node"] == node]
+    shown, table = top(control_plane)
+    (gpu,) = [row for row in json.loads(shown) if row["node"] == node]
     assert (gpu["requested_mib"], gpu["limits_mib"], gpu["free_mib"], gpu["mode"]) == (
         8192,
         12288,
@@ -290,5 +282,4 @@ async def test_top_shows_each_gpu_with_its_pods(
         "time-slicing",
     )
     assert [share["pod"] for share in gpu["pods"]] == [f"{namespace}/half"]
-    table = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     assert node in table and "8192/16384" in table
