@@ -50,6 +50,7 @@ def snapshot(state: ClusterState) -> tuple[object, ...]:
 def carry_out(state: ClusterState, room: Room) -> None:
     for move in room.moves:
         state.release(move.source.pod)
+    for move in room.moves:
         state.apply(move.target)
     state.apply(room.placement)
 
@@ -97,6 +98,26 @@ def test_cpu_taken_by_a_movable_pod_is_freed_for_a_stranded_gpu() -> None:
     room = plan_room(state, whole_pod("w", cpu=4_000), policy(BINPACK), movable=movable, max_moves=1)
     assert room is not None and room.placement.node == "n0"
     assert [(m.source.pod, m.target.node) for m in room.moves] == [("cpu", "n1")]
+
+
+def test_a_moved_pod_that_fits_nowhere_gets_room_by_moving_a_smaller_one() -> None:
+    """Opening n0 means moving its 0.5 share, and no GPU has 0.5 free: n1 has it once n1's 0.2 share moves
+    into n2's 0.2 hole. Opening n1 or n2 would mean moving a pod that did not opt in."""
+    state = cluster(1, 1, 1)
+    place_on(state, share_pod("big", 500), "n1")
+    place_on(state, share_pod("keep", 800), "n2")
+    movable = placed(state, (share_pod("a", 500), "n0"), (share_pod("small", 200), "n1"))
+    before = snapshot(state)
+    assert plan_room(state, whole_pod("w"), policy(BINPACK), movable=movable, max_moves=1) is None
+    room = plan_room(state, whole_pod("w"), policy(BINPACK), movable=movable, max_moves=2)
+    assert snapshot(state) == before
+    assert room is not None and room.placement.node == "n0"
+    assert [(m.source.pod, m.source.node, m.target.node) for m in room.moves] == [
+        ("small", "n1", "n2"),
+        ("a", "n0", "n1"),
+    ]
+    carry_out(state, room)
+    assert violations(state) == []
 
 
 def test_no_moves_allowed_no_plan() -> None:

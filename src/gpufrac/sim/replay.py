@@ -165,7 +165,8 @@ class _Mover:
     at again until a move changes the cluster."""
 
     def __init__(self, state: ClusterState, policy: Policy, budget: float) -> None:
-        self.state, self.policy, self.budget = state, policy, budget
+        self.state, self.budget = state, budget
+        self.planner = defrag.Planner(policy)
         self.movable: dict[str, PodDemand] = {}
         self.hopeless: set[PodDemand] = set()
         self.moves = 0
@@ -180,12 +181,13 @@ class _Mover:
         shape = shape_key(demand)
         if allowed < 1 or shape in self.hopeless:
             return None
-        room = defrag.plan_room(self.state, demand, self.policy, movable=self.movable, max_moves=allowed)
+        room = self.planner.plan_room(self.state, demand, movable=self.movable, max_moves=allowed)
         if room is None:
             self.hopeless.add(shape)
             return None
         for move in room.moves:
             self.state.release(move.source.pod)
+        for move in room.moves:
             self.state.apply(move.target)
             row = self.state.index[move.source.node]
             self.moved_gpus += sum(
