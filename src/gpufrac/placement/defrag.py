@@ -14,6 +14,9 @@ with the fewest moves is found in three steps, each narrowing the next:
 Late in a run the moved pod itself often fits nowhere: then, within the same number of moves, room is made
 for it the same way (one hop: the pods it displaces must fit as the cluster stands).
 
+By then the holes are mostly too small for anything that arrives, so `tidy` also moves pods before any
+fails, where the policy would now put them elsewhere and that lowers fragmentation.
+
 Pure: the state is left as it was found (every trial is undone); the caller carries out the moves.
 """
 
@@ -30,13 +33,17 @@ from gpufrac.placement.cache import shape_key
 from gpufrac.placement.engine import decide
 from gpufrac.placement.filters import gpus_wanted
 from gpufrac.placement.fit import Fit, find_fit
+from gpufrac.placement.fragmentation import node_fragmentation, usable_free_milli
 from gpufrac.placement.framework import Policy
+from gpufrac.placement.workload import Workload
 
 # Trials per pending pod: each costs a decision per moved pod; the best candidates come first, and past a
 # few the ones left are no better.
 TRIALS = 8
 # How many times a moved pod may in turn displace others: each hop multiplies the trials.
 HOPS = 1
+# GPUs whose shares `tidy` looks at, those with the most free first: each share costs a decision.
+LOOKS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,3 +293,62 @@ def _trial(
 def gpu_mib(placement: Placement) -> int:
     """GPU memory a placement holds: what moving it costs, counted the same way for every plan."""
     return sum(assignment.request_mib * len(assignment.gpus) for assignment in placement.assignments)
+
+
+def tidy(
+    state: ClusterState,
+    policy: Policy,
+    workload: Workload,
+    *,
+    movable: Mapping[str, PodDemand],
+    max_moves: int,
+) -> tuple[Move, ...]:
+    """Moves that lower the cluster's fragmentation before any pod fails: each of the shares on the `LOOKS`
+    partly used GPUs with the most free is placed again by the policy as the cluster stands now, and moved
+    where that lowers the fragmentation of its old and new node together. What the policy chose for a pod
+    when the cluster was emptier is often not what it would choose now, and the holes it left add up.
+    Carried out in order, each move as release then place; the state is left as it was found."""
+    free = np.where(state.gpu_tenants > 0, state.gpu_free, 0)
+    shared = np.flatnonzero(free.ravel() > 0)
+    order = shared[np.argsort(-free.ravel()[shared], kind="stable")][:LOOKS]
+    width = state.width
+    names = sorted(
+        {
+            name
+            for flat in order
+            for name in state.pods_on[flat // width]
+            if name in movable
+            and any(flat % width in a.gpus for a in state.placements[name].assignments if a.mode is not None)
+        }
+    )
+    moves: list[Move] = []
+    try:
+        for name in names:
+            if len(moves) >= max_moves:
+                break
+            source = state.placements[name]
+            state.release(name)
+            target = decide(state, movable[name], policy)
+            state.apply(source)
+            if not isinstance(target, Placement) or target.node == source.node:
+                continue
+            before = _fragmentation(state, workload, source.node, target.node)
+            state.release(name)
+            state.apply(target)
+            if _fragmentation(state, workload, source.node, target.node) < before:
+                moves.append(Move(source, target))
+            else:
+                state.release(name)
+                state.apply(source)
+    finally:
+        for move in reversed(moves):
+            state.release(move.source.pod)
+            state.apply(move.source)
+    return tuple(moves)
+
+
+def _fragmentation(state: ClusterState, workload: Workload, *nodes: str) -> float:
+    rows = np.array([state.index[node] for node in nodes])
+    model_ok = workload.model_ok(state.models)[state.model_id[rows]]
+    free = usable_free_milli(state, rows)
+    return float(node_fragmentation(free, state.cpu_free[rows], model_ok, workload).sum())
