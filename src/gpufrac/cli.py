@@ -112,8 +112,8 @@ def simulate(
     move_budget: Annotated[
         str,
         typer.Option(
-            help="Defragmentation: pods moved per 100 arrivals to make room (shares and CPU-only pods move); "
-            "several, e.g. 0,5, compare."
+            help="Defragmentation: pods moved per 100 arrivals to make room or lower fragmentation (shares "
+            "and CPU-only pods move); several, e.g. 0,5, compare."
         ),
     ] = "0",
     workers: WorkersOption = 0,

@@ -11,11 +11,12 @@ from hypothesis import strategies as st
 from gpufrac.cluster.invariants import violations
 from gpufrac.cluster.model import Placement, PodDemand
 from gpufrac.cluster.state import ClusterState
-from gpufrac.placement.defrag import Room, plan_room
+from gpufrac.placement.defrag import Room, plan_room, tidy
 from gpufrac.placement.engine import decide
+from gpufrac.placement.workload import Shape
 
 from ..cluster.builders import node, share_pod, whole_pod
-from .builders import policy
+from .builders import policy, workload
 
 BINPACK = "binpack"
 
@@ -50,6 +51,7 @@ def snapshot(state: ClusterState) -> tuple[object, ...]:
 def carry_out(state: ClusterState, room: Room) -> None:
     for move in room.moves:
         state.release(move.source.pod)
+    for move in room.moves:
         state.apply(move.target)
     state.apply(room.placement)
 
@@ -97,6 +99,26 @@ def test_cpu_taken_by_a_movable_pod_is_freed_for_a_stranded_gpu() -> None:
     room = plan_room(state, whole_pod("w", cpu=4_000), policy(BINPACK), movable=movable, max_moves=1)
     assert room is not None and room.placement.node == "n0"
     assert [(m.source.pod, m.target.node) for m in room.moves] == [("cpu", "n1")]
+
+
+def test_a_moved_pod_that_fits_nowhere_gets_room_by_moving_a_smaller_one() -> None:
+    """Opening n0 means moving its 0.5 share, and no GPU has 0.5 free: n1 has it once n1's 0.2 share moves
+    into n2's 0.2 hole. Opening n1 or n2 would mean moving a pod that did not opt in."""
+    state = cluster(1, 1, 1)
+    place_on(state, share_pod("big", 500), "n1")
+    place_on(state, share_pod("keep", 800), "n2")
+    movable = placed(state, (share_pod("a", 500), "n0"), (share_pod("small", 200), "n1"))
+    before = snapshot(state)
+    assert plan_room(state, whole_pod("w"), policy(BINPACK), movable=movable, max_moves=1) is None
+    room = plan_room(state, whole_pod("w"), policy(BINPACK), movable=movable, max_moves=2)
+    assert snapshot(state) == before
+    assert room is not None and room.placement.node == "n0"
+    assert [(m.source.pod, m.source.node, m.target.node) for m in room.moves] == [
+        ("small", "n1", "n2"),
+        ("a", "n0", "n1"),
+    ]
+    carry_out(state, room)
+    assert violations(state) == []
 
 
 def test_no_moves_allowed_no_plan() -> None:
@@ -155,3 +177,33 @@ def test_no_pod_is_moved_for_nothing(name: str) -> None:
     state = cluster(2)
     movable = placed(state, (share_pod("a", 300), "n0"))
     assert plan_room(state, share_pod("p", 300), policy(name), movable=movable, max_moves=2) is None
+
+
+WHOLE_GPUS = workload((Shape(cpu_milli=0, gpus=1, milli=1_000), 1.0))
+
+
+def test_tidying_moves_a_lone_share_into_a_hole_and_frees_its_gpu() -> None:
+    """For a workload of whole GPUs every partly free GPU is fragmentation: 0.7 + 0.4 before, 0.1 once the
+    0.3 share joins the 0.6."""
+    state = cluster(1, 1)
+    movable = placed(state, (share_pod("a", 300), "n0"), (share_pod("b", 600), "n1"))
+    before = snapshot(state)
+    moves = tidy(state, policy(BINPACK), WHOLE_GPUS, movable=movable, max_moves=2)
+    assert snapshot(state) == before
+    assert [(m.source.pod, m.source.node, m.target.node) for m in moves] == [("a", "n0", "n1")]
+    for move in moves:
+        state.release(move.source.pod)
+        state.apply(move.target)
+    assert violations(state) == [] and int(state.gpu_tenants[state.index["n0"]].sum()) == 0
+    assert tidy(state, policy(BINPACK), WHOLE_GPUS, movable=movable, max_moves=2) == ()
+
+
+def test_tidying_moves_nothing_it_is_not_allowed_to_or_that_has_nowhere_better() -> None:
+    state = cluster(1, 1)
+    movable = placed(state, (share_pod("a", 300), "n0"), (share_pod("b", 600), "n1"))
+    assert tidy(state, policy(BINPACK), WHOLE_GPUS, movable=movable, max_moves=0) == ()
+    only_b = tidy(state, policy(BINPACK), WHOLE_GPUS, movable={"b": movable["b"]}, max_moves=2)
+    assert [(m.source.pod, m.target.node) for m in only_b] == [("b", "n0")]
+    crowded = cluster(1, 1)
+    movable = placed(crowded, (share_pod("a", 700), "n0"), (share_pod("b", 700), "n1"))
+    assert tidy(crowded, policy(BINPACK), WHOLE_GPUS, movable=movable, max_moves=2) == ()

@@ -7,9 +7,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpufrac.cluster.model import GpuSpec, NodeSpec
-from gpufrac.placement.framework import POLICIES
-from gpufrac.placement.workload import Shape
+from gpufrac.cluster.invariants import violations
+from gpufrac.cluster.model import GpuSpec, NodeSpec, Placement
+from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.engine import decide
+from gpufrac.placement.framework import POLICIES, PolicyContext
+from gpufrac.placement.workload import Shape, Workload
 from gpufrac.sim import replay, trace
 
 
@@ -207,3 +210,55 @@ def test_moves_stay_within_the_budget_at_every_point(budget: float) -> None:
     for tally in run.moves.values():
         assert tally.moves <= budget * tally.arrivals / 100
     assert run.failed_pods == (0 if budget * 3 / 100 >= 1 else 1)
+
+
+def test_a_moved_share_that_fits_nowhere_makes_room_of_its_own() -> None:
+    """n0's GPU opens once its 0.6 share moves, and no GPU has 0.6 free until n1's 0.2 share moves into n2's
+    0.2 hole. Opening n1 instead would put its 0.4 share on n0, whose CPU the 0.6 share holds."""
+    state = ClusterState((gpu_node("n0", 1, cpu=8_000), gpu_node("n1", 1), gpu_node("n2", 1)))
+    chosen = POLICIES["binpack"](PolicyContext(rng=np.random.default_rng(0), workload=Workload.from_pods([])))
+    mover = replay._Mover(state, chosen, 100, Workload.from_pods([]))
+    for name, milli, cpu, on in [
+        ("a", 600, 7_000, "n0"),
+        ("x", 400, 2_000, "n1"),
+        ("s", 200, 1_000, "n1"),
+        ("y", 800, 1_000, "n2"),
+    ]:
+        demand = pod(name, 1, milli, cpu=cpu).demand()
+        outcome = decide(state, demand, chosen, rows=np.array([state.index[on]]))
+        assert isinstance(outcome, Placement)
+        state.apply(outcome)
+        mover.placed(demand, arrivals=1)
+    room = mover.make_room(pod("w", 1, 1_000).demand(), arrivals=100)
+    assert room is not None and room.node == "n0"
+    assert (mover.moves, mover.moved_gpus) == (2, pytest.approx(0.8))
+    assert {name: state.placements[name].node for name in "asxy"} == {
+        "a": "n1",
+        "s": "n2",
+        "x": "n1",
+        "y": "n2",
+    }
+    state.apply(room)
+    assert violations(state) == []
+
+
+@pytest.mark.parametrize(
+    ("budget", "arrivals", "moved"), [(100, replay.TIDY_EVERY, 1), (100, 1, 0), (15, 20, 0)]
+)
+def test_the_mover_tidies_every_so_many_arrivals_and_keeps_moves_for_a_pod_that_fails(
+    budget: float, arrivals: int, moved: int
+) -> None:
+    """A lone 0.3 share joins a 0.6 one, freeing its GPU; not between looks, nor when the budget has only
+    the moves a failing pod may need (15 per 100 arrivals allow 3 by arrival 20)."""
+    state = ClusterState((gpu_node("n0", 1), gpu_node("n1", 1)))
+    chosen = POLICIES["binpack"](PolicyContext(rng=np.random.default_rng(0), workload=Workload.from_pods([])))
+    whole = Workload.from_pods([pod("w", 1, 1_000).demand()])
+    mover = replay._Mover(state, chosen, budget, whole)
+    for name, milli, on in [("a", 300, "n0"), ("b", 600, "n1")]:
+        demand = pod(name, 1, milli).demand()
+        outcome = decide(state, demand, chosen, rows=np.array([state.index[on]]))
+        assert isinstance(outcome, Placement)
+        state.apply(outcome)
+        mover.placed(demand, arrivals=arrivals if name == "b" else 1)
+    assert mover.moves == moved and state.placements["a"].node == ("n1" if moved else "n0")
+    assert mover.moved_gpus == pytest.approx(0.3 * moved)

@@ -6,10 +6,16 @@ with the fewest moves is found in three steps, each narrowing the next:
 
 1. the nodes where the pod would fit were every movable pod on them gone (one `find_fit` on a copy of the
    state without them);
-2. on each such node, the fewest of its movable pods whose going makes the room (per GPU, the biggest
-   shares first; then CPU and memory);
+2. on each such node, the fewest of its movable pods whose going makes the room (per GPU, the smallest
+   share that does it alone, else the biggest first; then CPU and memory);
 3. a trial on the state itself, best candidates first: the pod placed on that node, then each moved pod
    placed again by the same policy, anywhere. The first whole success is the plan.
+
+Late in a run the moved pod itself often fits nowhere: then, within the same number of moves, room is made
+for it the same way (one hop: the pods it displaces must fit as the cluster stands).
+
+By then the holes are mostly too small for anything that arrives, so `tidy` also moves pods before any
+fails, where the policy would now put them elsewhere and that lowers fragmentation.
 
 Pure: the state is left as it was found (every trial is undone); the caller carries out the moves.
 """
@@ -27,11 +33,17 @@ from gpufrac.placement.cache import shape_key
 from gpufrac.placement.engine import decide
 from gpufrac.placement.filters import gpus_wanted
 from gpufrac.placement.fit import Fit, find_fit
+from gpufrac.placement.fragmentation import node_fragmentation, usable_free_milli
 from gpufrac.placement.framework import Policy
+from gpufrac.placement.workload import Workload
 
 # Trials per pending pod: each costs a decision per moved pod; the best candidates come first, and past a
 # few the ones left are no better.
 TRIALS = 8
+# How many times a moved pod may in turn displace others: each hop multiplies the trials.
+HOPS = 1
+# GPUs whose shares `tidy` looks at, those with the most free first: each share costs a decision.
+LOOKS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +56,8 @@ class Move:
 
 @dataclass(frozen=True, slots=True)
 class Room:
-    """Where the pending pod goes once `moves` are carried out, in order."""
+    """Where the pending pod goes once `moves` are carried out: every source evicted first, then the targets
+    placed in order, then the pod. (A target may take room that a later source frees.)"""
 
     placement: Placement
     moves: tuple[Move, ...]
@@ -61,29 +74,84 @@ def plan_room(
 ) -> Room | None:
     """The plan of at most `max_moves` moves of `movable` pods (name -> the demand it is placed again with)
     that lets `pod` in among `rows`, fewest moves first; None when there is none."""
+    return Planner(policy).plan_room(state, pod, movable=movable, max_moves=max_moves, rows=rows)
+
+
+class Planner:
+    """`plan_room` for a caller that plans again and again with one policy (a run, a scheduler): it keeps
+    each movable pod's shape as a number between calls, since it is asked for every pod on every candidate
+    node and hashing a demand is slow."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self._ids: dict[PodDemand, int] = {}
+        self._shapes: dict[str, tuple[PodDemand, int]] = {}
+        # Within one call, the shapes a hop found no room for: the trials differ only by the node vacated,
+        # so another try would fail too.
+        self.stuck: set[int] = set()
+
+    def plan_room(
+        self,
+        state: ClusterState,
+        pod: PodDemand,
+        *,
+        movable: Mapping[str, PodDemand],
+        max_moves: int,
+        rows: np.ndarray | None = None,
+    ) -> Room | None:
+        """As the module's `plan_room`."""
+        self.stuck.clear()
+        return _plan(state, pod, self, movable, max_moves, rows, HOPS)
+
+    def shape(self, name: str, demand: PodDemand) -> int:
+        known = self._shapes.get(name)
+        if known is None or known[0] is not demand:  # a pod of that name may come back asking otherwise
+            known = (demand, self._ids.setdefault(shape_key(demand), len(self._ids)))
+            self._shapes[name] = known
+        return known[1]
+
+
+def _plan(
+    state: ClusterState,
+    pod: PodDemand,
+    planner: Planner,
+    movable: Mapping[str, PodDemand],
+    max_moves: int,
+    rows: np.ndarray | None,
+    hops: int,
+) -> Room | None:
+    """`plan_room`, with up to `hops` hops."""
+    policy = planner.policy
     placed = [name for name in movable if name in state.placements]
     if max_moves < 1 or not placed:
         return None
     fit, _ = find_fit(state.without(placed), pod, rows=rows)
-    fits_now: dict[PodDemand, bool] = {}
+    fits_now: dict[int, bool] = {}
 
-    def could_move(name: str) -> bool:
-        """Whether the pod fits anywhere as the cluster stands: if not, moving it cannot succeed (the
-        commonest case late in a run, when CPU-heavy pods have nowhere else to go)."""
-        shape = shape_key(movable[name])
+    def fits(name: str) -> bool:
+        shape = planner.shape(name, movable[name])
         if shape not in fits_now:
             fits_now[shape] = len(find_fit(state, movable[name], memo=policy.fits)[0].rows) > 0
         return fits_now[shape]
+
+    def could_move(name: str) -> bool:
+        """Whether the pod fits anywhere as the cluster stands: if not, moving it cannot succeed (the
+        commonest case late in a run, when CPU-heavy pods have nowhere else to go) unless a hop is left to
+        make room for it, and a move besides its own to do it with."""
+        return fits(name) or (
+            hops > 0 and max_moves > 1 and planner.shape(name, movable[name]) not in planner.stuck
+        )
 
     candidates = []
     for at, row in enumerate(fit.rows):
         victims = _fewest_victims(state, fit, at, [n for n in state.pods_on[row] if n in movable], could_move)
         if victims is not None and 0 < len(victims) <= max_moves:
+            nowhere = sum(not fits(name) for name in victims)
             moved = sum(gpu_mib(state.placements[name]) for name in victims)
-            candidates.append((len(victims), moved, int(state.tie_rank[row]), int(row), victims))
-    candidates.sort(key=lambda candidate: candidate[:4])
+            candidates.append((len(victims), nowhere, moved, int(state.tie_rank[row]), int(row), victims))
+    candidates.sort(key=lambda candidate: candidate[:5])
     for *_, row, victims in candidates[:TRIALS]:
-        room = _trial(state, pod, policy, row, victims, movable)
+        room = _trial(state, pod, planner, row, victims, movable, max_moves, hops)
         if room is not None:
             return room
     return None
@@ -94,10 +162,11 @@ def _fewest_victims(
 ) -> list[str] | None:
     """The fewest of the `movable` pods on node `fit.rows[at]` whose going lets the pod in, by a count of
     what each frees (the trial confirms it): the GPUs needing the fewest evictions, then CPU and memory.
-    Pods that `could_move` denies are never chosen."""
+    Pods that `could_move` denies are never chosen; it is asked only about the pods looked at, since it is
+    costly and most are not."""
     row = int(fit.rows[at])
     pod = fit.pod
-    here = sorted(name for name in movable if could_move(name))
+    here = sorted(movable)
     per_gpu: dict[int, list[tuple[int, str]]] = {}
     for name in here:
         for assignment in state.placements[name].assignments:
@@ -112,7 +181,7 @@ def _fewest_victims(
         else:  # whole GPUs: every tenant goes
             usable = np.flatnonzero(fit.empty[at])
             need = {int(g): int(state.gpu_mem[row, g] - state.gpu_free[row, g]) for g in usable}
-        freeing = {g: _freeing(per_gpu.get(g, []), short) for g, short in need.items()}
+        freeing = {g: _freeing(per_gpu.get(g, []), short, could_move) for g, short in need.items()}
         options = sorted(
             ((names, g) for g, names in freeing.items() if names is not None),
             key=lambda option: (len(option[0]), option[1]),
@@ -132,19 +201,32 @@ def _fewest_victims(
     for name in others:
         if cpu_short <= 0 and mem_short <= 0:
             break
+        if not could_move(name):
+            continue
         chosen.append(name)
         cpu_short -= state.placements[name].cpu_milli
         mem_short -= state.placements[name].memory_mib
     return chosen if cpu_short <= 0 and mem_short <= 0 else None
 
 
-def _freeing(tenants: list[tuple[int, str]], short: int) -> list[str] | None:
-    """The fewest of a GPU's tenants (request MiB, name) that free `short` MiB, biggest first; None when
-    all of them together do not."""
+def _freeing(
+    tenants: list[tuple[int, str]], short: int, could_move: Callable[[str], bool]
+) -> list[str] | None:
+    """The fewest of a GPU's tenants (request MiB, name) that `could_move` and free `short` MiB: the smallest
+    that does it alone (the least to move, and the likeliest to fit elsewhere), else the biggest first; None
+    when all of them together do not."""
+    if short <= 0:
+        return []
+    ranked = sorted(tenants)
+    alone = next((name for request, name in ranked if request >= short and could_move(name)), None)
+    if alone is not None:
+        return [alone]
     names: list[str] = []
-    for request, name in sorted(tenants, reverse=True):
+    for request, name in reversed(ranked):
         if short <= 0:
             break
+        if not could_move(name):
+            continue
         names.append(name)
         short -= request
     return names if short <= 0 else None
@@ -153,14 +235,19 @@ def _freeing(tenants: list[tuple[int, str]], short: int) -> list[str] | None:
 def _trial(
     state: ClusterState,
     pod: PodDemand,
-    policy: Policy,
+    planner: Planner,
     row: int,
     victims: list[str],
     movable: Mapping[str, PodDemand],
+    max_moves: int,
+    hops: int,
 ) -> Room | None:
-    """Move `victims` off `row`, place the pod there and the victims again anywhere; undone before
-    returning, so the state is as it was whatever happens."""
+    """Move `victims` off `row`, place the pod there and the victims again anywhere (a victim that fits
+    nowhere gets room of its own, within `max_moves` in all and `hops` deep); undone before returning, so
+    the state is as it was whatever happens."""
+    policy = planner.policy
     sources = [state.release(name) for name in victims]
+    released: list[Placement] = []
     applied: list[Placement] = []
     try:
         outcome = decide(state, pod, policy, rows=np.array([row]))
@@ -168,12 +255,30 @@ def _trial(
             return None
         state.apply(outcome)
         applied.append(outcome)
-        moves = []
+        moves: list[Move] = []
         # The biggest moved pod first, while the most room is left for it.
-        for source in sorted(sources, key=lambda placement: -gpu_mib(placement)):
-            target = decide(state, movable[source.pod], policy)
+        for left, source in enumerate(sorted(sources, key=lambda placement: -gpu_mib(placement)), start=1):
+            demand = movable[source.pod]
+            target = decide(state, demand, policy)
             if not isinstance(target, Placement):
-                return None
+                spare = max_moves - len(moves) - (len(victims) - left + 1)
+                shape = planner.shape(source.pod, demand)
+                if hops < 1 or spare < 1 or shape in planner.stuck:
+                    return None
+                untouched = {name: d for name, d in movable.items() if name not in victims}
+                for move in moves:
+                    untouched.pop(move.source.pod, None)
+                room = _plan(state, demand, planner, untouched, spare, None, hops - 1)
+                if room is None:
+                    planner.stuck.add(shape)
+                    return None
+                for move in room.moves:
+                    released.append(state.release(move.source.pod))
+                for move in room.moves:
+                    state.apply(move.target)
+                    applied.append(move.target)
+                moves.extend(room.moves)
+                target = room.placement
             state.apply(target)
             applied.append(target)
             moves.append(Move(source, target))
@@ -181,10 +286,69 @@ def _trial(
     finally:
         for placement in reversed(applied):
             state.release(placement.pod)
-        for placement in sources:
+        for placement in (*sources, *released):
             state.apply(placement)
 
 
 def gpu_mib(placement: Placement) -> int:
     """GPU memory a placement holds: what moving it costs, counted the same way for every plan."""
     return sum(assignment.request_mib * len(assignment.gpus) for assignment in placement.assignments)
+
+
+def tidy(
+    state: ClusterState,
+    policy: Policy,
+    workload: Workload,
+    *,
+    movable: Mapping[str, PodDemand],
+    max_moves: int,
+) -> tuple[Move, ...]:
+    """Moves that lower the cluster's fragmentation before any pod fails: each of the shares on the `LOOKS`
+    partly used GPUs with the most free is placed again by the policy as the cluster stands now, and moved
+    where that lowers the fragmentation of its old and new node together. What the policy chose for a pod
+    when the cluster was emptier is often not what it would choose now, and the holes it left add up.
+    Carried out in order, each move as release then place; the state is left as it was found."""
+    free = np.where(state.gpu_tenants > 0, state.gpu_free, 0)
+    shared = np.flatnonzero(free.ravel() > 0)
+    order = shared[np.argsort(-free.ravel()[shared], kind="stable")][:LOOKS]
+    width = state.width
+    names = sorted(
+        {
+            name
+            for flat in order
+            for name in state.pods_on[flat // width]
+            if name in movable
+            and any(flat % width in a.gpus for a in state.placements[name].assignments if a.mode is not None)
+        }
+    )
+    moves: list[Move] = []
+    try:
+        for name in names:
+            if len(moves) >= max_moves:
+                break
+            source = state.placements[name]
+            state.release(name)
+            target = decide(state, movable[name], policy)
+            state.apply(source)
+            if not isinstance(target, Placement) or target.node == source.node:
+                continue
+            before = _fragmentation(state, workload, source.node, target.node)
+            state.release(name)
+            state.apply(target)
+            if _fragmentation(state, workload, source.node, target.node) < before:
+                moves.append(Move(source, target))
+            else:
+                state.release(name)
+                state.apply(source)
+    finally:
+        for move in reversed(moves):
+            state.release(move.source.pod)
+            state.apply(move.source)
+    return tuple(moves)
+
+
+def _fragmentation(state: ClusterState, workload: Workload, *nodes: str) -> float:
+    rows = np.array([state.index[node] for node in nodes])
+    model_ok = workload.model_ok(state.models)[state.model_id[rows]]
+    free = usable_free_milli(state, rows)
+    return float(node_fragmentation(free, state.cpu_free[rows], model_ok, workload).sum())

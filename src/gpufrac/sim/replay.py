@@ -28,6 +28,8 @@ from gpufrac.sim.trace import Trace, TracePod
 
 # A pod may move at most this many others to get in: past a few, a plan disrupts more than it gains.
 MAX_MOVES_PER_POD = 3
+# Arrivals between two looks for moves that lower fragmentation (`placement.defrag.tidy`).
+TIDY_EVERY = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +96,9 @@ def replay(
     on_pod: Callable[[int, int], None] | None = None,
 ) -> RunResult:
     """One run. With a `move_budget`, a pod that fits nowhere may move movable pods (every pod without whole
-    GPUs: shares and CPU-only pods) to make room, as long as the moves so far stay within `move_budget` per
-    100 arrivals and no pod moves more than `MAX_MOVES_PER_POD` others."""
+    GPUs: shares and CPU-only pods) to make room, and every `TIDY_EVERY` arrivals pods are moved where that
+    lowers fragmentation, as long as the moves so far stay within `move_budget` per 100 arrivals and no pod
+    moves more than `MAX_MOVES_PER_POD` others."""
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
     workload = workload or target_workload(trace)
@@ -117,7 +120,7 @@ def replay(
     decision_seconds = np.zeros(len(pods))
     arrived_milli = used_milli = 0
     bucket = -1
-    mover = _Mover(state, chosen, move_budget)
+    mover = _Mover(state, chosen, move_budget, workload)
     moves: dict[int, MoveTally] = {}
     for i, (pod, demand) in enumerate(zip(pods, demands, strict=True)):
         arrived_milli += pod.gpu_demand_milli
@@ -128,7 +131,7 @@ def replay(
             outcome = mover.make_room(demand, arrivals=i + 1) or outcome
         if isinstance(outcome, Placement):
             state.apply(outcome)
-            mover.placed(demand)
+            mover.placed(demand, arrivals=i + 1)
             used_milli += pod.gpu_demand_milli
         else:
             dropped[main_reason(outcome.reasons)] += 1
@@ -159,42 +162,65 @@ def replay(
 
 
 class _Mover:
-    """Carries out `defrag.plan_room` within the run's move budget, and counts what moving cost.
+    """Carries out `defrag.plan_room` and `defrag.tidy` within the run's move budget, and counts what moving
+    cost.
 
     Pods only arrive in this replay, so room only shrinks: a pod shape no plan was found for is not looked
     at again until a move changes the cluster."""
 
-    def __init__(self, state: ClusterState, policy: Policy, budget: float) -> None:
-        self.state, self.policy, self.budget = state, policy, budget
+    def __init__(self, state: ClusterState, policy: Policy, budget: float, workload: Workload) -> None:
+        self.state, self.budget, self.policy, self.workload = state, budget, policy, workload
+        self.planner = defrag.Planner(policy)
         self.movable: dict[str, PodDemand] = {}
         self.hopeless: set[PodDemand] = set()
         self.moves = 0
         self.moved_gpus = 0.0
 
-    def placed(self, demand: PodDemand) -> None:
-        if self.budget and not demand.whole:
+    def placed(self, demand: PodDemand, *, arrivals: int) -> None:
+        if not self.budget:
+            return
+        if not demand.whole:
             self.movable[demand.name] = demand
+        if arrivals % TIDY_EVERY == 0:
+            self.tidy(arrivals)
+
+    def tidy(self, arrivals: int) -> None:
+        """Moves that lower fragmentation, leaving `MAX_MOVES_PER_POD` of the budget for a pod that fails."""
+        spare = int(self.budget * arrivals / 100) - self.moves - MAX_MOVES_PER_POD
+        if spare < 1:
+            return
+        moves = defrag.tidy(self.state, self.policy, self.workload, movable=self.movable, max_moves=spare)
+        for move in moves:
+            self.state.release(move.source.pod)
+            self.state.apply(move.target)
+        self._count(moves)
 
     def make_room(self, demand: PodDemand, *, arrivals: int) -> Placement | None:
         allowed = min(int(self.budget * arrivals / 100) - self.moves, MAX_MOVES_PER_POD)
         shape = shape_key(demand)
         if allowed < 1 or shape in self.hopeless:
             return None
-        room = defrag.plan_room(self.state, demand, self.policy, movable=self.movable, max_moves=allowed)
+        room = self.planner.plan_room(self.state, demand, movable=self.movable, max_moves=allowed)
         if room is None:
             self.hopeless.add(shape)
             return None
         for move in room.moves:
             self.state.release(move.source.pod)
+        for move in room.moves:
             self.state.apply(move.target)
+        self._count(room.moves)
+        return room.placement
+
+    def _count(self, moves: tuple[defrag.Move, ...]) -> None:
+        for move in moves:
             row = self.state.index[move.source.node]
             self.moved_gpus += sum(
                 a.request_mib * len(a.gpus) / int(self.state.gpu_mem[row, a.gpus[0]])
                 for a in move.source.assignments
             )
-        self.moves += len(room.moves)
-        self.hopeless.clear()
-        return room.placement
+        self.moves += len(moves)
+        if moves:
+            self.hopeless.clear()
 
 
 def main_reason(reasons: dict[str, int]) -> str:
