@@ -101,3 +101,11 @@ def test_the_queue_a_pod_joins() -> None:
     assert (
         queue_of({}) == queue_of({"gpufrac.io/queue": ""}) == queue_of({"gpufrac.io/queue": 5}) == "default"
     )
+
+
+def test_a_deep_tree_is_checked_in_one_walk() -> None:
+    chain = {f"q{i}": spec(f"q{i}", f"q{i - 1}" if i else None) for i in range(5000)}
+    check_tree(chain)
+    chain["q0"] = spec("q0", "q4999")
+    with pytest.raises(ContractError, match="a cycle"):
+        check_tree(chain)

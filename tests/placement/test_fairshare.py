@@ -139,3 +139,10 @@ def test_shares_respect_capacity_demand_limits_and_quotas(
         for i, q in enumerate(queues):
             wanted = demands[i] if q.resources[GPU].limit is None else min(demands[i], q.resources[GPU].limit)
             assert shares[q.name] >= wanted - 0.01 or q.resources[GPU].over_quota_weight == 0
+
+
+def test_a_tree_thousands_deep_is_shared_without_recursion() -> None:
+    """A chain of queues made without the webhook must not stop the scheduler's rounds."""
+    chain = [queue("q0", 10)] + [queue(f"q{i}", 0, parent=f"q{i - 1}") for i in range(1, 5000)]
+    shares = gpu_shares(chain, 100, {"q4999": 50})
+    assert shares["q0"] == shares["q4999"] == 50

@@ -107,16 +107,22 @@ def check_tree(queues: Mapping[str, QueueSpec]) -> None:
     for spec in queues.values():
         if spec.parent is not None and spec.parent not in queues:
             raise ContractError("spec.parentQueue", spec.parent, f"queue {spec.name}: no such Queue")
+    rooted: set[str] = set()  # queues whose line of parents is known to end: each walked once
     for spec in queues.values():
-        seen = {spec.name}
-        parent = spec.parent
-        while parent is not None:
-            if parent in seen:
+        line: set[str] = set()
+        name: str | None = spec.name
+        while name is not None and name not in rooted:
+            if name in line:
                 raise ContractError("spec.parentQueue", spec.parent or "", f"queue {spec.name}: a cycle")
-            seen.add(parent)
-            parent = queues[parent].parent
+            line.add(name)
+            name = queues[name].parent
+        rooted |= line
+    children_of: dict[str, list[QueueSpec]] = {}
     for spec in queues.values():
-        children = [child for child in queues.values() if child.parent == spec.name]
+        if spec.parent is not None:
+            children_of.setdefault(spec.parent, []).append(spec)
+    for spec in queues.values():
+        children = children_of.get(spec.name, [])
         for resource in Resource:
             ceiling = spec.entitlement(resource)
             promised = sum(child.entitlement(resource).quota for child in children)

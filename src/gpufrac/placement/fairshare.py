@@ -55,18 +55,21 @@ def _demands(
     demand: Mapping[str, Amounts],
     resource: Resource,
 ) -> dict[str, float]:
-    """Each queue's demand of `resource`: its own pods' and its children's, capped at its limit."""
+    """Each queue's demand of `resource`: its own pods' and its children's, capped at its limit. Children
+    before parents, without recursion: a tree made without the webhook may be thousands deep."""
+    order: list[str] = []
+    stack = list(children.get(None, []))
+    while stack:
+        name = stack.pop()
+        order.append(name)
+        stack.extend(children.get(name, []))
     found: dict[str, float] = {}
-
-    def total(name: str) -> float:
-        own = float(demand.get(name, {}).get(resource, 0))
-        value = own + sum(total(kid) for kid in children.get(name, []))
+    for name in reversed(order):
+        value = float(demand.get(name, {}).get(resource, 0)) + sum(
+            found[kid] for kid in children.get(name, [])
+        )
         limit = queues[name].entitlement(resource).limit
         found[name] = value if limit is None else min(value, float(limit))
-        return found[name]
-
-    for root in children.get(None, []):
-        total(root)
     return found
 
 
