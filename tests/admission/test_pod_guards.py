@@ -350,3 +350,20 @@ def test_only_the_mutations_volume_mounts_the_mps_directory() -> None:
     assert "mounts /etc from the host" in denial(below, "host-path", policy=operator)
     dotted = pod({}, volumes=[{"name": "up", "hostPath": {"path": "/var/run/x/../gpufrac/mps"}}])
     assert "mounts /run/gpufrac/mps from the host" in denial(dotted, "mps-host-path")
+
+
+@pytest.mark.parametrize("label", ["gpufrac.io/queue", "kai.scheduler/queue"])
+@pytest.mark.parametrize(("was", "now"), [("team-a", "team-b"), ("team-a", None), (None, "team-b")])
+def test_a_pods_queue_cannot_change_once_it_exists(label: str, was: str | None, now: str | None) -> None:
+    """Relabelled, a running pod would count against another team's queue, making its own look idle."""
+    before = bound(mutated(pod({"gpu-fraction": "0.5"})))
+    after = bound(before)
+    for obj, value in ((before, was), (after, now)):
+        obj["metadata"]["labels"] = {"app": "x"} | ({label: value} if value else {})
+    assert "a pod's queue cannot change once it exists" in denial(
+        after, "queue-change", operation="UPDATE", old=before
+    )
+    same = bound(before)
+    same["metadata"]["labels"]["app"] = "y"  # other labels stay the tenant's
+    assert allowed(same, operation="UPDATE", old=before)
+    assert allowed(after, operation="UPDATE", old=before, user=SCHEDULER)

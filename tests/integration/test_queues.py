@@ -107,3 +107,30 @@ async def test_top_shows_each_queues_use_and_fair_share(
     assert rows["team-a"]["fair_share"] + rows["team-b"]["fair_share"] == 1
     assert "default" in rows
     assert "team-a" in table and "team-b" in table
+
+
+async def test_a_pod_in_a_queue_nobody_made_waits_and_says_why(
+    team_queues: list[str],
+    admin_client: lightkube.AsyncClient,
+    scheduler_client: lightkube.AsyncClient,
+    namespace: str,
+    gpu_nodes: fakenodes.GpuNodes,
+) -> None:
+    """Measured against no share, such a pod would always go first: a tenant could jump every queue."""
+    await gpu_nodes.create(gpus=1)
+    await admin_client.create(team_pod("stray", namespace, queues.QUEUE_LABEL, "made-up"))
+    async with running_scheduler(scheduler_client, queues=True):
+        deadline = time.monotonic() + 30
+        while True:
+            pod = (await admin_client.get(Pod, "stray", namespace=namespace)).to_dict()
+            said = [
+                c.get("message", "")
+                for c in pod["status"].get("conditions") or []
+                if c["type"] == "PodScheduled"
+            ]
+            if said:
+                break
+            assert time.monotonic() < deadline, "no PodScheduled condition"
+            await asyncio.sleep(0.2)
+    assert not pod["spec"].get("nodeName")
+    assert said == ["queue made-up does not exist: create the Queue, or label the pod with one that does"]

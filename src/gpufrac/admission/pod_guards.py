@@ -23,7 +23,7 @@ from typing import Any
 
 from gpufrac import contract
 from gpufrac.admission import exchange, gpu_env, host_paths, mutation, settings, shapes
-from gpufrac.contract import keys
+from gpufrac.contract import keys, queues
 from gpufrac.contract.errors import brief
 
 ALL_KINDS = ("containers", "initContainers", "ephemeralContainers")
@@ -200,6 +200,9 @@ def _base(obj: Mapping[str, Any]) -> str | None:
 def _validate_pod_update(
     request: exchange.Request, policy: settings.Policy, *, trusted: bool
 ) -> exchange.Decision:
+    moved = _queue_change(request)
+    if moved is not None and not trusted:
+        return moved
     new = _guarded_annotations(request.object)
     old = _guarded_annotations(request.old_object)
     changed = sorted(key for key in new.keys() | old.keys() if new.get(key) != old.get(key))
@@ -218,6 +221,23 @@ def _validate_pod_update(
     assert request.object is not None
     checked = _contract(request.object, placement=True)
     return checked if isinstance(checked, exchange.Decision) else exchange.ALLOW
+
+
+def _queue_change(request: exchange.Request) -> exchange.Decision | None:
+    """A pod's tenant queue is fixed when it is created: relabelled, a running pod would count against
+    another team's queue, making its own look idle and its pods go first."""
+    before, after = (shapes.labels_of(obj) for obj in (request.old_object, request.object))
+    for key in (queues.QUEUE_LABEL, queues.KAI_QUEUE_LABEL):
+        if before.get(key) != after.get(key):
+            was, now = (
+                json.dumps(_text(v)) if v is not None else "absent" for v in (before.get(key), after.get(key))
+            )
+            return exchange.deny(
+                "queue-change",
+                f"{key}: {was} -> {now}: a pod's queue cannot change once it exists; delete the pod and "
+                "create it in the queue it belongs to",
+            )
+    return None
 
 
 def _scheduler_owned(pod: Mapping[str, Any], user: str, policy: settings.Policy) -> exchange.Decision | None:

@@ -113,6 +113,10 @@ def annotations_of(obj: object) -> Mapping[str, Any]:
     return as_mapping(metadata_of(obj).get("annotations"))
 
 
+def labels_of(obj: object) -> Mapping[str, Any]:
+    return as_mapping(metadata_of(obj).get("labels"))
+
+
 def spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """A pod's spec, or the EphemeralContainers object itself (which holds its list at the top)."""
     return as_mapping(obj.get("spec")) if "spec" in obj else obj

@@ -329,6 +329,14 @@ class Scheduler:
             self.queue.park(uid, **_order(pod))
             await self._report_failure(pod, f"invalid GPU request: {error}")
             return
+        if self.config.queues and (tenant := tenant_of(pod)) not in self.tenants.specs:
+            # A queue nobody made has no share to be measured against: placed, it would always go first.
+            self.metrics.attempts.labels("invalid").inc()
+            self.queue.park(uid, **_order(pod))
+            await self._report_failure(
+                pod, f"queue {tenant} does not exist: create the Queue, or label the pod with one that does"
+            )
+            return
         rows, excluded = self.cache.eligible_rows(pod, gpus=bool(demand.shares or demand.whole))
         if demand.shares and demand.whole and self.cache.devices:
             rows, excluded = self._off_device_plugin_nodes(rows, excluded)
