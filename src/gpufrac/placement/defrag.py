@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufrac.cluster.model import Placement, PodDemand
-from gpufrac.cluster.state import ClusterState
+from gpufrac.cluster.state import DOMAIN_NONE, MODE_CODE, MODE_NONE, ClusterState
+from gpufrac.contract.model import ComputeMode
 from gpufrac.placement.cache import shape_key
 from gpufrac.placement.engine import decide
 from gpufrac.placement.filters import gpus_wanted
@@ -144,7 +145,7 @@ def _plan(
 
     candidates = []
     for at, row in enumerate(fit.rows):
-        victims = _fewest_victims(state, fit, at, [n for n in state.pods_on[row] if n in movable], could_move)
+        victims = fewest_victims(state, fit, at, [n for n in state.pods_on[row] if n in movable], could_move)
         if victims is not None and 0 < len(victims) <= max_moves:
             nowhere = sum(not fits(name) for name in victims)
             moved = sum(gpu_mib(state.placements[name]) for name in victims)
@@ -157,7 +158,7 @@ def _plan(
     return None
 
 
-def _fewest_victims(
+def fewest_victims(
     state: ClusterState, fit: Fit, at: int, movable: list[str], could_move: Callable[[str], bool]
 ) -> list[str] | None:
     """The fewest of the `movable` pods on node `fit.rows[at]` whose going lets the pod in, by a count of
@@ -177,7 +178,7 @@ def _fewest_victims(
     if wanted:
         if pod.shares:
             usable = np.flatnonzero(fit.share_ok[at])
-            need = {int(g): int(fit.request_mib[at, g]) - int(state.gpu_free[row, g]) for g in usable}
+            need = {int(g): _short(state, fit, at, int(g)) for g in usable}
         else:  # whole GPUs: every tenant goes
             usable = np.flatnonzero(fit.empty[at])
             need = {int(g): int(state.gpu_mem[row, g] - state.gpu_free[row, g]) for g in usable}
@@ -207,6 +208,21 @@ def _fewest_victims(
         cpu_short -= state.placements[name].cpu_milli
         mem_short -= state.placements[name].memory_mib
     return chosen if cpu_short <= 0 and mem_short <= 0 else None
+
+
+def _short(state: ClusterState, fit: Fit, at: int, gpu: int) -> int:
+    """MiB to free on a GPU for the pod's share: what it lacks, or everything on it when its tenants are in
+    another compute mode or another fault domain's sm-sharing (then every one of them must go)."""
+    row = int(fit.rows[at])
+    share = fit.pod.shares[0]
+    mode, domain = int(state.gpu_mode[row, gpu]), int(state.gpu_domain[row, gpu])
+    apart = mode not in (MODE_NONE, MODE_CODE[share.mode]) or (
+        share.mode is ComputeMode.SM_SHARING
+        and domain not in (DOMAIN_NONE, state.domains.get(fit.pod.fault_domain, -1))
+    )
+    if apart:
+        return int(state.gpu_mem[row, gpu] - state.gpu_free[row, gpu])
+    return int(fit.request_mib[at, gpu]) - int(state.gpu_free[row, gpu])
 
 
 def _freeing(

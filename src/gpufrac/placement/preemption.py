@@ -1,0 +1,74 @@
+"""Which running pods to evict so that a pending pod fits: preemption within a queue, reclaim across queues.
+Pure.
+
+The caller says which pods may go (`victims`, each with its priority); the plan frees exactly what the
+pending pod needs on one node (memory on specific GPUs, a GPU's mode, CPU and memory: the engine's own
+filters judge it), evicting pods of the lowest priorities only if that is enough, then the fewest, then the
+lowest priorities in all. Unlike a move (`defrag`), an evicted pod is not placed again: its controller
+recreates it and it waits its turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpufrac.cluster.model import Placement, PodDemand
+from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.defrag import TRIALS, fewest_victims
+from gpufrac.placement.engine import decide
+from gpufrac.placement.fit import find_fit
+from gpufrac.placement.framework import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """Where the pending pod goes once `victims` are gone."""
+
+    placement: Placement
+    victims: tuple[str, ...]
+
+
+def plan_eviction(
+    state: ClusterState,
+    pod: PodDemand,
+    policy: Policy,
+    *,
+    victims: Mapping[str, int],
+    max_victims: int,
+    rows: np.ndarray | None = None,
+) -> Eviction | None:
+    """The pods among `victims` (name -> priority) whose going lets `pod` in among `rows`; None when no set
+    of at most `max_victims` on one node does. The state is left as it was found."""
+    placed = {name: priority for name, priority in victims.items() if name in state.placements}
+    for ceiling in sorted(set(placed.values())):  # the lowest priorities first: only if they are not enough,
+        allowed = {name for name, priority in placed.items() if priority <= ceiling}  # a higher one too
+        fit, _ = find_fit(state.without(allowed), pod, rows=rows)
+        candidates = []
+        for at, row in enumerate(fit.rows):
+            here = [name for name in state.pods_on[row] if name in allowed]
+            chosen = fewest_victims(state, fit, at, here, lambda _: True)
+            if chosen and len(chosen) <= max_victims:
+                cost = sum(placed[name] for name in chosen)
+                candidates.append((len(chosen), cost, int(state.tie_rank[row]), int(row), chosen))
+        candidates.sort(key=lambda candidate: candidate[:4])
+        for *_, row, chosen in candidates[:TRIALS]:
+            placement = _trial(state, pod, policy, row, chosen)
+            if placement is not None:
+                return Eviction(placement, tuple(chosen))
+    return None
+
+
+def _trial(
+    state: ClusterState, pod: PodDemand, policy: Policy, row: int, chosen: list[str]
+) -> Placement | None:
+    """Where the pod goes on `row` with `chosen` gone; the state is put back before returning."""
+    released = [state.release(name) for name in chosen]
+    try:
+        outcome = decide(state, pod, policy, rows=np.array([row]))
+        return outcome if isinstance(outcome, Placement) else None
+    finally:
+        for placement in released:
+            state.apply(placement)

@@ -1,0 +1,133 @@
+"""Eviction plans (`placement.preemption`) worked out by hand: the lowest priorities first, then the fewest
+pods, exactly what the pending pod needs on one node (a GPU's mode included); and a property: any plan,
+carried out, is accepted by the state and lets the pod in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpufrac.cluster.invariants import violations
+from gpufrac.cluster.model import Placement
+from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.engine import decide
+from gpufrac.placement.preemption import plan_eviction
+
+from ..cluster.builders import SM, TS, node, share_pod, whole_pod
+from .builders import policy
+from .test_defrag import place_on, snapshot
+
+BINPACK = policy("binpack")
+
+
+def cluster(*pods: tuple[str, int, str, Any]) -> ClusterState:
+    """Two one-GPU nodes; each pod (name, milli, node, mode) placed on its node."""
+    state = ClusterState([node("n0", 1), node("n1", 1)])
+    for name, milli, on, mode in pods:
+        place_on(state, share_pod(name, milli, mode=mode), on)
+    return state
+
+
+SCENARIOS = {
+    # name: (pods, victims with priorities, pending pod, max victims, expected (node, victims) or None)
+    "the one pod in the way goes": (
+        [("low", 600, "n0", TS), ("keep", 600, "n1", TS)],
+        {"low": 1},
+        share_pod("p", 500),
+        3,
+        ("n0", ["low"]),
+    ),
+    "the lower priority goes, wherever it is": (
+        [("mid", 600, "n0", TS), ("low", 600, "n1", TS)],
+        {"mid": 5, "low": 1},
+        share_pod("p", 500),
+        3,
+        ("n1", ["low"]),
+    ),
+    "lowest priorities first, even if more of them": (
+        [("a", 300, "n0", TS), ("b", 300, "n0", TS), ("mid", 600, "n1", TS)],
+        {"a": 1, "b": 1, "mid": 2},
+        whole_pod("w"),
+        3,
+        ("n0", ["a", "b"]),
+    ),
+    "a higher priority only when the lower ones are not enough": (
+        [("a", 300, "n0", TS), ("mid", 600, "n0", TS), ("keep", 900, "n1", TS)],
+        {"a": 1, "mid": 2},
+        whole_pod("w"),
+        3,
+        ("n0", ["a", "mid"]),
+    ),
+    "no more than max_victims": (
+        [("a", 300, "n0", TS), ("b", 300, "n0", TS), ("keep", 600, "n1", TS)],
+        {"a": 1, "b": 1},
+        whole_pod("w"),
+        1,
+        None,
+    ),
+    "only the pods offered": (
+        [("a", 600, "n0", TS), ("b", 600, "n1", TS)],
+        {},
+        share_pod("p", 500),
+        3,
+        None,
+    ),
+    "a GPU in another mode is emptied, not just made room on": (
+        [("sm", 200, "n0", SM), ("keep", 900, "n1", TS)],
+        {"sm": 1},
+        share_pod("p", 500),
+        3,
+        ("n0", ["sm"]),
+    ),
+    "nothing evicted when it would not help": (
+        [("a", 600, "n0", TS), ("b", 600, "n1", TS)],
+        {"a": 1, "b": 1},
+        whole_pod("w", 2),
+        3,
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_eviction_plans_as_worked_out_by_hand(scenario: str) -> None:
+    pods, victims, pending, most, expected = SCENARIOS[scenario]
+    state = cluster(*pods)
+    before = snapshot(state)
+    plan = plan_eviction(state, pending, BINPACK, victims=victims, max_victims=most)
+    assert snapshot(state) == before
+    if expected is None:
+        assert plan is None
+        return
+    assert plan is not None and (plan.placement.node, sorted(plan.victims)) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shares=st.lists(st.tuples(st.sampled_from([100, 250, 300, 500, 700]), st.integers(0, 3)), max_size=10),
+    pending=st.sampled_from([300, 500, 800, 0]),
+    most=st.integers(1, 3),
+)
+def test_any_plan_carried_out_is_valid(shares: list[tuple[int, int]], pending: int, most: int) -> None:
+    state = ClusterState([node("n0", 2), node("n1", 1)])
+    victims = {}
+    for i, (milli, priority) in enumerate(shares):
+        outcome = decide(state, share_pod(f"s{i}", milli), BINPACK)
+        if isinstance(outcome, Placement):
+            state.apply(outcome)
+            if priority:  # priority 0: not offered
+                victims[f"s{i}"] = priority
+    pod = share_pod("p", pending) if pending else whole_pod("p")
+    before = snapshot(state)
+    plan = plan_eviction(state, pod, BINPACK, victims=victims, max_victims=most)
+    assert snapshot(state) == before
+    if plan is None:
+        return
+    assert 1 <= len(plan.victims) <= most and set(plan.victims) <= set(victims)
+    for name in plan.victims:
+        state.release(name)
+    state.apply(plan.placement)
+    assert violations(state) == []
