@@ -237,13 +237,23 @@ def scheduler(
     max_moves: Annotated[
         int,
         typer.Option(
-            help="Pods that opted in (gpufrac.io/movable) evicted at most to make room for one pending pod, "
-            "0 to 10 (0: never move)."
+            help="Pods evicted at most to make room for one pending pod (moved, preempted or reclaimed), "
+            "0 to 10 (0: never evict)."
         ),
     ] = 3,
-    move_min_runtime: Annotated[
-        float, typer.Option(help="Seconds a pod runs before it may be moved (again), 0 to 86400.")
+    min_runtime: Annotated[
+        float, typer.Option(help="Seconds a pod runs before the scheduler may evict it, 0 to 86400.")
     ] = 600.0,
+    preemption: Annotated[
+        bool,
+        typer.Option(
+            help="Preempt lower priorities in a pending pod's queue, and reclaim from queues over their fair "
+            "share for a queue below its quota (else only pods that opted in are moved)."
+        ),
+    ] = True,
+    protected_priority: Annotated[
+        int, typer.Option(help="Pods of this priority or more are never evicted (KAI's non-preemptible).")
+    ] = 100,
     queues: Annotated[
         bool,
         typer.Option(
@@ -267,9 +277,9 @@ def scheduler(
     if not 0 <= reservation_idle_seconds <= 3600:  # NaN fails both
         raise UserError(f"--reservation-idle-seconds {reservation_idle_seconds}: must be 0 to 3600")
     if not 0 <= max_moves <= 10:
-        raise UserError(f"--max-moves {max_moves}: must be 0 (never move) to 10")
-    if not 0 <= move_min_runtime <= 86400:  # NaN fails both
-        raise UserError(f"--move-min-runtime {move_min_runtime}: must be 0 to 86400 seconds")
+        raise UserError(f"--max-moves {max_moves}: must be 0 (never evict) to 10")
+    if not 0 <= min_runtime <= 86400:  # NaN fails both
+        raise UserError(f"--min-runtime {min_runtime}: must be 0 to 86400 seconds")
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
         raise UserError(f"--namespace {namespace!r}: not a namespace name (lowercase letters, digits, '-')")
     setup_logging(log_level)
@@ -285,7 +295,9 @@ def scheduler(
         reservation_idle_seconds=reservation_idle_seconds,
         fault_domain_label=fault_domain_label.strip(),
         max_moves=max_moves,
-        move_min_runtime=move_min_runtime,
+        min_runtime=min_runtime,
+        preemption=preemption,
+        protected_priority=protected_priority,
         queues=queues,
     )
     asyncio.run(

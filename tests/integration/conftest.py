@@ -7,17 +7,25 @@ A control plane that cannot start fails these tests with the reason; it never sk
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import lightkube
 import pytest
+import yaml
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 from lightkube.types import PatchType
 
+from gpufrac.kubeapi.queues import QUEUE_RESOURCE
+
 from . import controlplane, fakenodes, scheduling
+
+QUEUE_CRD = Path(__file__).parents[2] / "deploy/helm/gpufrac/crds/queues.gpufrac.io.yaml"
 
 HERE = Path(__file__).parent
 
@@ -114,3 +122,29 @@ async def gpu_nodes(admin_client: lightkube.AsyncClient, namespace: str) -> Asyn
     problems = await scheduling.allocation_problems(admin_client)
     await nodes.delete_all()
     assert problems == [], f"the allocation recomputed from the API objects is unsound: {problems}"
+
+
+@pytest.fixture
+async def team_queues(admin_client: lightkube.AsyncClient) -> AsyncIterator[list[str]]:
+    """The CRD (kept once made: the control plane outlives the test) and queues team-a and team-b."""
+    try:
+        await admin_client.create(CustomResourceDefinition.from_dict(yaml.safe_load(QUEUE_CRD.read_text())))
+    except lightkube.ApiError as error:
+        if error.status.code != 409:
+            raise
+    deadline = time.monotonic() + 30
+    while True:  # served once Established
+        crd = (await admin_client.get(CustomResourceDefinition, "queues.gpufrac.io")).to_dict()
+        if any(
+            c["type"] == "Established" and c["status"] == "True" for c in crd["status"].get("conditions", [])
+        ):
+            break
+        assert time.monotonic() < deadline, "the Queue CRD was not established"
+        await asyncio.sleep(0.2)
+    names = ["team-a", "team-b"]
+    for name in names:
+        body = {"metadata": {"name": name}, "spec": {"resources": {"gpus": {"quota": 1}}}}
+        await admin_client.create(QUEUE_RESOURCE.from_dict(body))
+    yield names
+    for name in names:
+        await admin_client.delete(QUEUE_RESOURCE, name)

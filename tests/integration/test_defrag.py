@@ -24,7 +24,7 @@ from lightkube.types import PatchType
 
 from gpufrac import contract
 from gpufrac.contract import keys
-from gpufrac.scheduler.mover import REASON
+from gpufrac.scheduler.mover import MOVE
 
 from . import fakenodes
 from .scheduling import gpu_pod, running_scheduler, wait_bound
@@ -76,11 +76,14 @@ async def eventually(what: str, check: Callable[[], Any], timeout: float = 30) -
         await asyncio.sleep(0.2)
 
 
-async def reasons(client: lightkube.AsyncClient, namespace: str, name: str) -> list[str]:
+async def reasons(
+    client: lightkube.AsyncClient, namespace: str, name: str, reason: str = MOVE.reason
+) -> list[str]:
+    """The messages of the Events with `reason` about the pod `name`."""
     found = []
     async for event in client.list(Event, namespace=namespace):
         involved = event.involvedObject
-        if involved.name == name and event.reason == REASON:
+        if involved.name == name and event.reason == reason:
             found.append(event.message or "")
     return found
 
@@ -119,7 +122,7 @@ async def test_a_whole_gpu_gets_in_once_a_movable_share_moves(
     gpu_nodes: fakenodes.GpuNodes,
 ) -> None:
     """A is evicted, W takes its GPU, and A's ReplicaSet recreates it; the new A lands beside B."""
-    async with running_scheduler(scheduler_client, move_min_runtime=0, **SCHEDULER) as scheduler:
+    async with running_scheduler(scheduler_client, min_runtime=0, **SCHEDULER) as scheduler:
         n0, n1, a = await two_nodes_with_a_and_b(
             admin_client, namespace, gpu_nodes, controlled=True, movable=True
         )
@@ -136,9 +139,9 @@ async def test_a_whole_gpu_gets_in_once_a_movable_share_moves(
             f"moved to make room for pod {namespace}/w on {n0}"
         ]
         assert await reasons(admin_client, namespace, "w") == [
-            f"moving 1 pod(s) on the cluster to make room on {n0}"
+            f"evicting 1 pod(s) to make room on {n0} (move)"
         ]
-        assert scheduler.metrics.moves.labels("evicted")._value.get() == 1
+        assert scheduler.metrics.evictions.labels("move", "evicted")._value.get() == 1
 
         async def recreated_beside_b() -> bool:
             live = [
@@ -166,7 +169,7 @@ async def test_nothing_is_evicted_that_may_not_be(
         }
         await admin_client.create(PodDisruptionBudget.from_dict(budget), namespace=namespace)
     runtime = 3600 if case == "too-young" else 0
-    async with running_scheduler(scheduler_client, move_min_runtime=runtime, **SCHEDULER) as scheduler:
+    async with running_scheduler(scheduler_client, min_runtime=runtime, **SCHEDULER) as scheduler:
         _, _, a = await two_nodes_with_a_and_b(
             admin_client,
             namespace,
@@ -185,10 +188,13 @@ async def test_nothing_is_evicted_that_may_not_be(
         assert not (await pod(admin_client, namespace, a))["metadata"].get("deletionTimestamp")
         assert not (await pod(admin_client, namespace, "w"))["spec"].get("nodeName")
         assert await reasons(admin_client, namespace, a) == []
-        refused = scheduler.metrics.moves.labels("refused")._value.get()
+        refused = scheduler.metrics.evictions.labels("move", "refused")._value.get()
         if case == "disruption-budget":
             assert refused >= 1
             told = await reasons(admin_client, namespace, "w")
-            assert told and all("a PodDisruptionBudget forbids it" in message for message in told)
+            assert told and all(
+                "cannot move pod" in message and "a PodDisruptionBudget forbids it" in message
+                for message in told
+            )
         else:
             assert refused == 0

@@ -8,49 +8,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import lightkube
 import pytest
-import yaml
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Pod
 
 from gpufrac.contract import queues
-from gpufrac.kubeapi.queues import QUEUE_RESOURCE
 
 from . import controlplane, fakenodes
 from .scheduling import gpu_pod, running_scheduler, top, wait_bound
-
-CRD = Path(__file__).parents[2] / "deploy/helm/gpufrac/crds/queues.gpufrac.io.yaml"
-
-
-@pytest.fixture
-async def team_queues(admin_client: lightkube.AsyncClient) -> AsyncIterator[list[str]]:
-    """The CRD (kept once made: the control plane outlives the test) and queues team-a and team-b."""
-    try:
-        await admin_client.create(CustomResourceDefinition.from_dict(yaml.safe_load(CRD.read_text())))
-    except lightkube.ApiError as error:
-        if error.status.code != 409:
-            raise
-    deadline = time.monotonic() + 30
-    while True:  # served once Established
-        crd = (await admin_client.get(CustomResourceDefinition, "queues.gpufrac.io")).to_dict()
-        if any(
-            c["type"] == "Established" and c["status"] == "True" for c in crd["status"].get("conditions", [])
-        ):
-            break
-        assert time.monotonic() < deadline, "the Queue CRD was not established"
-        await asyncio.sleep(0.2)
-    names = ["team-a", "team-b"]
-    for name in names:
-        body = {"metadata": {"name": name}, "spec": {"resources": {"gpus": {"quota": 1}}}}
-        await admin_client.create(QUEUE_RESOURCE.from_dict(body))
-    yield names
-    for name in names:
-        await admin_client.delete(QUEUE_RESOURCE, name)
 
 
 def team_pod(name: str, namespace: str, label: str, team: str) -> Pod:

@@ -60,8 +60,8 @@ def test_a_broken_kubeconfig_and_bad_options_are_one_line(tmp_path: Path) -> Non
         ("--namespace", "Not_A_Namespace", "--namespace 'Not_A_Namespace': not a namespace name"),
         ("--reservation-idle-seconds", "nan", "--reservation-idle-seconds nan: must be 0 to 3600"),
         ("--reservation-idle-seconds", "-1", "--reservation-idle-seconds -1.0: must be 0 to 3600"),
-        ("--max-moves", "11", "--max-moves 11: must be 0 (never move) to 10"),
-        ("--move-min-runtime", "nan", "--move-min-runtime nan: must be 0 to 86400 seconds"),
+        ("--max-moves", "11", "--max-moves 11: must be 0 (never evict) to 10"),
+        ("--min-runtime", "nan", "--min-runtime nan: must be 0 to 86400 seconds"),
         ("--agent-heartbeat-timeout", "inf", "--agent-heartbeat-timeout inf: must be 0 to 86400 seconds"),
     ]:
         refused = gpufrac("scheduler", "--kubeconfig", str(kubeconfig), option, value)

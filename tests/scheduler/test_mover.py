@@ -59,7 +59,7 @@ def two_gpus(client: FakeApi, clock: FakeClock, *, a_movable: bool = True) -> Sc
     pods.append(pod("w", whole=1))
     for item in pods:
         client.put(item)
-    made = scheduler(client, clock, move_min_runtime=0)
+    made = scheduler(client, clock, min_runtime=0)
     made.on_nodes_listed([gpu_node("n0", gpus=1), gpu_node("n1", gpus=1)])
     made.on_pods_listed(pods)
     return made

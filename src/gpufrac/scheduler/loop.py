@@ -51,7 +51,7 @@ from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.devices import Hold
 from gpufrac.scheduler.keeper import ReservationKeeper
 from gpufrac.scheduler.metrics import SchedulerMetrics
-from gpufrac.scheduler.mover import Mover
+from gpufrac.scheduler.mover import PREEMPT, RECLAIM, Mover
 from gpufrac.scheduler.problems import INVALID, Problem, Problems
 from gpufrac.scheduler.queue import SchedulingQueue
 from gpufrac.scheduler.tenants import Tenants, tenant_of
@@ -88,10 +88,14 @@ class SchedulerConfig:
     # the namespaces carrying the same value of this namespace label (an admin's label; tenants cannot
     # label namespaces).
     fault_domain_label: str = ""
-    # Defragmentation (scheduler/mover.py): how many pods that opted in may be moved to let one pending pod
-    # in (0: never move), and how long a pod runs before it may be moved (again).
+    # Evictions to let a pending pod in (scheduler/mover.py): moves of pods that opted in (defragmentation),
+    # preemption of lower priorities in its queue, reclaim from queues over their fair share. At most
+    # `max_moves` pods per pending pod (0: never evict), none running for less than `min_runtime` seconds,
+    # none at or above `protected_priority`; `preemption` off: moves only.
     max_moves: int = 3
-    move_min_runtime: float = 600.0
+    min_runtime: float = 600.0
+    preemption: bool = True
+    protected_priority: int = 100
     # Tenant queues (Queue objects, queues.gpufrac.io): pods are taken from the queue furthest below its fair
     # share first. Needs the chart's CustomResourceDefinition.
     queues: bool = False
@@ -156,9 +160,9 @@ class Scheduler:
             client,
             self.cache,
             component=config.name,
-            min_runtime=config.move_min_runtime,
+            min_runtime=config.min_runtime,
             max_moves=config.max_moves,
-            moves=self.metrics.moves,
+            evictions=self.metrics.evictions,
             clock=clock,
         )
         self.namespace_labels: dict[str, Mapping[str, str]] = {}  # with `fault_domain_label` only
@@ -366,7 +370,7 @@ class Scheduler:
             if (
                 isinstance(outcome, Unschedulable)
                 and self.config.max_moves
-                and await self._make_room(uid, pod, demand, rows)
+                and await self._evict_for(uid, pod, demand, rows)
             ):
                 self.queue.park(uid, **_order(pod))
                 if not self.mover.waits(uid):  # the moved pods went while their evictions were sent
@@ -470,12 +474,53 @@ class Scheduler:
             )
         return rows[~off], excluded
 
-    async def _make_room(self, uid: str, pod: dict[str, Any], demand: PodDemand, rows: np.ndarray) -> bool:
-        """Move pods that opted in to let the pod in (`mover`), off device-plugin nodes, whose GPUs are the
-        kubelet's to give; the moved pods are placed again as shares are, on reserved GPUs."""
+    async def _evict_for(self, uid: str, pod: dict[str, Any], demand: PodDemand, rows: np.ndarray) -> bool:
+        """Evict pods to let the pod in, off device-plugin nodes, whose GPUs are the kubelet's to give: first
+        by moving pods that opted in (placed again as shares are, on reserved GPUs), else by preempting lower
+        priorities of its queue, or by reclaiming from queues over their fair share when its own is below
+        its quota. True when pods are on their way out."""
         rows = rows[~np.isin(rows, self.cache.hold_matrix()[0])]
         with self.cache.device_view(Hold.RESERVED):
-            return await self.mover.make_room(uid, pod, demand, self.policy, rows)
+            if await self.mover.make_room(uid, pod, demand, self.policy, rows):
+                return True
+        if not self.config.preemption:
+            return False
+        preemptible, reclaimable = self._victims(pod, demand)
+        for victims, why in ((preemptible, PREEMPT), (reclaimable, RECLAIM)):
+            if victims and await self.mover.preempt(uid, pod, demand, self.policy, rows, victims, why):
+                return True
+        return False
+
+    def _victims(self, pod: Mapping[str, Any], demand: PodDemand) -> tuple[dict[str, int], dict[str, int]]:
+        """The running pods `pod` may preempt (its queue's, of lower priority) and reclaim (of queues over
+        their fair share, when its queue's use with it stays within its quota), by uid, with priorities.
+        Only pods this scheduler placed, below `protected_priority`, running `min_runtime` at least."""
+        tenant, priority = tenant_of(pod), objects.priority(pod)
+        over: set[str] = set()
+        if self.config.queues:
+            self.tenants.rank(self.cache, self.pending)  # fresh use and shares, at most a second old
+            if self.tenants.within_quota(tenant, demand):
+                over = self.tenants.over_share() - {tenant}
+        oldest = self.mover.wall_clock() - self.config.min_runtime
+        preemptible: dict[str, int] = {}
+        reclaimable: dict[str, int] = {}
+        for uid, victim in self.cache.bound.items():
+            since = objects.running_since(victim)
+            theirs = objects.priority(victim)
+            if (
+                objects.scheduler_name(victim) != self.config.name
+                or theirs >= self.config.protected_priority
+                or since is None
+                or since > oldest
+                or uid not in self.cache.state.placements
+            ):
+                continue
+            queue = tenant_of(victim)
+            if queue == tenant and theirs < priority:
+                preemptible[uid] = theirs
+            elif queue in over:
+                reclaimable[uid] = theirs
+        return preemptible, reclaimable
 
     async def _reserve_for(self, uid: str, pod: dict[str, Any], trial: Placement) -> bool:
         """Make the pod wait for the reservations `trial` needs on its node: the ones not yet published there

@@ -102,11 +102,12 @@ class SchedulerMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self.moves = Counter(
-            "gpufrac_scheduler_moves",
-            "Pods evicted to make room for a pending pod (defragmentation), by outcome: evicted, refused "
-            "(a PodDisruptionBudget), failed",
-            ["outcome"],
+        self.evictions = Counter(
+            "gpufrac_scheduler_evictions",
+            "Pods the scheduler evicted to make room for a pending pod, by why (move: defragmentation; "
+            "preempt: a higher priority in its queue; reclaim: a queue below its quota) and outcome "
+            "(evicted; refused: a PodDisruptionBudget; failed)",
+            ["why", "outcome"],
             registry=self.registry,
         )
         self.pending = Gauge(

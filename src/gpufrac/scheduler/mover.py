@@ -30,13 +30,29 @@ from gpufrac.cluster.model import Placement, PodDemand
 from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS
 from gpufrac.kubeapi.eviction import evict
-from gpufrac.placement.defrag import Room, plan_room
+from gpufrac.placement.defrag import plan_room
 from gpufrac.placement.framework import Policy
+from gpufrac.placement.preemption import plan_eviction
 from gpufrac.scheduler import objects
 from gpufrac.scheduler.cache import SchedulerCache
 
 log = logging.getLogger("gpufrac.scheduler")
-REASON = "GPUDefragmentation"
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """Why pods are evicted: the Events' reason, the verb for metrics and messages, what a victim hears."""
+
+    reason: str
+    verb: str
+    done: str
+
+
+MOVE = Why("GPUDefragmentation", "move", "moved to make room")
+PREEMPT = Why("GPUPreemption", "preempt", "preempted by a pod of higher priority in its queue")
+RECLAIM = Why(
+    "GPUReclaim", "reclaim", "reclaimed by a queue below its quota, from a queue over its fair share"
+)
 
 
 @dataclass
@@ -57,7 +73,7 @@ class Mover:
         component: str,
         min_runtime: float,
         max_moves: int,
-        moves: PromCounter,
+        evictions: PromCounter,
         timeout: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -65,7 +81,7 @@ class Mover:
         self.client, self.cache, self.component = client, cache, component
         self.min_runtime, self.max_moves, self.timeout = min_runtime, max_moves, timeout
         self.clock, self.wall_clock = clock, wall_clock
-        self.moves = moves  # the scheduler's metric, by outcome
+        self.evictions = evictions  # the scheduler's metric, by why and outcome
         self.plans: dict[str, _Plan] = {}  # pending pod uid -> its plan
         # Pods whose eviction was refused, and until when no plan counts on them: the next plan finds others.
         self.refused: dict[str, float] = {}
@@ -139,22 +155,50 @@ class Mover:
         )
         if room is None:
             return False
-        leaving = await self._evict(pod, room)
+        victims = [move.source.pod for move in room.moves]
+        return await self._start(uid, pod, room.placement, victims, MOVE)
+
+    async def preempt(
+        self,
+        uid: str,
+        pod: Mapping[str, Any],
+        demand: PodDemand,
+        policy: Policy,
+        rows: np.ndarray,
+        victims: Mapping[str, int],
+        why: Why,
+    ) -> bool:
+        """Plan and start evicting some of `victims` (uid -> priority), never to be placed again by this
+        plan, so that `pod` fits; True when pods are on their way out."""
+        offered = {victim: priority for victim, priority in victims.items() if victim not in self.refused}
+        if uid in self.plans or not offered:
+            return False
+        plan = plan_eviction(
+            self.cache.snapshot(), demand, policy, victims=offered, max_victims=self.max_moves, rows=rows
+        )
+        if plan is None:
+            return False
+        return await self._start(uid, pod, plan.placement, list(plan.victims), why)
+
+    async def _start(
+        self, uid: str, pod: Mapping[str, Any], placement: Placement, victims: list[str], why: Why
+    ) -> bool:
+        leaving = await self._evict(pod, placement.node, victims, why)
         if not leaving:
             return False
         # The watch may have told of some going while the evictions were sent.
         leaving &= self.cache.bound.keys()
-        self.plans[uid] = _Plan(room.placement, leaving, self.clock() + self.timeout)
+        self.plans[uid] = _Plan(placement, leaving, self.clock() + self.timeout)
         if not leaving:
-            self.cache.keep_room(uid, room.placement)
+            self.cache.keep_room(uid, placement)
         return True
 
-    async def _evict(self, pending: Mapping[str, Any], room: Room) -> set[str]:
-        """Evict the plan's pods in order, stopping at the first refused; the uids of those evicted."""
+    async def _evict(self, pending: Mapping[str, Any], node: str, victims: list[str], why: Why) -> set[str]:
+        """Evict `victims` in order, stopping at the first refused; the uids of those evicted."""
         leaving: set[str] = set()
         target = objects.pod_key(pending)
-        for move in room.moves:
-            victim = self.cache.bound.get(move.source.pod)
+        for name in victims:
+            victim = self.cache.bound.get(name)
             if victim is None:
                 break
             meta = objects.meta(victim)
@@ -162,31 +206,31 @@ class Mover:
                 await evict(self.client, meta["name"], namespace=meta["namespace"])
             except lightkube.ApiError as error:
                 if error.status.code == 404:
-                    leaving.add(move.source.pod)
+                    leaving.add(name)
                     continue
                 refused = error.status.code == 429
-                self.moves.labels("refused" if refused else "failed").inc()
-                self.refused[move.source.pod] = self.clock() + self.timeout
-                why = "a PodDisruptionBudget forbids it" if refused else error.status.message
-                await self._tell(pending, f"cannot move pod {objects.pod_key(victim)} to make room: {why}")
+                self.evictions.labels(why.verb, "refused" if refused else "failed").inc()
+                self.refused[name] = self.clock() + self.timeout
+                reason = "a PodDisruptionBudget forbids it" if refused else error.status.message
+                await self._tell(pending, why, f"cannot {why.verb} pod {objects.pod_key(victim)}: {reason}")
                 break
             except API_ERRORS as error:
-                self.moves.labels("failed").inc()
+                self.evictions.labels(why.verb, "failed").inc()
                 log.error("cannot evict pod %s: %s", objects.pod_key(victim), error)
                 break
-            self.moves.labels("evicted").inc()
-            leaving.add(move.source.pod)
-            await self._tell(victim, f"moved to make room for pod {target} on {room.placement.node}")
+            self.evictions.labels(why.verb, "evicted").inc()
+            leaving.add(name)
+            await self._tell(victim, why, f"{why.done} for pod {target} on {node}")
         if leaving:
-            message = f"moving {len(leaving)} pod(s) on the cluster to make room on {room.placement.node}"
+            message = f"evicting {len(leaving)} pod(s) to make room on {node} ({why.verb})"
             log.info("pod %s: %s", target, message)
-            await self._tell(pending, message)
+            await self._tell(pending, why, message)
         return leaving
 
-    async def _tell(self, pod: Mapping[str, Any], message: str) -> None:
+    async def _tell(self, pod: Mapping[str, Any], why: Why, message: str) -> None:
         meta = objects.meta(pod)
         involved = {"kind": "Pod", "name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]}
         await events.record(
             self.client,
-            events.warning(involved=involved, reason=REASON, message=message, component=self.component),
+            events.warning(involved=involved, reason=why.reason, message=message, component=self.component),
         )

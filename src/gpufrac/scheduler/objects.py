@@ -367,15 +367,22 @@ def gpu_resource_count(pod: Obj) -> int:
 
 
 def movable_since(pod: Obj) -> float | None:
-    """When a pod that may be moved started (epoch seconds: `status.startTime`, else its creation); None for
-    a pod that may not: one without the tenant's `gpufrac.io/movable: "true"`, without a controller to
-    recreate it, or already going."""
-    if annotations_of(pod).get(keys.MOVABLE_ANNOTATION) != "true" or is_done(pod):
+    """When a pod that may be moved started (`running_since`); None for a pod that may not: one without the
+    tenant's `gpufrac.io/movable: "true"`, or without a controller to recreate it."""
+    if annotations_of(pod).get(keys.MOVABLE_ANNOTATION) != "true":
         return None
     owners = meta(pod).get("ownerReferences")
     if not isinstance(owners, list) or not any(
         isinstance(owner, Mapping) and owner.get("controller") is True for owner in owners
     ):
+        return None
+    return running_since(pod)
+
+
+def running_since(pod: Obj) -> float | None:
+    """When a pod started (epoch seconds: `status.startTime`, else its creation), for the minimum runtime
+    before it may be evicted; None for one already going or without a readable time."""
+    if is_done(pod):
         return None
     started = text_field(pod, "status", "startTime") or text_field(pod, "metadata", "creationTimestamp")
     try:

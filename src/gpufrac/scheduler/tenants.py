@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from gpufrac import contract
-from gpufrac.cluster.model import Placement, resolve_mib
+from gpufrac.cluster.model import Placement, PodDemand, resolve_mib
 from gpufrac.contract import queues
 from gpufrac.contract.queues import QueueSpec, Resource
 from gpufrac.kubeapi.queues import QueueIndex
@@ -65,6 +65,7 @@ class Tenants:
         self.shares: dict[str, dict[Resource, float]] = {}
         self.ranks: dict[str, float] = {}
         self._at = -math.inf
+        self._reference = 0  # the cluster's median GPU memory, MiB, as of the last pass
 
     # ---- Queue objects ------------------------------------------------------------------------------------
 
@@ -104,6 +105,26 @@ class Tenants:
             usage[resource] = usage.get(resource, 0.0) + amount
         self.ranks[tenant] = fairshare.starvation(usage, self.shares.get(tenant, {}))
 
+    def within_quota(self, tenant: str, demand: PodDemand) -> bool:
+        """Whether the pod asks for a resource its queue has a quota of, and the queue's use with the pod
+        added stays within every such quota: a queue below its quota may reclaim what others borrowed."""
+        spec = self.specs.get(tenant)
+        if spec is None:
+            return False
+        usage = self.usage.get(tenant, {})
+        guaranteed = [
+            (resource, amount, spec.entitlement(resource).quota)
+            for resource, amount in _asked_of(demand, self._reference).items()
+            if amount > 0 and spec.entitlement(resource).quota > 0
+        ]
+        return bool(guaranteed) and all(
+            usage.get(resource, 0.0) + amount <= quota for resource, amount, quota in guaranteed
+        )
+
+    def over_share(self) -> set[str]:
+        """The queues using more than their fair share of some resource."""
+        return {tenant for tenant, rank in self.ranks.items() if rank > 1.0 + 1e-9}
+
     def _recompute(self, cache: SchedulerCache, pending: Mapping[str, Mapping[str, Any]]) -> None:
         usage: dict[str, Amounts] = {}
         for uid, placement in cache.state.placements.items():
@@ -112,9 +133,9 @@ class Tenants:
                 _add(usage.setdefault(tenant_of(pod), {}), held(placement))
         demand = {tenant: dict(amounts) for tenant, amounts in usage.items()}
         memory = cache.state.gpu_mem[cache.state.gpu_mem > 0]
-        reference = int(np.median(memory)) if memory.size else 0  # what a portion means here, roughly
+        self._reference = int(np.median(memory)) if memory.size else 0  # what a portion means, roughly
         for pod in pending.values():
-            _add(demand.setdefault(tenant_of(pod), {}), _asked(pod, reference))
+            _add(demand.setdefault(tenant_of(pod), {}), _asked(pod, self._reference))
         self.usage = usage
         self.shares = fairshare.fair_shares(self.specs, _capacity(cache), demand)
         self.ranks = {
@@ -129,12 +150,16 @@ def _add(total: Amounts, amounts: Mapping[Resource, float]) -> None:
 
 
 def _asked(pod: Mapping[str, Any], reference_gpu_mib: int) -> Amounts:
-    """What a pending pod asks for, shares resolved on the cluster's median GPU (nothing for an unreadable
-    pod: it is reported where it is scheduled)."""
+    """What a pending pod asks for (nothing for an unreadable pod: it is reported where it is scheduled)."""
     try:
         demand = objects.pod_demand(pod)
     except contract.ContractError:
         return {}
+    return _asked_of(demand, reference_gpu_mib)
+
+
+def _asked_of(demand: PodDemand, reference_gpu_mib: int) -> Amounts:
+    """A demand in the queues' units, shares resolved on the cluster's median GPU."""
     gpu_memory = sum(
         resolve_mib(share.request, reference_gpu_mib) * share.num_devices for share in demand.shares
     )

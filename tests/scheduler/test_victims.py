@@ -1,0 +1,51 @@
+"""Which running pods a pending pod may evict: its queue's lower priorities (preemption) and, when its queue
+is below its quota, pods of queues over their fair share (reclaim); never pods of another scheduler, at or
+above the protected priority, younger than the minimum runtime, or already going."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufrac.contract import queues
+from gpufrac.scheduler import objects
+from gpufrac.scheduler.loop import Scheduler
+
+from ..kubeapi.apiobjects import GPU_MIB, bound, key, pod
+from ..kubeapi.fakeapi import FakeApi, FakeClock
+from .schedulers import scheduler, share_notes
+from .test_scheduler_binds import gpu_node
+
+NOW = "2024-05-01T12:00:00Z"
+
+
+def running(
+    name: str, *, priority: int = 0, queue: str = "", started: str = NOW, **settings: Any
+) -> dict[str, Any]:
+    body = bound(
+        pod(name, priority=priority, **settings), "n1", share_notes("main", "GPU-n1-0", f"{GPU_MIB // 8}Mi")
+    )
+    body["status"]["startTime"] = started
+    if queue:
+        body["metadata"]["labels"] = {queues.QUEUE_LABEL: queue}
+    return body
+
+
+def victims_of(made: Scheduler, pending: dict[str, Any]) -> tuple[set[str], set[str]]:
+    preemptible, reclaimable = made._victims(pending, objects.pod_demand(pending))
+    return set(preemptible), set(reclaimable)
+
+
+def test_only_lower_priorities_of_its_queue_old_enough_and_unprotected_may_be_preempted() -> None:
+    pods = [
+        running("lower", priority=5),
+        running("equal", priority=10),
+        running("protected", priority=100),
+        running("young", priority=5, started="2099-01-01T00:00:00Z"),
+        running("foreign", priority=5, scheduler="default-scheduler"),
+        running("other-queue", priority=5, queue="team-b"),
+    ]
+    made = scheduler(FakeApi(), FakeClock(), min_runtime=60, node_selector={})
+    made.on_nodes_listed([gpu_node("n1", gpus=1)])
+    made.on_pods_listed(pods)
+    pending = pod("urgent", priority=10, whole=1)
+    assert victims_of(made, pending) == ({key("lower")}, set())
