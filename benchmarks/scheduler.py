@@ -8,6 +8,8 @@ for each run, a burst of pods taken from the openb pod list (seeded shuffle) in 
   annotation, whole-GPU pods with `nvidia.com/gpu`, and GPU pods carry `gpufrac.io/env-configmap` (what the
   webhook adds), so every GPU bind is the full one: env ConfigMap, then one Binding carrying the contract;
 - `gpufrac-annotations-only`: the same with `--env-delivery annotations-only` (no ConfigMap);
+- `gpufrac-queues`: `gpufrac` with `--queues`, the pods dealt round-robin into four tenant queues (Queue
+  objects, each guaranteed a quarter of the GPUs and their memory), so every pop ranks the queues;
 - `kube-scheduler`: the real kube-scheduler v1.20.2 with its defaults (client QPS 50, burst 100), every pod
   asking for whole GPUs (`nvidia.com/gpu`: the trace's GPU count, at least 1) and the same CPU and memory;
 - `kube-scheduler-qps1000`: the same with `--kube-api-qps 1000 --kube-api-burst 1000`.
@@ -57,6 +59,7 @@ import httpx2
 import lightkube
 import yaml
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Namespace, ServiceAccount
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -64,14 +67,18 @@ from rich.table import Table
 
 from gpufrac import contract
 from gpufrac.cluster.model import NodeSpec
-from gpufrac.contract import keys
+from gpufrac.contract import keys, queues
+from gpufrac.kubeapi.queues import QUEUE_RESOURCE
 from gpufrac.sim import trace as openb
 from gpufrac.sim.trace import TracePod
 from gpufrac.testing.fake_nodes import create_gpu_node
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "hack" / "test-cluster"
-RUNS = ("gpufrac", "gpufrac-annotations-only", "kube-scheduler", "kube-scheduler-qps1000")
+RUNS = ("gpufrac", "gpufrac-annotations-only", "gpufrac-queues", "kube-scheduler", "kube-scheduler-qps1000")
+# `gpufrac-queues`: the pods of `gpufrac`, dealt round-robin into this many tenant queues, each guaranteed an
+# equal part of the cluster, and the scheduler run with `--queues`.
+QUEUES = 4
 TARGET_PODS_PER_SECOND = 100.0
 TARGET_P99_SECONDS = 2.0
 IMAGE = "registry.k8s.io/pause:3.2"  # never pulled: there are no kubelets
@@ -248,6 +255,31 @@ def gpufrac_pod(name: str, namespace: str, pod: TracePod) -> dict[str, Any]:
         annotations[keys.ENV_CONFIGMAP_ANNOTATION] = f"{keys.ENV_CONFIGMAP_PREFIX}{name}"
     whole = 0 if share else pod.num_gpu
     return pod_body(name, namespace, scheduler="gpufrac", pod=pod, whole_gpus=whole, annotations=annotations)
+
+
+def queued_pod(name: str, namespace: str, pod: TracePod) -> dict[str, Any]:
+    """`gpufrac_pod`, in one of the `QUEUES` tenant queues (by its number)."""
+    body = gpufrac_pod(name, namespace, pod)
+    body["metadata"]["labels"] = {queues.QUEUE_LABEL: f"team-{int(name.rpartition('-')[2]) % QUEUES}"}
+    return body
+
+
+async def create_queues(cluster: Cluster, nodes: list[NodeSpec]) -> None:
+    """The Queue CRD and `QUEUES` queues, each guaranteed an equal part of the GPUs and their memory."""
+    crd = yaml.safe_load((REPO / "deploy/helm/gpufrac/crds/queues.gpufrac.io.yaml").read_text())
+    gpus = sum(len(node.gpus) for node in nodes)
+    memory = sum(gpu.memory_mib for node in nodes for gpu in node.gpus)
+    async with kube_client(cluster) as client:
+        await client.create(CustomResourceDefinition.from_dict(crd))
+        for _ in range(100):  # served once Established: the API server does it itself, in a moment
+            got = (await client.get(CustomResourceDefinition, crd["metadata"]["name"])).to_dict()
+            if any(c["type"] == "Established" for c in got["status"].get("conditions", [])):
+                break
+            await asyncio.sleep(0.1)
+        for i in range(QUEUES):
+            share = {"gpus": {"quota": gpus // QUEUES}, "gpuMemory": {"quota": f"{memory // QUEUES}Mi"}}
+            body = {"metadata": {"name": f"team-{i}"}, "spec": {"resources": share}}
+            await client.create(QUEUE_RESOURCE.from_dict(body))
 
 
 def whole_gpu_pod(name: str, namespace: str, pod: TracePod) -> dict[str, Any]:
@@ -729,7 +761,10 @@ def make_runs(
                 *("gpufrac.cli", "scheduler", "--kubeconfig", str(cluster.kubeconfig)),
                 *("--metrics-port", "0", "--policy", "binpack", "--env-delivery", delivery),
             ]
-            runs.append(Run(name, namespace, "gpufrac", command, gpufrac_pod, samples))
+            queued = kind == "gpufrac-queues"
+            command += ["--queues"] if queued else []
+            make = queued_pod if queued else gpufrac_pod
+            runs.append(Run(name, namespace, "gpufrac", command, make, samples))
         else:
             command = [
                 str(Path(bindir) / "kube-scheduler"),
@@ -752,6 +787,8 @@ async def benchmark(args: argparse.Namespace, rundir: Path) -> list[Result]:
     cluster = start_cluster(rundir)
     try:
         await create_nodes(cluster, nodes, concurrency=args.concurrency)
+        if "gpufrac-queues" in args.runs:
+            await create_queues(cluster, nodes)
         results = []
         runs = [
             run
