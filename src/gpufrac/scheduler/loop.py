@@ -166,6 +166,7 @@ class Scheduler:
             clock=clock,
         )
         self.namespace_labels: dict[str, Mapping[str, str]] = {}  # with `fault_domain_label` only
+        self._evictable_at: tuple[float, dict[str, dict[str, int]]] | None = None
 
     # ---- events -------------------------------------------------------------------------------------------
 
@@ -501,26 +502,33 @@ class Scheduler:
             self.tenants.rank(self.cache, self.pending)  # fresh use and shares, at most a second old
             if self.tenants.within_quota(tenant, demand):
                 over = self.tenants.over_share() - {tenant}
+        pool = self._evictable()
+        preemptible = {uid: theirs for uid, theirs in pool.get(tenant, {}).items() if theirs < priority}
+        reclaimable = {uid: theirs for queue in over for uid, theirs in pool.get(queue, {}).items()}
+        return preemptible, reclaimable
+
+    def _evictable(self) -> dict[str, dict[str, int]]:
+        """The running pods any pod may evict at all, by queue, with priorities: this scheduler's, below
+        `protected_priority`, running `min_runtime` at least. A pass over every bound pod, so kept a second:
+        a burst of pods that fit nowhere must not each pay it."""
+        now = self.clock()
+        if self._evictable_at is not None and now - self._evictable_at[0] < 1.0:
+            return self._evictable_at[1]
         oldest = self.mover.wall_clock() - self.config.min_runtime
-        preemptible: dict[str, int] = {}
-        reclaimable: dict[str, int] = {}
+        pool: dict[str, dict[str, int]] = {}
         for uid, victim in self.cache.bound.items():
             since = objects.running_since(victim)
             theirs = objects.priority(victim)
             if (
-                objects.scheduler_name(victim) != self.config.name
-                or theirs >= self.config.protected_priority
-                or since is None
-                or since > oldest
-                or uid not in self.cache.state.placements
+                objects.scheduler_name(victim) == self.config.name
+                and theirs < self.config.protected_priority
+                and since is not None
+                and since <= oldest
+                and uid in self.cache.state.placements
             ):
-                continue
-            queue = tenant_of(victim)
-            if queue == tenant and theirs < priority:
-                preemptible[uid] = theirs
-            elif queue in over:
-                reclaimable[uid] = theirs
-        return preemptible, reclaimable
+                pool.setdefault(tenant_of(victim), {})[uid] = theirs
+        self._evictable_at = (now, pool)
+        return pool
 
     async def _reserve_for(self, uid: str, pod: dict[str, Any], trial: Placement) -> bool:
         """Make the pod wait for the reservations `trial` needs on its node: the ones not yet published there
