@@ -85,24 +85,39 @@ class Mover:
         self.plans: dict[str, _Plan] = {}  # pending pod uid -> its plan
         # Pods whose eviction was refused, and until when no plan counts on them: the next plan finds others.
         self.refused: dict[str, float] = {}
+        self._movable_at: tuple[float, dict[str, PodDemand]] | None = None
 
     def movable(self) -> dict[str, PodDemand]:
-        """The bound pods that may be moved now, by uid, with the demand they are placed again with."""
+        """The bound pods that may be moved now, by uid, with the demand they are placed again with. A pass
+        over every bound pod, so kept a second: a burst of pods that fit nowhere must not each pay it."""
+        now = self.clock()
+        if self._movable_at is None or now - self._movable_at[0] >= 1.0:
+            self._movable_at = (now, self._gather())
+        placed = self.cache.state.placements
+        return {
+            uid: demand
+            for uid, demand in self._movable_at[1].items()
+            if not self._refused(uid) and uid in placed
+        }
+
+    def _refused(self, uid: str) -> bool:
+        """Whether the pod's eviction was refused lately (a PodDisruptionBudget), so no plan counts on it."""
+        until = self.refused.get(uid)
+        if until is not None and until <= self.clock():
+            del self.refused[uid]
+            return False
+        return until is not None
+
+    def _gather(self) -> dict[str, PodDemand]:
         found: dict[str, PodDemand] = {}
         oldest = self.wall_clock() - self.min_runtime
-        now = self.clock()
-        self.refused = {uid: until for uid, until in self.refused.items() if until > now}
         for uid, pod in self.cache.bound.items():
             since = objects.movable_since(pod)
-            if (
-                since is None
-                or since > oldest
-                or uid in self.refused
-                or uid not in self.cache.state.placements
-            ):
+            placement = self.cache.state.placements.get(uid)
+            if since is None or since > oldest or placement is None:
                 continue
             try:  # placed again within the fault domain its sm-sharing shares were placed in
-                demand = objects.pod_demand(pod, fault_domain=self.cache.state.placements[uid].fault_domain)
+                demand = objects.pod_demand(pod, fault_domain=placement.fault_domain)
             except contract.ContractError:
                 continue
             if not demand.whole:  # whole-GPU pods are where the room goes, never what is moved
@@ -170,7 +185,7 @@ class Mover:
     ) -> bool:
         """Plan and start evicting some of `victims` (uid -> priority), never to be placed again by this
         plan, so that `pod` fits; True when pods are on their way out."""
-        offered = {victim: priority for victim, priority in victims.items() if victim not in self.refused}
+        offered = {victim: priority for victim, priority in victims.items() if not self._refused(victim)}
         if uid in self.plans or not offered:
             return False
         plan = plan_eviction(
