@@ -68,7 +68,7 @@ from rich.table import Table
 from gpufrac import contract
 from gpufrac.cluster.model import NodeSpec
 from gpufrac.contract import keys, queues
-from gpufrac.kubeapi.queues import QUEUE_RESOURCE
+from gpufrac.kubeapi.custom import QUEUE_RESOURCE
 from gpufrac.sim import trace as openb
 from gpufrac.sim.trace import TracePod
 from gpufrac.testing.fake_nodes import create_gpu_node

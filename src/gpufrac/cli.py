@@ -261,6 +261,13 @@ def scheduler(
             "queues.gpufrac.io: install the chart's CRD)."
         ),
     ] = False,
+    gangs: Annotated[
+        bool,
+        typer.Option(
+            help="Bind a pod group's pods together once minMember of them can run (PodGroup objects, "
+            "podgroups.gpufrac.io: install the chart's CRD)."
+        ),
+    ] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Schedule pods that ask for GPU shares: place them with the engine, write the contract, bind."""
@@ -299,6 +306,7 @@ def scheduler(
         preemption=preemption,
         protected_priority=protected_priority,
         queues=queues,
+        gangs=gangs,
     )
     asyncio.run(
         serve.serve(

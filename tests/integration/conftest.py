@@ -18,14 +18,16 @@ import pytest
 import yaml
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.apps_v1 import Deployment, ReplicaSet
+from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 from lightkube.types import PatchType
 
-from gpufrac.kubeapi.queues import QUEUE_RESOURCE
+from gpufrac.kubeapi.custom import QUEUE_RESOURCE
 
 from . import controlplane, fakenodes, scheduling
 
-QUEUE_CRD = Path(__file__).parents[2] / "deploy/helm/gpufrac/crds/queues.gpufrac.io.yaml"
+CRDS = Path(__file__).parents[2] / "deploy/helm/gpufrac/crds"
 
 HERE = Path(__file__).parent
 
@@ -79,6 +81,12 @@ async def namespace(control_plane: controlplane.ControlPlane) -> AsyncIterator[s
             await admin.create(obj)
     yield name
     async with control_plane.client() as admin:
+        # Controllers first, so that none recreates the pods deleted next: a pod left pending while the
+        # namespace empties in the background would be scheduled (or made room for) by the next test.
+        for kind in (Deployment, ReplicaSet, Job):
+            async for item in admin.list(kind, namespace=name):
+                assert item.metadata is not None and item.metadata.name is not None
+                await admin.delete(kind, item.metadata.name, namespace=name, grace_period=0)
         # A pod bound to a node waits for its kubelet to confirm the deletion, and there is none.
         async for pod in admin.list(Pod, namespace=name):
             assert pod.metadata is not None and pod.metadata.name is not None
@@ -124,23 +132,31 @@ async def gpu_nodes(admin_client: lightkube.AsyncClient, namespace: str) -> Asyn
     assert problems == [], f"the allocation recomputed from the API objects is unsound: {problems}"
 
 
-@pytest.fixture
-async def team_queues(admin_client: lightkube.AsyncClient) -> AsyncIterator[list[str]]:
-    """The CRD (kept once made: the control plane outlives the test) and queues team-a and team-b."""
+async def install_crd(client: lightkube.AsyncClient, name: str) -> None:
+    """The chart's CustomResourceDefinition `name` (kept once made: the control plane outlives the test),
+    once the API server serves it."""
     try:
-        await admin_client.create(CustomResourceDefinition.from_dict(yaml.safe_load(QUEUE_CRD.read_text())))
+        await client.create(
+            CustomResourceDefinition.from_dict(yaml.safe_load((CRDS / f"{name}.yaml").read_text()))
+        )
     except lightkube.ApiError as error:
         if error.status.code != 409:
             raise
     deadline = time.monotonic() + 30
     while True:  # served once Established
-        crd = (await admin_client.get(CustomResourceDefinition, "queues.gpufrac.io")).to_dict()
+        crd = (await client.get(CustomResourceDefinition, name)).to_dict()
         if any(
             c["type"] == "Established" and c["status"] == "True" for c in crd["status"].get("conditions", [])
         ):
-            break
-        assert time.monotonic() < deadline, "the Queue CRD was not established"
+            return
+        assert time.monotonic() < deadline, f"the CRD {name} was not established"
         await asyncio.sleep(0.2)
+
+
+@pytest.fixture
+async def team_queues(admin_client: lightkube.AsyncClient) -> AsyncIterator[list[str]]:
+    """The Queue CRD and queues team-a and team-b, each guaranteed one GPU."""
+    await install_crd(admin_client, "queues.gpufrac.io")
     names = ["team-a", "team-b"]
     for name in names:
         body = {"metadata": {"name": name}, "spec": {"resources": {"gpus": {"quota": 1}}}}

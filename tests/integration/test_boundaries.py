@@ -76,4 +76,9 @@ async def test_sm_sharing_tenants_never_share_a_gpu(
         assert "sm-sharing GPUs hold another fault domain's shares" in message
         assert bound["metadata"]["annotations"][keys.FAULT_DOMAIN_ANNOTATION] == namespace
     finally:
+        # Its pending pod first: a namespace is emptied in the background, and a pod left pending meanwhile
+        # would be scheduled (or made room for) by the next test's scheduler.
+        async for item in admin_client.list(Pod, namespace=other):
+            assert item.metadata is not None and item.metadata.name is not None
+            await admin_client.delete(Pod, item.metadata.name, namespace=other, grace_period=0)
         await admin_client.delete(Namespace, other)

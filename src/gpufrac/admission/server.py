@@ -31,8 +31,8 @@ from gpufrac.contract import keys
 from gpufrac.contract.queues import QueueSpec
 from gpufrac.errors import UserError
 from gpufrac.kubeapi.client import async_client
+from gpufrac.kubeapi.custom import Index, queue_index
 from gpufrac.kubeapi.probes import add_probe_routes
-from gpufrac.kubeapi.queues import QueueIndex
 from gpufrac.stopping import stop_on_signals
 
 log = logging.getLogger("gpufrac.webhook")
@@ -87,7 +87,7 @@ class _Handlers:
     metrics: Metrics
     configmap_name: Callable[[], str]
     workers: ThreadPoolExecutor
-    queues: QueueIndex | None = None  # the Queue objects, when the server watches them
+    queues: Index[QueueSpec] | None = None  # the Queue objects, when the server watches them
 
     async def mutate(self, request: web.Request) -> web.Response:
         return await self._review(request, "mutate", trusted_namespace=False)
@@ -183,7 +183,7 @@ def build_app(
     *,
     registry: CollectorRegistry | None = None,
     configmap_name: Callable[[], str] = new_configmap_name,
-    queues: QueueIndex | None = None,
+    queues: Index[QueueSpec] | None = None,
 ) -> web.Application:
     """The aiohttp application: `POST /mutate` and `/validate` (the untrusted tier), `/mutate/trusted` and
     `/validate/trusted` (namespaces labelled `settings.TRUST_LABEL`), `GET /healthz`, `GET /metrics`."""
@@ -254,7 +254,7 @@ async def serve(
     """Serve over HTTPS until `stop` is set; `listening(host, port)` is called once it accepts. With a
     `queue_client`, Queue objects are watched, so that a new one is checked against the others."""
     context = tls_context(tls_cert, tls_key)
-    queues = QueueIndex() if queue_client is not None else None
+    queues = queue_index() if queue_client is not None else None
     app = build_app(policy, registry=registry, queues=queues)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()

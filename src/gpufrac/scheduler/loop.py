@@ -30,9 +30,10 @@ from gpufrac import contract
 from gpufrac.cluster.model import Placement, PodDemand, Unschedulable
 from gpufrac.cluster.state import PlacementRefused
 from gpufrac.contract import node_inventory
+from gpufrac.contract.podgroups import group_of
 from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS, build
-from gpufrac.kubeapi.queues import QUEUE_RESOURCE
+from gpufrac.kubeapi.custom import POD_GROUP_RESOURCE, QUEUE_RESOURCE
 from gpufrac.kubeapi.reflector import reflect
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
@@ -49,6 +50,7 @@ from gpufrac.scheduler.binder import (
 )
 from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.devices import Hold
+from gpufrac.scheduler.gangs import Gangs, bound_members
 from gpufrac.scheduler.keeper import ReservationKeeper
 from gpufrac.scheduler.metrics import SchedulerMetrics
 from gpufrac.scheduler.mover import PREEMPT, RECLAIM, Mover
@@ -99,6 +101,9 @@ class SchedulerConfig:
     # Tenant queues (Queue objects, queues.gpufrac.io): pods are taken from the queue furthest below its fair
     # share first. Needs the chart's CustomResourceDefinition.
     queues: bool = False
+    # Gangs (PodGroup objects, podgroups.gpufrac.io): a group's pods are bound together once `minMember` of
+    # them can run. Needs the chart's CustomResourceDefinition.
+    gangs: bool = False
 
 
 class Scheduler:
@@ -147,6 +152,13 @@ class Scheduler:
         self.tenants = Tenants(report=self.problems.report, clock=clock)
         if config.queues:
             self.synced["queues"] = False
+        self.gangs = Gangs(
+            on_bad=lambda item, error: self.problems.report(
+                Problem.about("PodGroup", item, INVALID, f"ignored: {error}")
+            )
+        )
+        if config.gangs:
+            self.synced["podgroups"] = False
         self.is_leader = leading  # a standby (False) keeps its cache warm and binds nothing until `lead()`
         self._holds: Callable[[], bool] = lambda: True  # the elector's word that the Lease is still ours
         self._binds: set[asyncio.Task[None]] = set()
@@ -208,6 +220,8 @@ class Scheduler:
         if event == "DELETED" or objects.is_done(pod):
             self._forget_pending(uid)
             self.misbound.pop(uid, None)
+            if (held := self.gangs.drop(uid)) is not None:  # held for its gang: its room is freed now
+                self.cache.forget(held[1])
             freed = self.cache.remove_pod(uid)
             if self.mover.gone(uid) or freed:
                 self._cluster_changed()
@@ -240,6 +254,15 @@ class Scheduler:
 
     def on_queue_event(self, event: str, item: dict[str, Any]) -> None:
         self.tenants.on_event(event, item)
+        self._cluster_changed()
+
+    def on_pod_groups_listed(self, items: list[dict[str, Any]]) -> None:
+        self.gangs.index.listed(items)
+        self.synced["podgroups"] = True
+        self._cluster_changed()
+
+    def on_pod_group_event(self, event: str, item: dict[str, Any]) -> None:
+        self.gangs.index.changed(event, item)
         self._cluster_changed()
 
     def on_namespaces_listed(self, namespaces: list[dict[str, Any]]) -> None:
@@ -309,6 +332,8 @@ class Scheduler:
         self._unbind_misbound()
         if self.leading and (self.cache.devices or self.keeper.failed) and self.keeper.due(self.clock()):
             await self._tend_reservations()
+        if self.config.gangs:
+            await self._give_back_gangs()
         tried = 0
         while self.leading and (uid := self.queue.pop(self._tenant_rank())) is not None:
             pod = self.pending.get(uid)
@@ -341,6 +366,12 @@ class Scheduler:
             await self._report_failure(
                 pod, f"queue {tenant} does not exist: create the Queue, or label the pod with one that does"
             )
+            return
+        group = group_of(pod) if self.config.gangs else None
+        if group is not None and self.gangs.spec(group) is None:
+            self.metrics.attempts.labels("invalid").inc()
+            self.queue.park(uid, **_order(pod))
+            await self._report_failure(pod, f"pod group {group} does not exist: create the PodGroup")
             return
         rows, excluded = self.cache.eligible_rows(pod, gpus=bool(demand.shares or demand.whole))
         if demand.shares and demand.whole and self.cache.devices:
@@ -406,6 +437,26 @@ class Scheduler:
             self._forget_pending(uid)
             return
         del self.pending[uid]
+        if group is None:
+            await self._start_bind(uid, pod, outcome)
+            return
+        bound = bound_members(group, self.cache.bound)
+        together = self.gangs.hold(group, (uid, pod, outcome), bound=bound, now=self.clock())
+        if together is None:
+            spec = self.gangs.spec(group)
+            held = len(self.gangs.gangs[group].held)
+            await self._report_failure(
+                pod,
+                f"pod group {group}: {bound + held} of {spec.min_member if spec else '?'} members can run "
+                "now; held until the rest can",
+            )
+            return
+        log.info("pod group %s: binding %d member(s) together", group, len(together))
+        for member, body, placement in together:
+            await self._start_bind(member, body, placement)
+
+    async def _start_bind(self, uid: str, pod: dict[str, Any], placement: Placement) -> None:
+        """Start the bind of a placement assumed in the cache, within the binds allowed in flight."""
         await self._slots.acquire()
         if not self.leading:  # the Lease ran out while the pod waited for a bind slot: not ours to bind
             self._slots.release()
@@ -413,7 +464,24 @@ class Scheduler:
                 self.pending[uid] = pod
                 self.queue.add(uid, **_order(pod))
             return
-        self._track(self._bind(uid, pod, outcome))
+        self._track(self._bind(uid, pod, placement))
+
+    async def _give_back_gangs(self) -> None:
+        """Groups held past their timeout give their room back, and their pods wait again."""
+        for spec, key, members in self.gangs.expired(self.clock()):
+            for uid, pod, _ in members:
+                if not self.cache.forget(pod):
+                    continue  # deleted meanwhile
+                self.pending[uid] = pod
+                self.queue.park(uid, **_order(pod))
+                why = (
+                    f"pod group {key}: {spec.min_member} members could not run together within "
+                    f"{spec.timeout_seconds:g}s; the room held for {len(members)} is given back"
+                    if spec
+                    else f"pod group {key} is gone; the room held for its pods is given back"
+                )
+                await self._report_failure(pod, why)
+            self._cluster_changed()
 
     async def _bind(self, uid: str, pod: dict[str, Any], placement: Placement) -> None:
         """Bind, then settle the reservation: kept when bound, released otherwise (waking the pods parked for
@@ -704,7 +772,7 @@ class Scheduler:
 
     async def run(self) -> None:
         """Watch nodes and pods, and schedule while leader, until cancelled."""
-        # Namespaces only to group them into fault domains; Queue objects only with tenant queues.
+        # Namespaces only to group them into fault domains, Queues with tenant queues, PodGroups with gangs.
         optional = (
             (
                 Namespace,
@@ -713,10 +781,13 @@ class Scheduler:
                 bool(self.config.fault_domain_label),
             ),
             (QUEUE_RESOURCE, self.on_queues_listed, self.on_queue_event, self.config.queues),
+            (POD_GROUP_RESOURCE, self.on_pod_groups_listed, self.on_pod_group_event, self.config.gangs),
         )
         await asyncio.gather(
             *(
-                reflect(self.client, kind, on_list=listed, on_event=changed, namespaced=False)
+                reflect(
+                    self.client, kind, on_list=listed, on_event=changed, namespaced=kind is POD_GROUP_RESOURCE
+                )
                 for kind, listed, changed, wanted in optional
                 if wanted
             ),

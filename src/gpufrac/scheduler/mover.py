@@ -27,6 +27,7 @@ from prometheus_client import Counter as PromCounter
 
 from gpufrac import contract
 from gpufrac.cluster.model import Placement, PodDemand
+from gpufrac.contract.podgroups import group_of
 from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS
 from gpufrac.kubeapi.eviction import evict
@@ -193,7 +194,11 @@ class Mover:
         )
         if plan is None:
             return False
-        return await self._start(uid, pod, plan.placement, list(plan.victims), why)
+        # A gang is evicted whole: its other members could not run without the one evicted.
+        groups = {group_of(self.cache.bound.get(victim, {})) for victim in plan.victims} - {None}
+        mates = [other for other, body in self.cache.bound.items() if groups and group_of(body) in groups]
+        evicted = [*plan.victims, *(other for other in mates if other not in plan.victims)]
+        return await self._start(uid, pod, plan.placement, evicted, why)
 
     async def _start(
         self, uid: str, pod: Mapping[str, Any], placement: Placement, victims: list[str], why: Why

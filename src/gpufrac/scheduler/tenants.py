@@ -19,7 +19,7 @@ from gpufrac import contract
 from gpufrac.cluster.model import Placement, PodDemand, resolve_mib
 from gpufrac.contract import queues
 from gpufrac.contract.queues import QueueSpec, Resource
-from gpufrac.kubeapi.queues import QueueIndex
+from gpufrac.kubeapi.custom import queue_index
 from gpufrac.placement import fairshare
 from gpufrac.scheduler import objects
 from gpufrac.scheduler.cache import SchedulerCache
@@ -58,7 +58,7 @@ class Tenants:
     ) -> None:
         self.report, self.refresh, self.clock = report, refresh, clock
         self.specs: dict[str, QueueSpec] = fairshare.with_default({})
-        self.index = QueueIndex(
+        self.index = queue_index(
             on_bad=lambda item, error: report(Problem.about("Queue", item, INVALID, f"ignored: {error}"))
         )
         self.usage: dict[str, Amounts] = {}

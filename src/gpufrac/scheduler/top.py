@@ -19,7 +19,7 @@ from rich.table import Table
 from gpufrac.cluster.state import MODE_OF_CODE, ClusterState
 from gpufrac.contract.queues import Resource
 from gpufrac.kubeapi import client as kube_client
-from gpufrac.kubeapi.queues import QUEUE_RESOURCE
+from gpufrac.kubeapi.custom import QUEUE_RESOURCE
 from gpufrac.scheduler import objects
 from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.problems import log_problem
