@@ -83,14 +83,16 @@ async def namespace(control_plane: controlplane.ControlPlane) -> AsyncIterator[s
     async with control_plane.client() as admin:
         # Controllers first, so that none recreates the pods deleted next: a pod left pending while the
         # namespace empties in the background would be scheduled (or made room for) by the next test.
-        for kind in (Deployment, ReplicaSet, Job):
+        # Then the pods: a pod bound to a node waits for its kubelet to confirm the deletion, and there is
+        # none. Whatever went meanwhile with its owner (a Deployment's ReplicaSet, its pods) is gone already.
+        for kind in (Deployment, ReplicaSet, Job, Pod):
             async for item in admin.list(kind, namespace=name):
                 assert item.metadata is not None and item.metadata.name is not None
-                await admin.delete(kind, item.metadata.name, namespace=name, grace_period=0)
-        # A pod bound to a node waits for its kubelet to confirm the deletion, and there is none.
-        async for pod in admin.list(Pod, namespace=name):
-            assert pod.metadata is not None and pod.metadata.name is not None
-            await admin.delete(Pod, pod.metadata.name, namespace=name, grace_period=0)
+                try:
+                    await admin.delete(kind, item.metadata.name, namespace=name, grace_period=0)
+                except lightkube.ApiError as error:
+                    if error.status.code != 404:
+                        raise
         await admin.delete(Namespace, name)
 
 
