@@ -95,3 +95,25 @@ async def test_a_pod_of_a_group_nobody_made_waits_and_says_why(
         await admin_client.create(member("w0", namespace, "nowhere"))
         await said(admin_client, namespace, "w0", f"pod group {namespace}/nowhere does not exist")
     assert await bound_names(admin_client, namespace) == []
+
+
+async def test_a_restart_while_members_are_held_binds_none_of_them_alone(
+    admin_client: lightkube.AsyncClient,
+    scheduler_client: lightkube.AsyncClient,
+    namespace: str,
+    gpu_nodes: fakenodes.GpuNodes,
+) -> None:
+    """Held room lives in the scheduler's memory only: a scheduler that restarts starts with the members
+    pending, holds them again, and still binds them only together."""
+    await pod_group(admin_client, namespace, "train", minMember=2)
+    await gpu_nodes.create(gpus=1)
+    async with running_scheduler(scheduler_client, gangs=True):
+        for name in ("w0", "w1"):
+            await admin_client.create(member(name, namespace, "train"))
+        await said(admin_client, namespace, "w0", "1 of 2 members can run now")
+    async with running_scheduler(scheduler_client, gangs=True):
+        await asyncio.sleep(2)
+        assert await bound_names(admin_client, namespace) == []
+        await gpu_nodes.create(gpus=1)
+        await wait_bound(admin_client, namespace, 2)
+    assert await bound_names(admin_client, namespace) == ["w0", "w1"]
