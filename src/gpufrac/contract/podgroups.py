@@ -32,10 +32,6 @@ class PodGroupSpec:
     queue: str | None = None
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
 
 def group_of(pod: Mapping[str, object]) -> str | None:
     """`namespace/name` of the pod group the pod is in, if any."""
