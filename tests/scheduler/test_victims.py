@@ -9,6 +9,7 @@ from typing import Any
 from gpufrac.contract import queues
 from gpufrac.scheduler import objects
 from gpufrac.scheduler.loop import Scheduler
+from gpufrac.scheduler.tenants import tenant_of
 
 from ..kubeapi.apiobjects import GPU_MIB, bound, key, pod
 from ..kubeapi.fakeapi import FakeApi, FakeClock
@@ -49,3 +50,9 @@ def test_only_lower_priorities_of_its_queue_old_enough_and_unprotected_may_be_pr
     made.on_pods_listed(pods)
     pending = pod("urgent", priority=10, whole=1)
     assert victims_of(made, pending) == ({key("lower")}, set())
+
+
+def test_the_queue_of_a_pod_with_unreadable_labels_is_default() -> None:
+    for labels in (["gpufrac.io/queue"], "team-a", 7, None):
+        assert tenant_of({"metadata": {"labels": labels}}) == "default"
+    assert tenant_of({"metadata": "garbage"}) == "default"

@@ -29,7 +29,8 @@ Amounts = dict[Resource, float]
 
 
 def tenant_of(pod: Mapping[str, Any]) -> str:
-    return queues.queue_of(objects.meta(pod).get("labels") or {})
+    """The pod's queue; labels that are not a map (an object the API would not return) read as none."""
+    return queues.queue_of(objects.node_labels_of(pod))
 
 
 def held(placement: Placement) -> Amounts:
