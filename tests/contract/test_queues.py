@@ -63,6 +63,8 @@ def test_a_queue_in_each_resource_unit() -> None:
         (queue(resources={"gpus": {"quotas": 1}}), "unknown field"),
         (queue(resources=[]), "spec.resources"),
         (queue(resources={"gpus": True}), "must be a map"),
+        (queue(resources={"gpuMemory": {"quota": "1e400"}}), "out of range"),
+        (queue(resources={"gpus": {"overQuotaWeight": 1e308}}), "from 0 to 1000000"),
     ],
 )
 def test_a_bad_queue_is_refused_with_the_field_and_the_fix(obj: dict[str, Any], says: str) -> None:

@@ -30,6 +30,10 @@ QUEUE_LABEL = "gpufrac.io/queue"
 KAI_QUEUE_LABEL = "kai.scheduler/queue"
 DEFAULT_QUEUE = "default"
 NO_LIMIT = -1  # as KAI writes it
+# The most of any resource a queue may name, in its unit: far beyond any cluster, and small enough that sums
+# of them stay exact in the floats fair shares are computed in.
+MAX_AMOUNT = 2**50
+MAX_WEIGHT = 1_000_000  # weights are ratios: past this they only risk overflowing the sums
 
 
 class Resource(StrEnum):
@@ -157,13 +161,10 @@ def _entitlement(resource: Resource, fields: Mapping[str, object]) -> Entitlemen
         None if limit_text in (NO_LIMIT, str(NO_LIMIT)) else _amount(resource, limit_text, f"{where}.limit")
     )
     weight = fields.get("overQuotaWeight", 1)
-    if (
-        isinstance(weight, bool)
-        or not isinstance(weight, int | float)
-        or not math.isfinite(weight)
-        or weight < 0
-    ):
-        raise ContractError(f"{where}.overQuotaWeight", str(weight), "must be a number, 0 or more")
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight <= MAX_WEIGHT:
+        raise ContractError(
+            f"{where}.overQuotaWeight", str(weight), f"must be a number from 0 to {MAX_WEIGHT}"
+        )
     if limit is not None and limit < quota:
         raise ContractError(f"{where}.limit", str(limit_text), f"is below the quota ({quota})")
     return Entitlement(quota, float(weight), limit)
@@ -180,7 +181,10 @@ def _amount(resource: Resource, value: object, where: str) -> int:
         raise ContractError(where, str(value), "must be 0 or more")
     if resource is Resource.GPUS and amount.denominator != 1:
         raise ContractError(where, str(value), "whole GPUs are counted whole")
-    return math.ceil(amount / _UNIT[resource])
+    units = math.ceil(amount / _UNIT[resource])
+    if units > MAX_AMOUNT:
+        raise ContractError(where, str(value), f"is out of range (at most {MAX_AMOUNT} in its unit)")
+    return units
 
 
 def _map(value: object, where: str) -> Mapping[str, object]:
