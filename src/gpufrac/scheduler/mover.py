@@ -1,13 +1,14 @@
-"""Defragmentation in the live cluster: pods that opted in are moved so that a pod that fits nowhere gets in.
+"""Evictions that let a pod in that fits nowhere: moves, preemption and reclaim, carried out the same way.
 
-A pending pod the engine finds no room for asks `placement.defrag.plan_room` for the fewest moves that open
-some. A move is an eviction through the `pods/eviction` subresource, so PodDisruptionBudgets hold (the API
-server refuses with 429 and the plan stops there); the evicted pod's controller recreates it and the
-scheduler places it again like any other. Only pods with the tenant's `gpufrac.io/movable: "true"`, owned
-by a controller, and running for at least `min_runtime` seconds are moved; so a pod moved once is not moved
-again before that. Each eviction is told on both sides with an Event.
+A pending pod the engine finds no room for asks `placement.defrag.plan_room` for the fewest moves of pods
+that opted in (`gpufrac.io/movable: "true"`, owned by a controller: their controller recreates them and the
+scheduler places them again like any other), and, failing that, `placement.preemption.plan_eviction` for
+the pods it may preempt or reclaim (the loop says which). Each eviction goes through the `pods/eviction`
+subresource, so PodDisruptionBudgets hold (the API server refuses with 429 and the plan stops there), and is
+told on both sides with an Event. No pod running for less than `min_runtime` seconds is evicted; so a pod
+moved once is not moved again before that.
 
-While the moved pods terminate the pending pod waits for them (`waits`); once they are all gone, their
+While the evicted pods terminate the pending pod waits for them (`waits`); once they are all gone, their
 room is kept for it in the cache (`SchedulerCache.keep_room`) until it is decided, so that no other pod
 takes it meanwhile. A plan whose pods do not go within `timeout` seconds is given up, and the pod is
 decided as any other.
