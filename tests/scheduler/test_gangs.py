@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpufrac.cluster.model import Placement
 from gpufrac.scheduler.gangs import Gangs, bound_members
+from gpufrac.scheduler.tenants import Tenants
 
 
 def gangs_with(min_member: int, timeout: float = 10.0) -> Gangs:
@@ -60,3 +61,16 @@ def test_bound_members_are_counted_by_group() -> None:
         "3": {"metadata": {"namespace": "ns"}},
     }
     assert bound_members("ns/g", pods) == 1
+
+
+def test_a_pod_groups_queue_is_its_members_queue() -> None:
+    made = Gangs(on_bad=lambda *_: None)
+    spec = {"minMember": 2, "queue": "team-a"}
+    made.index.listed([{"kind": "PodGroup", "metadata": {"name": "g", "namespace": "ns"}, "spec": spec}])
+    tenants = Tenants(report=lambda _: None, pod_groups=made.index)
+    member = {
+        "metadata": {"namespace": "ns", "labels": {"gpufrac.io/pod-group": "g", "gpufrac.io/queue": "b"}}
+    }
+    loner = {"metadata": {"namespace": "ns", "labels": {"gpufrac.io/queue": "b"}}}
+    assert (tenants.tenant(member), tenants.tenant(loner)) == ("team-a", "b")
+    assert Tenants(report=lambda _: None).tenant(member) == "b"  # without gangs, its own label

@@ -56,7 +56,7 @@ from gpufrac.scheduler.metrics import SchedulerMetrics
 from gpufrac.scheduler.mover import PREEMPT, RECLAIM, Mover
 from gpufrac.scheduler.problems import INVALID, Problem, Problems
 from gpufrac.scheduler.queue import SchedulingQueue
-from gpufrac.scheduler.tenants import Tenants, tenant_of
+from gpufrac.scheduler.tenants import Tenants
 
 log = logging.getLogger("gpufrac.scheduler")
 WORKLOAD_REFRESH_SECONDS = 600.0
@@ -149,9 +149,6 @@ class Scheduler:
         self.synced = {"nodes": False, "pods": False}
         if config.fault_domain_label:
             self.synced["namespaces"] = False
-        self.tenants = Tenants(report=self.problems.report, clock=clock)
-        if config.queues:
-            self.synced["queues"] = False
         self.gangs = Gangs(
             on_bad=lambda item, error: self.problems.report(
                 Problem.about("PodGroup", item, INVALID, f"ignored: {error}")
@@ -159,6 +156,11 @@ class Scheduler:
         )
         if config.gangs:
             self.synced["podgroups"] = False
+        self.tenants = Tenants(
+            report=self.problems.report, clock=clock, pod_groups=self.gangs.index if config.gangs else None
+        )
+        if config.queues:
+            self.synced["queues"] = False
         self.is_leader = leading  # a standby (False) keeps its cache warm and binds nothing until `lead()`
         self._holds: Callable[[], bool] = lambda: True  # the elector's word that the Lease is still ours
         self._binds: set[asyncio.Task[None]] = set()
@@ -244,7 +246,7 @@ class Scheduler:
             previous = self.pending.get(uid)
             self.pending[uid] = pod
             if previous is None or _spec_changed(previous, pod):
-                self.queue.add(uid, **_order(pod))
+                self.queue.add(uid, **self._order(pod))
                 self._wakeup.set()
 
     def on_queues_listed(self, items: list[dict[str, Any]]) -> None:
@@ -344,6 +346,10 @@ class Scheduler:
         self.metrics.pending.set(len(self.pending))
         return tried
 
+    def _order(self, pod: Mapping[str, Any]) -> dict[str, Any]:
+        """Where the pod goes in the scheduling queue: its tenant queue, priority and age."""
+        return {"priority": _priority(pod), "created": _created(pod), "tenant": self.tenants.tenant(pod)}
+
     def _tenant_rank(self) -> Callable[[str], float] | None:
         """The order of the tenant queues, when there are queues and more than one has pods to try."""
         if not self.config.queues or len(self.queue.tenants()) < 2:
@@ -356,13 +362,13 @@ class Scheduler:
             demand = objects.pod_demand(pod, fault_domain=self.fault_domain(pod))
         except contract.ContractError as error:
             self.metrics.attempts.labels("invalid").inc()
-            self.queue.park(uid, **_order(pod))
+            self.queue.park(uid, **self._order(pod))
             await self._report_failure(pod, f"invalid GPU request: {error}")
             return
-        if self.config.queues and (tenant := tenant_of(pod)) not in self.tenants.specs:
+        if self.config.queues and (tenant := self.tenants.tenant(pod)) not in self.tenants.specs:
             # A queue nobody made has no share to be measured against: placed, it would always go first.
             self.metrics.attempts.labels("invalid").inc()
-            self.queue.park(uid, **_order(pod))
+            self.queue.park(uid, **self._order(pod))
             await self._report_failure(
                 pod, f"queue {tenant} does not exist: create the Queue, or label the pod with one that does"
             )
@@ -370,7 +376,7 @@ class Scheduler:
         group = group_of(pod) if self.config.gangs else None
         if group is not None and self.gangs.spec(group) is None:
             self.metrics.attempts.labels("invalid").inc()
-            self.queue.park(uid, **_order(pod))
+            self.queue.park(uid, **self._order(pod))
             await self._report_failure(pod, f"pod group {group} does not exist: create the PodGroup")
             return
         rows, excluded = self.cache.eligible_rows(pod, gpus=bool(demand.shares or demand.whole))
@@ -379,7 +385,7 @@ class Scheduler:
         if self.keeper.waits(self.cache, uid) or self.mover.waits(uid):
             # The node agent has not published which GPU its reservation got (a Node update wakes it), or
             # pods moved to make room for it are still going (their deletion wakes it).
-            self.queue.park(uid, **_order(pod))
+            self.queue.park(uid, **self._order(pod))
             return
         kept = self.mover.take_room(uid)
         # Shares only on GPUs gpufrac reserved, whole GPUs only on GPUs the device plugin still has free.
@@ -397,27 +403,27 @@ class Scheduler:
                 with self.cache.device_view(Hold.RESERVED, Hold.PENDING, Hold.FREE):
                     trial = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
                 if not isinstance(trial, Unschedulable) and await self._reserve_for(uid, pod, trial):
-                    self.queue.park(uid, **_order(pod))
+                    self.queue.park(uid, **self._order(pod))
                     return
             if (
                 isinstance(outcome, Unschedulable)
                 and self.config.max_moves
                 and await self._evict_for(uid, pod, demand, rows)
             ):
-                self.queue.park(uid, **_order(pod))
+                self.queue.park(uid, **self._order(pod))
                 if not self.mover.waits(uid):  # the moved pods went while their evictions were sent
                     self._cluster_changed()
                 return
         except Exception:  # a bug, or a demand the contract let through that the engine cannot weigh
             log.exception("pod %s: the placement engine failed on it", objects.pod_key(pod))
             self.metrics.attempts.labels("error").inc()
-            self.queue.park(uid, **_order(pod))
+            self.queue.park(uid, **self._order(pod))
             await self._report_failure(pod, "the placement engine failed on it; see the scheduler's log")
             return
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         if isinstance(outcome, Unschedulable):
             self.metrics.attempts.labels("unschedulable").inc()
-            self.queue.park(uid, **_order(pod))
+            self.queue.park(uid, **self._order(pod))
             reasons = Counter(outcome.reasons) + excluded
             message = Unschedulable(uid, dict(reasons)).message
             log.info("pod %s unschedulable: %s", objects.pod_key(pod), message)
@@ -431,7 +437,7 @@ class Scheduler:
             )
         try:
             self.cache.assume(pod, outcome)
-            self.tenants.placed(tenant_of(pod), outcome)
+            self.tenants.placed(self.tenants.tenant(pod), outcome)
         except PlacementRefused as error:  # the cache holds it already: a bind or the watch got there first
             log.warning("pod %s: not bound, already accounted: %s", objects.pod_key(pod), error)
             self._forget_pending(uid)
@@ -462,7 +468,7 @@ class Scheduler:
             self._slots.release()
             if self.cache.forget(pod):
                 self.pending[uid] = pod
-                self.queue.add(uid, **_order(pod))
+                self.queue.add(uid, **self._order(pod))
             return
         self._track(self._bind(uid, pod, placement))
 
@@ -473,7 +479,7 @@ class Scheduler:
                 if not self.cache.forget(pod):
                     continue  # deleted meanwhile
                 self.pending[uid] = pod
-                self.queue.park(uid, **_order(pod))
+                self.queue.park(uid, **self._order(pod))
                 why = (
                     f"pod group {key}: {spec.min_member} members could not run together within "
                     f"{spec.timeout_seconds:g}s; the room held for {len(members)} is given back"
@@ -520,7 +526,7 @@ class Scheduler:
             )
             if self.cache.forget(pod):  # still there: try again after the backoff
                 self.pending[uid] = pod
-                self.queue.backoff(uid, **_order(pod))
+                self.queue.backoff(uid, **self._order(pod))
             self._cluster_changed()
         else:
             self.metrics.attempts.labels("scheduled").inc()
@@ -564,7 +570,7 @@ class Scheduler:
         """The running pods `pod` may preempt (its queue's, of lower priority) and reclaim (of queues over
         their fair share, when its queue's use with it stays within its quota), by uid, with priorities.
         Only pods this scheduler placed, below `protected_priority`, running `min_runtime` at least."""
-        tenant, priority = tenant_of(pod), objects.priority(pod)
+        tenant, priority = self.tenants.tenant(pod), objects.priority(pod)
         over: set[str] = set()
         if self.config.queues:
             self.tenants.rank(self.cache, self.pending)  # fresh use and shares, at most a second old
@@ -594,7 +600,7 @@ class Scheduler:
                 and since <= oldest
                 and uid in self.cache.state.placements
             ):
-                pool.setdefault(tenant_of(victim), {})[uid] = theirs
+                pool.setdefault(self.tenants.tenant(victim), {})[uid] = theirs
         self._evictable_at = (now, pool)
         return pool
 
@@ -820,11 +826,6 @@ class Scheduler:
                 await asyncio.wait_for(
                     self._wakeup.wait(), timeout=1.0 if delay is None else max(delay, 0.01)
                 )
-
-
-def _order(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """Where the pod goes in the scheduling queue: its tenant queue, priority and age."""
-    return {"priority": _priority(pod), "created": _created(pod), "tenant": tenant_of(pod)}
 
 
 def _priority(pod: Mapping[str, Any]) -> int:

@@ -18,8 +18,9 @@ import numpy as np
 from gpufrac import contract
 from gpufrac.cluster.model import Placement, PodDemand, resolve_mib
 from gpufrac.contract import queues
+from gpufrac.contract.podgroups import PodGroupSpec, group_of
 from gpufrac.contract.queues import QueueSpec, Resource
-from gpufrac.kubeapi.custom import queue_index
+from gpufrac.kubeapi.custom import Index, queue_index
 from gpufrac.placement import fairshare
 from gpufrac.scheduler import objects
 from gpufrac.scheduler.cache import SchedulerCache
@@ -56,8 +57,10 @@ class Tenants:
         report: Callable[[Problem], None],
         refresh: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        pod_groups: Index[PodGroupSpec] | None = None,
     ) -> None:
         self.report, self.refresh, self.clock = report, refresh, clock
+        self.pod_groups = pod_groups  # a PodGroup's queue is its members' queue
         self.specs: dict[str, QueueSpec] = fairshare.with_default({})
         self.index = queue_index(
             on_bad=lambda item, error: report(Problem.about("Queue", item, INVALID, f"ignored: {error}"))
@@ -106,6 +109,14 @@ class Tenants:
             usage[resource] = usage.get(resource, 0.0) + amount
         self.ranks[tenant] = fairshare.starvation(usage, self.shares.get(tenant, {}))
 
+    def tenant(self, pod: Mapping[str, Any]) -> str:
+        """The pod's queue: its PodGroup's, when that names one, else its own label's (`tenant_of`)."""
+        if self.pod_groups is not None and (group := group_of(pod)) is not None:
+            spec = self.pod_groups.specs.get(group)
+            if spec is not None and spec.queue:
+                return spec.queue
+        return tenant_of(pod)
+
     def within_quota(self, tenant: str, demand: PodDemand) -> bool:
         """Whether the pod asks for a resource its queue has a quota of, and the queue's use with the pod
         added stays within every such quota: a queue below its quota may reclaim what others borrowed."""
@@ -131,12 +142,12 @@ class Tenants:
         for uid, placement in cache.state.placements.items():
             pod = cache.bound.get(uid) or pending.get(uid)
             if pod is not None:
-                _add(usage.setdefault(tenant_of(pod), {}), held(placement))
+                _add(usage.setdefault(self.tenant(pod), {}), held(placement))
         demand = {tenant: dict(amounts) for tenant, amounts in usage.items()}
         memory = cache.state.gpu_mem[cache.state.gpu_mem > 0]
         self._reference = int(np.median(memory)) if memory.size else 0  # what a portion means, roughly
         for pod in pending.values():
-            _add(demand.setdefault(tenant_of(pod), {}), _asked(pod, self._reference))
+            _add(demand.setdefault(self.tenant(pod), {}), _asked(pod, self._reference))
         self.usage = usage
         self.shares = fairshare.fair_shares(self.specs, _capacity(cache), demand)
         self.ranks = {
