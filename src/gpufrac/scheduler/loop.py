@@ -445,9 +445,13 @@ class Scheduler:
         del self.pending[uid]
         if group is None:
             await self._start_bind(uid, pod, outcome)
-            return
+        else:
+            await self._hold_or_bind(group, uid, pod, outcome)
+
+    async def _hold_or_bind(self, group: str, uid: str, pod: dict[str, Any], placement: Placement) -> None:
+        """A gang member placed (and assumed): held until its group can run, then bound with the others."""
         bound = bound_members(group, self.cache.bound)
-        together = self.gangs.hold(group, (uid, pod, outcome), bound=bound, now=self.clock())
+        together = self.gangs.hold(group, (uid, pod, placement), bound=bound, now=self.clock())
         if together is None:
             spec = self.gangs.spec(group)
             held = len(self.gangs.gangs[group].held)
@@ -458,8 +462,8 @@ class Scheduler:
             )
             return
         log.info("pod group %s: binding %d member(s) together", group, len(together))
-        for member, body, placement in together:
-            await self._start_bind(member, body, placement)
+        for member, body, held_placement in together:
+            await self._start_bind(member, body, held_placement)
 
     async def _start_bind(self, uid: str, pod: dict[str, Any], placement: Placement) -> None:
         """Start the bind of a placement assumed in the cache, within the binds allowed in flight."""
