@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpufrac.cluster.model import Assignment, Placement
 from gpufrac.contract import queues
+from gpufrac.contract.queues import Entitlement, QueueSpec, Resource
 from gpufrac.scheduler import objects
 from gpufrac.scheduler.loop import Scheduler
-from gpufrac.scheduler.tenants import tenant_of
+from gpufrac.scheduler.tenants import Tenants, tenant_of
 
 from ..kubeapi.apiobjects import GPU_MIB, bound, key, pod
 from ..kubeapi.fakeapi import FakeApi, FakeClock
@@ -56,3 +58,20 @@ def test_the_queue_of_a_pod_with_unreadable_labels_is_default() -> None:
     for labels in (["gpufrac.io/queue"], "team-a", 7, None):
         assert tenant_of({"metadata": {"labels": labels}}) == "default"
     assert tenant_of({"metadata": "garbage"}) == "default"
+
+
+def test_reclaim_takes_only_what_a_queue_holds_beyond_its_fair_share() -> None:
+    tenants = Tenants(report=lambda _: None)
+    gpus = {Resource.GPUS: Entitlement(1)}
+    tenants.specs = {"a": QueueSpec("a", None, gpus), "b": QueueSpec("b", None, gpus)}
+    one_gpu = Placement("p", "n1", 100, 0, (Assignment("main", (0,), GPU_MIB, GPU_MIB, None),))
+    tenants.usage = {"b": {Resource.GPUS: 2.0, Resource.CPU: 200.0}}
+    tenants.shares = {"a": {Resource.GPUS: 1.0}, "b": {Resource.GPUS: 1.0, Resource.CPU: 200.0}}
+    asking = pod("w", whole=1)
+    contested = tenants.reclaiming("a", objects.pod_demand(asking))
+    assert contested == {Resource.GPUS}  # a has no CPU quota: CPU is not what it reclaims
+    assert tenants.surplus_covers("b", one_gpu, contested)  # b keeps its one GPU of share
+    tenants.usage["b"][Resource.GPUS] = 1.0
+    assert not tenants.surplus_covers("b", one_gpu, contested)  # it would fall below it
+    tenants.usage["a"] = {Resource.GPUS: 1.0}
+    assert tenants.reclaiming("a", objects.pod_demand(asking)) == set()  # a is at its quota already

@@ -31,6 +31,7 @@ from gpufrac.cluster.model import Placement, PodDemand, Unschedulable
 from gpufrac.cluster.state import PlacementRefused
 from gpufrac.contract import node_inventory
 from gpufrac.contract.podgroups import group_of
+from gpufrac.contract.queues import Resource
 from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS, build
 from gpufrac.kubeapi.custom import POD_GROUP_RESOURCE, QUEUE_RESOURCE
@@ -572,17 +573,26 @@ class Scheduler:
 
     def _victims(self, pod: Mapping[str, Any], demand: PodDemand) -> tuple[dict[str, int], dict[str, int]]:
         """The running pods `pod` may preempt (its queue's, of lower priority) and reclaim (of queues over
-        their fair share, when its queue's use with it stays within its quota), by uid, with priorities.
+        their fair share, when its queue's use with it stays within its quota; only pods whose going leaves
+        their queue at its fair share at least), by uid, with priorities.
         Only pods this scheduler placed, below `protected_priority`, running `min_runtime` at least."""
         tenant, priority = self.tenants.tenant(pod), objects.priority(pod)
         over: set[str] = set()
+        contested: set[Resource] = set()
         if self.config.queues:
             self.tenants.rank(self.cache, self.pending)  # fresh use and shares, at most a second old
-            if self.tenants.within_quota(tenant, demand):
+            contested = self.tenants.reclaiming(tenant, demand)
+            if contested:
                 over = self.tenants.over_share() - {tenant}
         pool = self._evictable()
         preemptible = {uid: theirs for uid, theirs in pool.get(tenant, {}).items() if theirs < priority}
-        reclaimable = {uid: theirs for queue in over for uid, theirs in pool.get(queue, {}).items()}
+        placements = self.cache.state.placements
+        reclaimable = {
+            uid: theirs
+            for queue in over
+            for uid, theirs in pool.get(queue, {}).items()
+            if uid in placements and self.tenants.surplus_covers(queue, placements[uid], contested)
+        }
         return preemptible, reclaimable
 
     def _evictable(self) -> dict[str, dict[str, int]]:

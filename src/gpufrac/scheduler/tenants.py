@@ -117,20 +117,33 @@ class Tenants:
                 return spec.queue
         return tenant_of(pod)
 
-    def within_quota(self, tenant: str, demand: PodDemand) -> bool:
-        """Whether the pod asks for a resource its queue has a quota of, and the queue's use with the pod
-        added stays within every such quota: a queue below its quota may reclaim what others borrowed."""
+    def reclaiming(self, tenant: str, demand: PodDemand) -> set[Resource]:
+        """The resources the pod asks for that its queue has a quota of, when the queue's use with the pod
+        stays within every such quota (a queue below its quota may reclaim them from queues over their fair
+        share); empty otherwise."""
         spec = self.specs.get(tenant)
         if spec is None:
-            return False
+            return set()
         usage = self.usage.get(tenant, {})
-        guaranteed = [
-            (resource, amount, spec.entitlement(resource).quota)
+        guaranteed = {
+            resource: amount
             for resource, amount in _asked_of(demand, self._reference).items()
             if amount > 0 and spec.entitlement(resource).quota > 0
-        ]
-        return bool(guaranteed) and all(
-            usage.get(resource, 0.0) + amount <= quota for resource, amount, quota in guaranteed
+        }
+        within = all(
+            usage.get(resource, 0.0) + amount <= spec.entitlement(resource).quota
+            for resource, amount in guaranteed.items()
+        )
+        return set(guaranteed) if within else set()
+
+    def surplus_covers(self, tenant: str, placement: Placement, resources: set[Resource]) -> bool:
+        """Whether the queue, without this placement, would still use at least its fair share of each of
+        `resources`: reclaim takes only what a queue holds beyond its share."""
+        usage, share = self.usage.get(tenant, {}), self.shares.get(tenant, {})
+        amounts = held(placement)
+        return all(
+            usage.get(resource, 0.0) - amounts[resource] >= share.get(resource, 0.0) - 1e-9
+            for resource in resources
         )
 
     def over_share(self) -> set[str]:
