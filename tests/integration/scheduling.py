@@ -10,7 +10,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import lightkube
@@ -148,3 +148,32 @@ def top(plane: controlplane.ControlPlane, *args: str) -> tuple[str, str]:
     shown = subprocess.run([*command, "--format", "json"], capture_output=True, text=True, check=True)
     table = subprocess.run(command, capture_output=True, text=True, check=True)
     return shown.stdout, table.stdout
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], what: str, *, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        await asyncio.sleep(0.1)
+
+
+async def why_unschedulable(client: lightkube.AsyncClient, name: str, namespace: str) -> str:
+    """The first message of the pod's PodScheduled=False condition, once the scheduler wrote one."""
+    return await scheduling_message(client, name, namespace, "")
+
+
+async def scheduling_message(client: lightkube.AsyncClient, name: str, namespace: str, words: str) -> str:
+    """The message of the pod's PodScheduled=False condition, once it holds `words`."""
+    found: list[str] = []
+
+    async def said() -> bool:
+        pod = (await client.get(Pod, name, namespace=namespace)).to_dict()
+        for condition in pod["status"].get("conditions") or []:
+            message = str(condition.get("message", ""))
+            if condition["type"] == "PodScheduled" and condition["status"] == "False" and words in message:
+                found.append(message)
+        return bool(found)
+
+    await eventually(said, f"{namespace}/{name} reported unschedulable{f' with {words!r}' if words else ''}")
+    return found[0]

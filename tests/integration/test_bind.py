@@ -3,9 +3,6 @@ replies lost after and before a write, ConfigMap conflicts, and a pod replaced u
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import lightkube
@@ -20,21 +17,13 @@ from gpufrac.scheduler.loop import Scheduler
 
 from ..kubeapi.fakeapi import LossyClient, api_error
 from . import fakenodes
-from .scheduling import gpu_pod, running_scheduler, wait_bound
+from .scheduling import eventually, gpu_pod, running_scheduler, wait_bound
 
 TENANT_KEYS = {
     keys.container_key("main", keys.MEMORY_REQUEST): "4Gi",
     keys.container_key("main", keys.MEMORY_LIMIT): "6Gi",
     keys.container_key("main", keys.COMPUTE_MODE): "sm-sharing",
 }
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, *, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        await asyncio.sleep(0.1)
 
 
 async def read(client: lightkube.AsyncClient, name: str, namespace: str) -> dict[str, Any] | None:

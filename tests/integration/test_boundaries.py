@@ -3,9 +3,6 @@ guaranteed compute on a node pool, and sm-sharing tenants kept to their own GPUs
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import lightkube
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod
@@ -13,24 +10,13 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod
 from gpufrac.contract import keys
 
 from . import fakenodes
-from .scheduling import gpu_pod, running_scheduler, wait_bound
+from .scheduling import gpu_pod, running_scheduler, wait_bound, why_unschedulable
 
 SM = {keys.container_key("main", keys.COMPUTE_MODE): "sm-sharing", "gpu-fraction": "0.25"}
 
 
 def capped(percent: int) -> dict[str, str]:
     return {**SM, keys.container_key("main", keys.COMPUTE_PERCENTAGE): str(percent)}
-
-
-async def why_unschedulable(client: lightkube.AsyncClient, name: str, namespace: str) -> str:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        pod = (await client.get(Pod, name, namespace=namespace)).to_dict()
-        for condition in pod["status"].get("conditions") or []:
-            if condition["type"] == "PodScheduled" and condition["status"] == "False":
-                return str(condition.get("message", ""))
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{name} was not reported unschedulable within 30s")
 
 
 async def test_guaranteed_compute_keeps_caps_on_a_gpu_within_100_percent(

@@ -10,8 +10,6 @@ A moves into n1's free 0.4.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,7 +25,7 @@ from gpufrac.contract import keys
 from gpufrac.scheduler.mover import MOVE
 
 from . import fakenodes
-from .scheduling import gpu_pod, running_scheduler, wait_bound
+from .scheduling import eventually, gpu_pod, running_scheduler, wait_bound, why_unschedulable
 
 # kube-apiserver v1.20 serves PodDisruptionBudgets as policy/v1beta1 only.
 PodDisruptionBudget = create_namespaced_resource(
@@ -66,14 +64,6 @@ async def pods_of(client: lightkube.AsyncClient, namespace: str, app: str) -> li
 
 async def pod(client: lightkube.AsyncClient, namespace: str, name: str) -> dict[str, Any]:
     return (await client.get(Pod, name, namespace=namespace)).to_dict()  # type: ignore[no-any-return]
-
-
-async def eventually(what: str, check: Callable[[], Any], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f}s")
-        await asyncio.sleep(0.2)
 
 
 async def reasons(
@@ -131,7 +121,7 @@ async def test_a_whole_gpu_gets_in_once_a_movable_share_moves(
         async def w_bound() -> bool:
             return bool((await pod(admin_client, namespace, "w"))["spec"].get("nodeName"))
 
-        await eventually("w bound", w_bound)
+        await eventually(w_bound, "w bound")
         assert (await pod(admin_client, namespace, "w"))["spec"]["nodeName"] == n0
         # A was evicted (no kubelet here finishes its termination), and both sides were told.
         assert (await pod(admin_client, namespace, a))["metadata"].get("deletionTimestamp")
@@ -151,7 +141,7 @@ async def test_a_whole_gpu_gets_in_once_a_movable_share_moves(
             ]
             return len(live) == 1 and live[0]["spec"].get("nodeName") == n1
 
-        await eventually("A recreated by its ReplicaSet and placed beside B", recreated_beside_b)
+        await eventually(recreated_beside_b, "A recreated by its ReplicaSet and placed beside B")
 
 
 @pytest.mark.parametrize("case", ["not-opted-in", "no-controller", "too-young", "disruption-budget"])
@@ -179,11 +169,7 @@ async def test_nothing_is_evicted_that_may_not_be(
         )
         await admin_client.create(gpu_pod("w", namespace, whole_gpus=1, env_configmap=False))
 
-        async def w_unschedulable() -> bool:
-            conditions = (await pod(admin_client, namespace, "w"))["status"].get("conditions") or []
-            return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions)
-
-        await eventually("w reported unschedulable", w_unschedulable)
+        await why_unschedulable(admin_client, "w", namespace)
         await asyncio.sleep(1)  # a decision that would evict has had its time
         assert not (await pod(admin_client, namespace, a))["metadata"].get("deletionTimestamp")
         assert not (await pod(admin_client, namespace, "w"))["spec"].get("nodeName")

@@ -5,7 +5,6 @@ short after its timeout gives the room back, and another pod takes it."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import lightkube
@@ -16,7 +15,7 @@ from gpufrac.kubeapi.custom import POD_GROUP_RESOURCE
 
 from . import fakenodes
 from .conftest import install_crd
-from .scheduling import gpu_pod, running_scheduler, wait_bound
+from .scheduling import gpu_pod, running_scheduler, scheduling_message, wait_bound
 
 
 async def pod_group(client: lightkube.AsyncClient, namespace: str, name: str, **spec: Any) -> None:
@@ -36,16 +35,6 @@ async def bound_names(client: lightkube.AsyncClient, namespace: str) -> list[str
     return sorted(pod["metadata"]["name"] for pod in listed if pod["spec"].get("nodeName"))
 
 
-async def said(client: lightkube.AsyncClient, namespace: str, name: str, words: str) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        pod = (await client.get(Pod, name, namespace=namespace)).to_dict()
-        if any(words in c.get("message", "") for c in pod["status"].get("conditions") or []):
-            return
-        assert time.monotonic() < deadline, f"{name} never said {words!r}"
-        await asyncio.sleep(0.2)
-
-
 async def test_a_gang_binds_only_when_all_it_needs_can_run(
     admin_client: lightkube.AsyncClient,
     scheduler_client: lightkube.AsyncClient,
@@ -58,7 +47,7 @@ async def test_a_gang_binds_only_when_all_it_needs_can_run(
     async with running_scheduler(scheduler_client, gangs=True):
         for name in ("w0", "w1", "w2"):
             await admin_client.create(member(name, namespace, "train"))
-        await said(admin_client, namespace, "w1", "2 of 3 members can run now")
+        await scheduling_message(admin_client, "w1", namespace, "2 of 3 members can run now")
         await asyncio.sleep(1)
         assert await bound_names(admin_client, namespace) == []  # two fit, none is bound
         await gpu_nodes.create(gpus=1)
@@ -77,7 +66,7 @@ async def test_a_gang_short_past_its_timeout_gives_its_room_back(
     async with running_scheduler(scheduler_client, gangs=True):
         for name in ("w0", "w1", "w2"):
             await admin_client.create(member(name, namespace, "train"))
-        await said(admin_client, namespace, "w0", "could not run together within 2s")
+        await scheduling_message(admin_client, "w0", namespace, "could not run together within 2s")
         await admin_client.create(gpu_pod("solo", namespace, whole_gpus=1))
         await wait_bound(admin_client, namespace, 1)
     assert "solo" in await bound_names(admin_client, namespace)
@@ -93,7 +82,9 @@ async def test_a_pod_of_a_group_nobody_made_waits_and_says_why(
     await gpu_nodes.create(gpus=1)
     async with running_scheduler(scheduler_client, gangs=True):
         await admin_client.create(member("w0", namespace, "nowhere"))
-        await said(admin_client, namespace, "w0", f"pod group {namespace}/nowhere does not exist")
+        await scheduling_message(
+            admin_client, "w0", namespace, f"pod group {namespace}/nowhere does not exist"
+        )
     assert await bound_names(admin_client, namespace) == []
 
 
@@ -110,7 +101,7 @@ async def test_a_restart_while_members_are_held_binds_none_of_them_alone(
     async with running_scheduler(scheduler_client, gangs=True):
         for name in ("w0", "w1"):
             await admin_client.create(member(name, namespace, "train"))
-        await said(admin_client, namespace, "w0", "1 of 2 members can run now")
+        await scheduling_message(admin_client, "w0", namespace, "1 of 2 members can run now")
     async with running_scheduler(scheduler_client, gangs=True):
         await asyncio.sleep(2)
         assert await bound_names(admin_client, namespace) == []

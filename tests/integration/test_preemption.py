@@ -16,8 +16,8 @@ from gpufrac.contract import queues
 from gpufrac.scheduler.mover import PREEMPT, RECLAIM
 
 from . import fakenodes
-from .scheduling import gpu_pod, running_scheduler, wait_bound
-from .test_defrag import eventually, pod, reasons
+from .scheduling import eventually, gpu_pod, running_scheduler, wait_bound, why_unschedulable
+from .test_defrag import pod, reasons
 from .test_queues import team_pod
 
 CLASSES = {"gpufrac-test-low": 10, "gpufrac-test-high": 50, "gpufrac-test-critical": 150}
@@ -57,12 +57,7 @@ async def test_a_higher_priority_preempts_a_lower_one_never_a_protected_one(
         await wait_bound(admin_client, namespace, 1)
         await admin_client.create(whole("urgent", namespace, "gpufrac-test-high"))
         if victim_class == "gpufrac-test-critical":
-
-            async def refused() -> bool:
-                conditions = (await pod(admin_client, namespace, "urgent"))["status"].get("conditions") or []
-                return any(c.get("reason") == "Unschedulable" for c in conditions)
-
-            await eventually("urgent reported unschedulable", refused)
+            await why_unschedulable(admin_client, "urgent", namespace)
             assert not await going(admin_client, namespace, "running")
             assert scheduler.metrics.evictions.labels("preempt", "evicted")._value.get() == 0
             return
@@ -70,7 +65,7 @@ async def test_a_higher_priority_preempts_a_lower_one_never_a_protected_one(
         async def bound() -> bool:
             return bool((await pod(admin_client, namespace, "urgent"))["spec"].get("nodeName"))
 
-        await eventually("urgent bound", bound)
+        await eventually(bound, "urgent bound")
     assert await going(admin_client, namespace, "running")
     assert (await pod(admin_client, namespace, "urgent"))["spec"]["nodeName"] == node
     assert await reasons(admin_client, namespace, "running", PREEMPT.reason) == [
@@ -100,7 +95,7 @@ async def test_a_queue_below_its_quota_reclaims_what_another_borrowed(
         async def bound() -> bool:
             return bool((await pod(admin_client, namespace, "a1"))["spec"].get("nodeName"))
 
-        await eventually("a1 bound", bound)
+        await eventually(bound, "a1 bound")
         assert scheduler.metrics.evictions.labels("reclaim", "evicted")._value.get() == 1
     gone = [name for name in ("b1", "b2") if await going(admin_client, namespace, name)]
     assert len(gone) == 1

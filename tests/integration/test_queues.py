@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
 
 import lightkube
@@ -17,7 +16,7 @@ from lightkube.resources.core_v1 import Pod
 from gpufrac.contract import queues
 
 from . import controlplane, fakenodes
-from .scheduling import gpu_pod, running_scheduler, top, wait_bound
+from .scheduling import gpu_pod, running_scheduler, top, wait_bound, why_unschedulable
 
 
 def team_pod(name: str, namespace: str, label: str, team: str) -> Pod:
@@ -87,17 +86,7 @@ async def test_a_pod_in_a_queue_nobody_made_waits_and_says_why(
     await gpu_nodes.create(gpus=1)
     await admin_client.create(team_pod("stray", namespace, queues.QUEUE_LABEL, "made-up"))
     async with running_scheduler(scheduler_client, queues=True):
-        deadline = time.monotonic() + 30
-        while True:
-            pod = (await admin_client.get(Pod, "stray", namespace=namespace)).to_dict()
-            said = [
-                c.get("message", "")
-                for c in pod["status"].get("conditions") or []
-                if c["type"] == "PodScheduled"
-            ]
-            if said:
-                break
-            assert time.monotonic() < deadline, "no PodScheduled condition"
-            await asyncio.sleep(0.2)
+        said = await why_unschedulable(admin_client, "stray", namespace)
+    pod = (await admin_client.get(Pod, "stray", namespace=namespace)).to_dict()
     assert not pod["spec"].get("nodeName")
-    assert said == ["queue made-up does not exist: create the Queue, or label the pod with one that does"]
+    assert said == "queue made-up does not exist: create the Queue, or label the pod with one that does"
