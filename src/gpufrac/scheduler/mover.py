@@ -32,7 +32,7 @@ from gpufrac.contract.podgroups import group_of
 from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS
 from gpufrac.kubeapi.eviction import evict
-from gpufrac.placement.defrag import plan_room
+from gpufrac.placement.defrag import Planner
 from gpufrac.placement.framework import Policy
 from gpufrac.placement.preemption import plan_eviction
 from gpufrac.scheduler import objects
@@ -88,6 +88,8 @@ class Mover:
         # Pods whose eviction was refused, and until when no plan counts on them: the next plan finds others.
         self.refused: dict[str, float] = {}
         self._movable_at: tuple[float, dict[str, PodDemand]] | None = None
+        # Kept between plans, as the scheduler plans again and again: it remembers movable pods' shapes.
+        self._planner: Planner | None = None
 
     def movable(self) -> dict[str, PodDemand]:
         """The bound pods that may be moved now, by uid, with the demand they are placed again with. A pass
@@ -167,8 +169,10 @@ class Mover:
         movable = self.movable()
         if uid in self.plans or not movable:
             return False
-        room = plan_room(
-            self.cache.snapshot(), demand, policy, movable=movable, max_moves=self.max_moves, rows=rows
+        if self._planner is None or self._planner.policy is not policy:  # a new policy: new shapes
+            self._planner = Planner(policy)
+        room = self._planner.plan_room(
+            self.cache.snapshot(), demand, movable=movable, max_moves=self.max_moves, rows=rows
         )
         if room is None:
             return False
