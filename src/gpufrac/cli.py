@@ -18,7 +18,7 @@ from rich.console import Console
 
 from gpufrac import contract
 from gpufrac.admission import settings as admission_settings  # pure, cheap: the webhook's defaults
-from gpufrac.contract import node_inventory  # pure, cheap: the agent's defaults
+from gpufrac.contract import memory_resource, node_inventory  # pure, cheap: defaults of agent and webhook
 from gpufrac.errors import UserError
 
 try:  # recent Typer carries its own copy of Click
@@ -378,6 +378,18 @@ def setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+# One value for the webhook, which counts fractions in gpufrac.io/gpu-memory, and the agent, which advertises
+# each GPU as at least this much of it (`contract.memory_resource`).
+FractionReferenceOption = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="MiB of the reference GPU a gpu-fraction counts on in gpufrac.io/gpu-memory: the usable memory "
+        "of the largest GPU model.",
+    ),
+]
+
+
 @app.command()
 @one_line_errors
 def agent(
@@ -409,6 +421,7 @@ def agent(
     native_label: Annotated[
         str, typer.Option(help="KEY=VALUE: the Node label that shows NVIDIA's operator enforces limits.")
     ] = f"{node_inventory.NATIVE_LABEL}={node_inventory.NATIVE_LABEL_VALUE}",
+    fraction_reference_mib: FractionReferenceOption = memory_resource.DEFAULT_FRACTION_REFERENCE_MIB,
     interval: Annotated[float, typer.Option(help="Seconds between checks.")] = 10.0,
     metrics_port: Annotated[int, PortOption("Port for /metrics; 0 turns it off.")] = 9400,
     once: Annotated[bool, typer.Option(help="Run one check, print a JSON summary, and exit.")] = False,
@@ -460,6 +473,7 @@ def agent(
             device_plugin_dir=device_plugin_dir,
             cuda_context_mib=cuda_context_mib,
             native_label=native_label,
+            fraction_reference_mib=fraction_reference_mib,
         )
     )
 
@@ -510,6 +524,7 @@ def webhook(
             "it time-slicing."
         ),
     ] = admission_settings.UntrustedSmSharing.DENY,
+    fraction_reference_mib: FractionReferenceOption = memory_resource.DEFAULT_FRACTION_REFERENCE_MIB,
     generate_certs: Annotated[
         bool, typer.Option(help="Make a CA and serving certificate, write them, and exit.")
     ] = False,
@@ -571,6 +586,7 @@ def webhook(
         mps_host_directory=mps_host_directory,
         allowed_host_paths=tuple(names(allow_host_paths)),
         untrusted_sm_sharing=untrusted_sm_sharing,
+        fraction_reference_mib=fraction_reference_mib,
     )
     setup_logging(log_level)
     from gpufrac.kubeapi.client import load_config

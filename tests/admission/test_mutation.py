@@ -25,6 +25,7 @@ from .reviews import (
 )
 
 N = "nvidia.com/container."
+RESOURCE = "gpufrac.io/gpu-memory"
 
 
 def env_from(name: str) -> dict[str, Any]:
@@ -43,6 +44,9 @@ def test_a_kai_share_pod_is_routed_made_explicit_and_given_its_env_configmap() -
         {"op": "add", "path": "/metadata/annotations/gpu-fraction-container-name", "value": "app"},
         {"op": "add", "path": "/metadata/annotations/gpufrac.io~1env-configmap", "value": NAME},
         {"op": "add", "path": "/spec/containers/0/envFrom", "value": [env_from(f"{NAME}-app")]},
+        {"op": "add", "path": "/spec/containers/0/resources", "value": {}},
+        {"op": "add", "path": "/spec/containers/0/resources/requests", "value": {RESOURCE: "40960Mi"}},
+        {"op": "add", "path": "/spec/containers/0/resources/limits", "value": {RESOURCE: "40960Mi"}},
     ]
     after = mutated(original)
     assert parse_pod(after) == parse_pod(original)
@@ -163,3 +167,36 @@ def test_the_mutated_pod_asks_for_exactly_what_the_pod_asked_for(original: dict[
             assert env_from(f"{NAME}-{share.container}") in container(after, share.container)["envFrom"]
     else:
         assert decision.patch == ()
+
+
+# `gpufrac.io/gpu-memory`: what a ResourceQuota and the kubelet count.
+
+
+def limits_of(after: dict[str, Any], name: str = "app") -> tuple[object, object]:
+    resources = container(after, name)["resources"]
+    return resources["requests"].get(RESOURCE), resources["limits"].get(RESOURCE)
+
+
+def test_each_share_container_requests_what_its_share_is_guaranteed() -> None:
+    memory = mutated(pod({f"{N}app.gpu-memory.request": "6Gi", f"{N}app.gpu-memory.limit": "8Gi"}))
+    assert limits_of(memory) == ("6144Mi", "6144Mi")  # the request: what is guaranteed, not the limit
+    spread = mutated(pod({"gpu-memory": "4000", "gpu-fraction-num-devices": "2"}))
+    assert limits_of(spread) == ("8000Mi", "8000Mi")  # on each of its devices
+    # A fraction counts on the reference GPU (80 GiB unless the webhook is told otherwise).
+    assert limits_of(mutated(pod({"gpu-fraction": "0.25"}))) == ("20480Mi", "20480Mi")
+    small = settings.Policy(fraction_reference_mib=24_000)
+    assert limits_of(mutated(pod({"gpu-fraction": "0.25"}), small)) == ("6000Mi", "6000Mi")
+    # Tiny fractions still count: a resource of 0 would let any number of them past a quota.
+    assert limits_of(mutated(pod({"gpu-fraction": "0.00001"}))) == ("1Mi", "1Mi")
+
+
+def test_the_resource_joins_what_the_container_already_asks_and_replaces_a_tenants_own_value() -> None:
+    original = pod({"gpu-memory": "8Gi"}, ("app", "side"))
+    container(original)["resources"] = {"requests": {"cpu": "1", RESOURCE: "1Mi"}}
+    after = mutated(original)
+    assert container(after)["resources"] == {
+        "requests": {"cpu": "1", RESOURCE: "8192Mi"},
+        "limits": {RESOURCE: "8192Mi"},
+    }
+    assert "resources" not in container(after, "side")
+    assert validate(after).allowed

@@ -313,7 +313,11 @@ def test_a_share_pod_for_gpufrac_that_skipped_the_mutation_is_denied() -> None:
         "not give it; create it in a namespace the webhook serves, and leave schedulerName, env, envFrom and "
         "the gpufrac.io/env-configmap annotation to gpufrac"
     )
-    assert allowed(unprepared, policy=settings.Policy(env_delivery=EnvDelivery.ANNOTATIONS_ONLY))
+    annotations_only = settings.Policy(env_delivery=EnvDelivery.ANNOTATIONS_ONLY)
+    assert denial(unprepared, "gpu-memory-resource", policy=annotations_only).startswith(
+        'container "app" requests gpufrac.io/gpu-memory is missing: the pod did not pass'
+    )
+    assert allowed(mutated(unprepared, annotations_only), policy=annotations_only)
     # A tenant source after gpufrac's would override the devices and limits; a container without a GPU
     # whose last env is not void could take every GPU from a tenant ConfigMap.
     prepared = mutated(pod({"gpu-fraction": "0.5"}, ("app", "side")))
@@ -367,3 +371,53 @@ def test_a_pods_queue_cannot_change_once_it_exists(label: str, was: str | None, 
     same["metadata"]["labels"]["app"] = "y"  # other labels stay the tenant's
     assert allowed(same, operation="UPDATE", old=before)
     assert allowed(after, operation="UPDATE", old=before, user=SCHEDULER)
+
+
+# gpufrac.io/gpu-memory: only where the mutation puts it, only what the share counts.
+
+RESOURCE = "gpufrac.io/gpu-memory"
+
+
+def asking(body: dict[str, Any], name: str, **fields: dict[str, str]) -> dict[str, Any]:
+    changed = copy.deepcopy(body)
+    target = next(
+        c
+        for kind in ("containers", "initContainers")
+        for c in changed["spec"].get(kind, [])
+        if c["name"] == name
+    )
+    target["resources"] = {**target.get("resources", {}), **fields}
+    return changed
+
+
+def test_gpu_memory_is_counted_only_on_share_containers_and_only_as_much_as_the_share() -> None:
+    share = mutated(pod({"gpu-memory": "8Gi"}, ("app", "side")))
+    assert allowed(share)
+    # Less than the share: past the quota with more than it counts.
+    cheap = asking(share, "app", requests={RESOURCE: "1Mi"}, limits={RESOURCE: "1Mi"})
+    assert denial(cheap, "gpu-memory-resource") == (
+        'container "app" requests gpufrac.io/gpu-memory is 1Mi, but its share counts 8192Mi: remove it; '
+        "gpufrac sets it from the share"
+    )
+    assert "limits gpufrac.io/gpu-memory is 9Gi" in denial(
+        asking(share, "app", limits={RESOURCE: "9Gi"}), "gpu-memory-resource"
+    )
+    assert "is nonsense" in denial(
+        asking(share, "app", requests={RESOURCE: "nonsense"}), "gpu-memory-resource"
+    )
+    # The same amount written another way is the same amount.
+    assert allowed(asking(share, "app", requests={RESOURCE: "8Gi"}, limits={RESOURCE: "8589934592"}))
+    # On a container without a share (or in any pod without one, for any scheduler), it would take a
+    # node's capacity that gpufrac's shares were placed against, and the kubelet would refuse them.
+    for squatter in (
+        asking(share, "side", requests={RESOURCE: "8Gi"}, limits={RESOURCE: "8Gi"}),
+        asking(pod({}), "app", limits={RESOURCE: "80Gi"}),
+        asking(pod({}, schedulerName="kai-scheduler"), "app", requests={RESOURCE: "80Gi"}),
+    ):
+        assert "but it asks for no GPU share: remove it" in denial(squatter, "gpu-memory-resource")
+    init = pod({}, initContainers=[{"name": "setup", "resources": {"requests": {RESOURCE: "1Gi"}}}])
+    assert 'container "setup" requests gpufrac.io/gpu-memory, but it asks for no GPU share' in denial(
+        init, "gpu-memory-resource"
+    )
+    # A share pod for another scheduler may go without it: gpufrac's mutation left it alone.
+    assert allowed(pod({"gpu-fraction": "0.5"}, schedulerName="kai-scheduler"))

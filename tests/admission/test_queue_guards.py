@@ -11,7 +11,7 @@ import pytest
 from gpufrac import admission
 from gpufrac.contract.queues import Entitlement, QueueSpec, Resource
 
-from .reviews import POLICY, request
+from .reviews import POLICY, SCHEDULER, TENANT, pod, request
 
 TEAM = QueueSpec("org", None, {Resource.GPUS: Entitlement(4, 1.0, 8)})
 
@@ -78,3 +78,36 @@ def test_a_parent_is_not_deleted_under_its_children() -> None:
 def test_without_a_watch_each_queue_is_still_read() -> None:
     assert not decide(queue("a", resources={"gpus": {"quota": "x"}}), {}).allowed
     assert decide(queue("a", resources={"gpus": {"quota": 1}}), {}).allowed
+
+
+def test_a_pod_may_join_only_a_queue_open_to_its_namespace() -> None:
+    """A queue label is the tenant's to write: with the webhook watching Queues, a pod labelled with a queue
+    its namespace may not use is refused (the scheduler would leave it waiting, saying the same)."""
+    known = {
+        "team-a": QueueSpec("team-a", namespaces=frozenset({"ml"})),
+        "team-a-dev": QueueSpec("team-a-dev", parent="team-a"),
+        "open": QueueSpec("open"),
+    }
+
+    def pod_in(namespace: str, labels: dict[str, str], user: str = TENANT) -> admission.exchange.Decision:
+        body = pod({})
+        body["metadata"]["labels"] = labels
+        return admission.validate(
+            request(body, namespace=namespace, user=user), POLICY, trusted_namespace=True, queues=known
+        )
+
+    refused = pod_in("web", {"gpufrac.io/queue": "team-a-dev"})
+    assert (refused.allowed, refused.rule) == (False, "queue-namespace")
+    assert refused.message == (
+        "namespace web may not use queue team-a-dev: its parent queue team-a's spec.namespaces lists only "
+        "ml; use a queue of this namespace, or have an admin add it there"
+    )
+    assert not pod_in("web", {"kai.scheduler/queue": "team-a"}).allowed  # KAI's label is read the same
+    assert pod_in("ml", {"gpufrac.io/queue": "team-a-dev"}).allowed
+    assert pod_in("web", {"gpufrac.io/queue": "open"}).allowed
+    assert pod_in("web", {}).allowed  # the default queue is open to all
+    assert pod_in("web", {"gpufrac.io/queue": "team-a"}, user=SCHEDULER).allowed  # its reservations
+    # A webhook that does not watch Queues cannot tell, and leaves it to the scheduler.
+    body = pod({})
+    body["metadata"]["labels"] = {"gpufrac.io/queue": "team-a"}
+    assert admission.validate(request(body, namespace="web"), POLICY, trusted_namespace=True).allowed

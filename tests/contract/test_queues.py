@@ -15,6 +15,7 @@ from gpufrac.contract.queues import (
     check_tree,
     parse_queue,
     queue_of,
+    refusal,
 )
 
 
@@ -65,6 +66,9 @@ def test_a_queue_in_each_resource_unit() -> None:
         (queue(resources={"gpus": True}), "must be a map"),
         (queue(resources={"gpuMemory": {"quota": "1e400"}}), "out of range"),
         (queue(resources={"gpus": {"overQuotaWeight": 1e308}}), "from 0 to 1000000"),
+        (queue(namespaces="team-a"), "spec.namespaces"),
+        (queue(namespaces=["Team-A"]), "must be a list of namespace names"),
+        (queue(namespaces=[7]), "must be a list of namespace names"),
     ],
 )
 def test_a_bad_queue_is_refused_with_the_field_and_the_fix(obj: dict[str, Any], says: str) -> None:
@@ -111,3 +115,29 @@ def test_a_deep_tree_is_checked_in_one_walk() -> None:
     chain["q0"] = spec("q0", "q4999")
     with pytest.raises(ContractError, match="a cycle"):
         check_tree(chain)
+
+
+def test_a_queue_may_be_closed_to_all_but_some_namespaces_and_its_children_with_it() -> None:
+    org = parse_queue(queue("org", namespaces=["ml", "ml-dev"]))
+    assert org.namespaces == frozenset({"ml", "ml-dev"})
+    tree = {
+        "org": org,
+        "team": parse_queue(queue("team", parentQueue="org")),  # lists none: its parent's hold
+        "dev": parse_queue(queue("dev", parentQueue="org", namespaces=["ml-dev", "web"])),
+        "open": parse_queue(queue("open")),
+        "shut": parse_queue(queue("shut", namespaces=[])),
+    }
+    assert refusal(tree, "org", "ml") is None and refusal(tree, "team", "ml-dev") is None
+    assert refusal(tree, "open", "anyone") is None
+    assert refusal(tree, "team", "web") == (
+        "namespace web may not use queue team: its parent queue org's spec.namespaces lists only ml, ml-dev; "
+        "use a queue of this namespace, or have an admin add it there"
+    )
+    # A child cannot open what its parent closed, and an empty list closes a queue to every namespace.
+    assert refusal(tree, "dev", "web") is not None and refusal(tree, "dev", "ml-dev") is None
+    assert refusal(tree, "dev", "ml") == (
+        "namespace ml may not use queue dev: its spec.namespaces lists only ml-dev, web; use a queue of "
+        "this namespace, or have an admin add it there"
+    )
+    assert "queue shut: its spec.namespaces lists no namespace;" in (refusal(tree, "shut", "ml") or "")
+    assert refusal(tree, "nobody-made-it", "ml") is None  # unknown queues are refused for that, elsewhere

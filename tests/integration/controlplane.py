@@ -43,9 +43,10 @@ REAL_NODE_USER = f"system:node:{REAL_NODE}"
 
 # Controllers the tests need: namespace deletion that empties the namespace, garbage collection of owned
 # objects (gpufrac's env ConfigMaps are owned by their pod), `default` ServiceAccounts, and the workload
-# controllers of the examples the real node runs (Deployment, ReplicaSet, Job). Not the node lifecycle
+# controllers of the examples the real node runs (Deployment, ReplicaSet, Job), and ResourceQuota's (the quota
+# on gpufrac.io/gpu-memory is enforced only once it has written the quota's status). Not the node lifecycle
 # controller: it would mark every fake node NotReady.
-CONTROLLERS = "namespace,garbagecollector,serviceaccount,deployment,replicaset,job"
+CONTROLLERS = "namespace,garbagecollector,serviceaccount,deployment,replicaset,job,resourcequota"
 
 
 T = TypeVar("T")

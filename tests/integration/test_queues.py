@@ -12,8 +12,10 @@ from typing import Any
 import lightkube
 import pytest
 from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
 
 from gpufrac.contract import queues
+from gpufrac.kubeapi.custom import QUEUE_RESOURCE
 
 from . import controlplane, fakenodes
 from .scheduling import gpu_pod, running_scheduler, top, wait_bound, why_unschedulable
@@ -90,3 +92,30 @@ async def test_a_pod_in_a_queue_nobody_made_waits_and_says_why(
     pod = (await admin_client.get(Pod, "stray", namespace=namespace)).to_dict()
     assert not pod["spec"].get("nodeName")
     assert said == "queue made-up does not exist: create the Queue, or label the pod with one that does"
+
+
+async def test_a_queue_closed_to_the_pods_namespace_leaves_it_waiting_until_an_admin_opens_it(
+    team_queues: list[str],
+    admin_client: lightkube.AsyncClient,
+    scheduler_client: lightkube.AsyncClient,
+    namespace: str,
+    gpu_nodes: fakenodes.GpuNodes,
+) -> None:
+    """Queue labels are the tenant's to write: a queue that lists its namespaces takes pods of those only,
+    so no other team can preempt or reclaim as it."""
+    await gpu_nodes.create(gpus=1)
+    closed = {"metadata": {"name": "closed"}, "spec": {"namespaces": ["someone-else"]}}
+    await admin_client.create(QUEUE_RESOURCE.from_dict(closed))
+    try:
+        await admin_client.create(team_pod("intruder", namespace, queues.QUEUE_LABEL, "closed"))
+        async with running_scheduler(scheduler_client, queues=True):
+            said = await why_unschedulable(admin_client, "intruder", namespace)
+            assert said == (
+                f"namespace {namespace} may not use queue closed: its spec.namespaces lists only "
+                "someone-else; use a queue of this namespace, or have an admin add it there"
+            )
+            opened = {"spec": {"namespaces": ["someone-else", namespace]}}
+            await admin_client.patch(QUEUE_RESOURCE, "closed", opened, patch_type=PatchType.MERGE)
+            await wait_bound(admin_client, namespace, 1)
+    finally:
+        await admin_client.delete(QUEUE_RESOURCE, "closed")

@@ -22,19 +22,20 @@ import httpx2
 import lightkube
 import pytest
 from lightkube import codecs
+from lightkube.models.core_v1 import ResourceQuotaSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.admissionregistration_v1 import (
     MutatingWebhookConfiguration,
     ValidatingWebhookConfiguration,
 )
-from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod, Secret
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod, ResourceQuota, Secret
 
 from gpufrac import contract
 from gpufrac.admission import certs, settings
-from gpufrac.contract import keys
+from gpufrac.contract import keys, memory_resource
 
 from . import controlplane, fakenodes
-from .scheduling import running_scheduler, wait_bound
+from .scheduling import eventually, running_scheduler, wait_bound
 from .test_helm_chart import helm_template
 from .webhook_fixtures import (
     LABEL,
@@ -46,6 +47,7 @@ from .webhook_fixtures import (
 
 N = keys.CONTAINER_PREFIX
 SCHEDULER = controlplane.SCHEDULER_USER
+RESOURCE = memory_resource.GPU_MEMORY_RESOURCE
 BASE = re.compile(r"gpufrac-env-[0-9a-f]{16}")
 
 
@@ -163,6 +165,42 @@ async def test_a_tenant_share_pod_is_admitted_and_normalized(
     # Pods without GPUs pass untouched.
     plain = await create(tenant_client, pod("plain"), guarded)
     assert plain["spec"]["schedulerName"] == "default-scheduler"
+
+
+async def test_a_resource_quota_caps_a_namespaces_gpu_memory(
+    admin_client: lightkube.AsyncClient, tenant_client: lightkube.AsyncClient, guarded: str
+) -> None:
+    """Each share container requests gpufrac.io/gpu-memory as its share counts, so the apiserver's own
+    ResourceQuota admission caps a namespace's shares, whatever the tenant wrote there."""
+    hard = {f"requests.{RESOURCE}": "48Gi"}
+    await admin_client.create(
+        ResourceQuota(metadata=ObjectMeta(name="gpus"), spec=ResourceQuotaSpec(hard=hard)), namespace=guarded
+    )
+
+    async def counted() -> dict[str, str] | None:
+        quota = await admin_client.get(ResourceQuota, "gpus", namespace=guarded)
+        return quota.status.used if quota.status and quota.status.hard else None
+
+    async def synced() -> bool:
+        return await counted() is not None
+
+    await eventually(synced, what="the quota controller to count the namespace")
+    first = await create(tenant_client, pod("first", {"gpu-memory": "32Gi"}), guarded)
+    requests = first["spec"]["containers"][0]["resources"]["requests"]
+    assert contract.parse_quantity(requests[RESOURCE]) == 32 * 2**30
+    # A tenant who asks for less of the resource than its share is counted at its share.
+    cheap = pod("cheap", {"gpu-memory": "12Gi"})
+    cheap["spec"]["containers"][0]["resources"] = {"requests": {RESOURCE: "1Mi"}, "limits": {RESOURCE: "1Mi"}}
+    await create(tenant_client, cheap, guarded)
+    # 44Gi used: a fraction counts on the 80 GiB reference GPU, 0.1 of it is 8192Mi, past the quota.
+    with pytest.raises(lightkube.ApiError) as caught:
+        await create(tenant_client, pod("fraction", {"gpu-fraction": "0.1"}), guarded)
+    message = caught.value.status.message or ""
+    assert caught.value.status.code == 403 and "exceeded quota: gpus" in message, message
+    assert f"requested: requests.{RESOURCE}=8Gi, used: requests.{RESOURCE}=44Gi" in message, message
+    await create(tenant_client, pod("small", {"gpu-fraction": "0.05"}), guarded)  # 4Gi: just fits
+    used = await counted()
+    assert used is not None and contract.parse_quantity(used[f"requests.{RESOURCE}"]) == 48 * 2**30
 
 
 # Forged devices, raised limits.

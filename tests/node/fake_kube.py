@@ -1,5 +1,6 @@
 """A stand-in for lightkube's AsyncClient holding one Node and its pods, as the agent uses them: get and
-merge-patch the Node, strategic-merge its status conditions (keyed by type), list the pods, create Events and
+merge-patch the Node and its status' capacity and allocatable, strategic-merge its status conditions (keyed by
+type), list the pods, create Events and
 evictions."""
 
 from __future__ import annotations
@@ -39,8 +40,11 @@ class FakeNodeClient:
             for key, values in body["metadata"].items():
                 self.node.setdefault("metadata", {}).setdefault(key, {}).update(values)
             return
-        conditions = self.node.setdefault("status", {}).setdefault("conditions", [])
-        for condition in body["status"]["conditions"]:
+        status = self.node.setdefault("status", {})
+        for part in ("capacity", "allocatable"):
+            status.setdefault(part, {}).update(body["status"].get(part, {}))
+        conditions = status.setdefault("conditions", [])
+        for condition in body["status"].get("conditions", []):
             conditions[:] = [c for c in conditions if c["type"] != condition["type"]] + [condition]
 
     async def list(self, resource: type[Any], **_: Any) -> AsyncIterator[Any]:

@@ -76,6 +76,9 @@ class Wall:
         self.now += datetime.timedelta(seconds=seconds)
 
 
+RESOURCE = "gpufrac.io/gpu-memory"
+
+
 def node(labels: dict[str, str] | None = None, allocatable: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "metadata": {"name": "n1", "labels": dict(labels or {}), "annotations": {}},
@@ -319,6 +322,41 @@ async def test_allocatable_memory_is_published(host: FakeHost) -> None:
         (16384, 16384 - 300 - 500, 16384 - 800),
         (16384, 16384 - 500, 16384 - 500),
     ]
+
+
+async def test_the_nodes_gpu_memory_is_advertised_as_an_extended_resource(host: FakeHost) -> None:
+    """Each GPU counts its usable MiB, or the reference GPU's where that is more (a fraction f counts f x
+    the reference): the kubelet then admits every pod the scheduler places."""
+    r = rig(host, node(), device_plugin="none", cuda_context_mib=500, fraction_reference_mib=10_000)
+    await r.agent.tick()
+    usable = 16384 - 500
+    want = {RESOURCE: f"{2 * usable}Mi"}
+    assert {k: r.client.node["status"][k].get(RESOURCE) for k in ("capacity", "allocatable")} == {
+        "capacity": want[RESOURCE],
+        "allocatable": want[RESOURCE],
+    }
+    writes = len(r.client.writes)
+    r.client.node["status"]["capacity"][RESOURCE] = r.client.node["status"]["allocatable"][RESOURCE] = (
+        f"{2 * usable * 1024 * 1024}"  # the same amount as the API may write it back
+    )
+    await r.agent.tick()
+    assert len(r.client.writes) == writes  # unchanged: nothing written
+
+    bigger = rig(host, node(), device_plugin="none", cuda_context_mib=500, fraction_reference_mib=20_000)
+    await bigger.agent.tick()
+    assert bigger.client.node["status"]["capacity"][RESOURCE] == f"{2 * 20_000}Mi"
+    # A kubelet that lost it (a node re-registered) gets it back at the next tick.
+    del bigger.client.node["status"]["allocatable"][RESOURCE]
+    await bigger.agent.tick()
+    assert bigger.client.node["status"]["allocatable"][RESOURCE] == f"{2 * 20_000}Mi"
+
+
+async def test_a_node_whose_gpu_memory_cannot_be_advertised_is_not_ready(host: FakeHost) -> None:
+    r = rig(host, node(), device_plugin="none")
+    r.client.fail.add("patch NodeStatus")
+    report = await r.agent.tick()
+    assert report.ready is not None and report.ready.reason == "InventoryNotPublished"
+    assert any("cannot advertise gpufrac.io/gpu-memory on Node n1" in p for p in report.problems)
 
 
 async def test_an_unwritable_inventory_is_not_ready(host: FakeHost) -> None:

@@ -62,7 +62,7 @@ def validate(
     if request.resource == "configmaps" and not request.sub_resource:
         return configmap_guards.validate(request, policy)
     if request.resource == "pods":
-        return pod_guards.validate(request, policy, trusted_namespace=trusted_namespace)
+        return pod_guards.validate(request, policy, trusted_namespace=trusted_namespace, queues=queues)
     if request.resource == "queues":  # `known` queues: the server's watch of them, when it runs one
         return queue_guards.validate(request, queues or {})
     return exchange.ALLOW

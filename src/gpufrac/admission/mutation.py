@@ -18,6 +18,8 @@ device plugin's, and left alone.)
   `envFrom` to its own ConfigMap, `keys.env_configmap_name(base, container)`, appended last so that it
   wins over any earlier source of the same variables; sm-sharing containers also get the MPS pipe
   directory from the host.
+- Each share container requests `gpufrac.io/gpu-memory` (`contract.memory_resource`), requests = limits,
+  replacing whatever the pod said: what a `ResourceQuota` counts must be what the share is guaranteed.
 - Every other container (`containers` and `initContainers`) gets `NVIDIA_VISIBLE_DEVICES=void` as its
   last `env` entry, with either delivery: `env` overrides the image's environment (CUDA images set
   `NVIDIA_VISIBLE_DEVICES=all`) and every `envFrom` source, so a container the contract gives no GPU
@@ -33,7 +35,7 @@ from typing import Any
 
 from gpufrac import contract
 from gpufrac.admission import exchange, gpu_env, settings, shapes
-from gpufrac.contract import keys
+from gpufrac.contract import keys, memory_resource
 
 MPS_VOLUME = "gpufrac-mps"
 
@@ -81,6 +83,7 @@ def mutate(
     patch += _annotation_patch(pod, asked, configmap_base)
     if configmap_base is not None:
         patch += _delivery_patch(pod, asked, configmap_base, policy)
+    patch += _resource_patch(pod, asked, policy.fraction_reference_mib)
     patch += _no_gpu_patch(pod, asked)
     return exchange.Decision(allowed=True, patch=tuple(patch))
 
@@ -177,6 +180,36 @@ def _delivery_patch(
             patch.append({"op": "replace", "path": f"/spec/volumes/{existing[0]}", "value": volume})
         else:
             patch.append(_append("/spec/volumes", volumes, volume))
+    return patch
+
+
+def counted(asked: contract.PodGpuRequest, reference_mib: int) -> dict[str, str]:
+    """Per share container, the quantity of `GPU_MEMORY_RESOURCE` it requests."""
+    return {
+        share.container: contract.format_mib(memory_resource.counted_mib(share, reference_mib))
+        for share in asked.shares
+    }
+
+
+def _resource_patch(
+    pod: Mapping[str, Any], asked: contract.PodGpuRequest, reference_mib: int
+) -> list[dict[str, Any]]:
+    """`GPU_MEMORY_RESOURCE` in the requests and limits of each share container."""
+    containers = shapes.as_list(shapes.as_mapping(pod.get("spec")).get("containers"))
+    index = {shapes.as_str(shapes.as_mapping(entry).get("name")): i for i, entry in enumerate(containers)}
+    resource = memory_resource.GPU_MEMORY_RESOURCE
+    patch: list[dict[str, Any]] = []
+    for name, quantity in counted(asked, reference_mib).items():
+        path = f"/spec/containers/{index[name]}/resources"
+        resources = shapes.as_mapping(containers[index[name]]).get("resources")
+        if not isinstance(resources, Mapping):
+            patch.append({"op": "add", "path": path, "value": {}})
+            resources = {}
+        for field in ("requests", "limits"):
+            if isinstance(resources.get(field), Mapping):
+                patch.append({"op": "add", "path": f"{path}/{field}/{_pointer(resource)}", "value": quantity})
+            else:
+                patch.append({"op": "add", "path": f"{path}/{field}", "value": {resource: quantity}})
     return patch
 
 

@@ -7,7 +7,11 @@ The guards, each on every kind of container (`containers`, `initContainers`, `ep
 - privilege in a pod that holds GPUs from gpufrac: `privileged`, the `SYS_ADMIN` capability, `hostPID`,
   `hostIPC`;
 - references to another pod's or container's env ConfigMap (`envFrom`, `valueFrom`, volumes);
+- a queue label naming a queue closed to the pod's namespace (where the webhook watches Queues);
 - GPU pods for gpufrac that skipped the mutation;
+- `gpufrac.io/gpu-memory` on a container without a share, or other than its share counts: it is what a
+  `ResourceQuota` and the kubelet count, so a tenant who set it could slip past the quota, or fill a node's
+  capacity of it, where kube-scheduler would place the pod, and have the kubelet refuse gpufrac's shares;
 - host paths that reach the MPS pipe directory (`host_paths`), the MPS volume mounted by any container
   but the sm-sharing share it was added for, and the runtime's device-request mount path.
 Each denial carries a short `rule` name for the metrics. An object with a field of the wrong type is
@@ -19,12 +23,14 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from gpufrac import contract
 from gpufrac.admission import exchange, gpu_env, host_paths, mutation, settings, shapes
-from gpufrac.contract import keys, queues
+from gpufrac.contract import keys, memory_resource, queues
 from gpufrac.contract.errors import brief
+from gpufrac.contract.queues import QueueSpec
 
 ALL_KINDS = ("containers", "initContainers", "ephemeralContainers")
 # The NVIDIA runtime reads a volume mounted below this path in a container as a request for the GPU the
@@ -64,10 +70,15 @@ class _Gpus:
 
 
 def validate(
-    request: exchange.Request, policy: settings.Policy, *, trusted_namespace: bool
+    request: exchange.Request,
+    policy: settings.Policy,
+    *,
+    trusted_namespace: bool,
+    queues: Mapping[str, QueueSpec] | None = None,
 ) -> exchange.Decision:
     """Allowed, or denied with the first rule broken; see the module doc for the rules. `trusted_namespace`:
-    the pod's namespace is in the trusted tier, where sm-sharing is allowed."""
+    the pod's namespace is in the trusted tier, where sm-sharing is allowed. `queues`: the Queue objects,
+    where the webhook watches them."""
     obj = request.object
     if obj is None:  # admission.validate denies this before it gets here; a rule never guesses
         return exchange.malformed(exchange.MalformedReview('"request.object" is missing'))
@@ -85,7 +96,9 @@ def validate(
     if request.sub_resource:
         return exchange.ALLOW
     if request.operation == "CREATE":
-        return _validate_new_pod(
+        return (
+            None if trusted or queues is None else _queue_namespace(obj, request.namespace, queues)
+        ) or _validate_new_pod(
             obj, request.user, policy, trusted=trusted, trusted_namespace=trusted_namespace
         )
     return exchange.ALLOW
@@ -123,6 +136,7 @@ def _validate_new_pod(
         or _host_paths(pod, asked, policy)
         or _mounts(pod, gpus, ALL_KINDS)
         or _delivery(pod, asked, policy)
+        or _memory_resource(pod, asked, policy)
         or exchange.ALLOW
     )
 
@@ -221,6 +235,15 @@ def _validate_pod_update(
     assert request.object is not None
     checked = _contract(request.object, placement=True)
     return checked if isinstance(checked, exchange.Decision) else exchange.ALLOW
+
+
+def _queue_namespace(
+    pod: Mapping[str, Any], namespace: str, known: Mapping[str, QueueSpec]
+) -> exchange.Decision | None:
+    """A pod labelled with a queue closed to its namespace (`queues.refusal`): the scheduler would leave it
+    waiting; refused here, the tenant learns why at once."""
+    why = queues.refusal(known, queues.queue_of(shapes.labels_of(pod)), namespace)
+    return exchange.deny("queue-namespace", why) if why else None
 
 
 def _queue_change(request: exchange.Request) -> exchange.Decision | None:
@@ -415,6 +438,47 @@ def _delivery(
                     f"{keys.ENV_VISIBLE_DEVICES}={gpu_env.NO_GPU}: {_UNMUTATED}",
                 )
     return None
+
+
+def _memory_resource(
+    pod: Mapping[str, Any], asked: contract.PodGpuRequest, policy: settings.Policy
+) -> exchange.Decision | None:
+    """`gpufrac.io/gpu-memory` exactly where and as the mutation puts it (see the module doc). A pod of
+    another scheduler may go without it, since gpufrac's mutation left it alone."""
+    resource = memory_resource.GPU_MEMORY_RESOURCE
+    counted = mutation.counted(asked, policy.fraction_reference_mib)
+    ours = shapes.as_mapping(pod.get("spec")).get("schedulerName") == policy.scheduler_name
+    for kind, container in shapes.containers_by_list(pod):
+        name = shapes.as_str(container.get("name"))
+        want = counted.get(name) if kind == "containers" else None
+        resources = shapes.as_mapping(container.get("resources"))
+        for field in ("requests", "limits"):
+            have = shapes.as_mapping(resources.get(field)).get(resource)
+            where = f'container "{brief(name)}" {field} {resource}'
+            if have is None:
+                if want is not None and ours:
+                    return exchange.deny("gpu-memory-resource", f"{where} is missing: {_UNMUTATED}")
+                continue
+            if want is None:
+                return exchange.deny(
+                    "gpu-memory-resource",
+                    f"{where}, but it asks for no GPU share: remove it; gpufrac sets it on share containers "
+                    "from their share",
+                )
+            if _bytes(have) != contract.parse_quantity(want):
+                return exchange.deny(
+                    "gpu-memory-resource",
+                    f"{where} is {brief(str(have))}, but its share counts {want}: remove it; gpufrac sets it "
+                    "from the share",
+                )
+    return None
+
+
+def _bytes(quantity: object) -> Fraction | None:
+    try:
+        return contract.parse_quantity(str(quantity))
+    except ValueError:
+        return None
 
 
 def _foreign_env_configmaps(

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gpufrac import contract
+from gpufrac.contract import memory_resource
 
 DEFAULT_SCHEDULER_IDENTITY = "system:serviceaccount:gpufrac-system:gpufrac-scheduler"
 DEFAULT_SCHEDULER_NAME = "gpufrac"
@@ -52,6 +53,8 @@ class Policy:
     # Host directories a pod may mount (and anything below them); none by default (see pod_guards).
     allowed_host_paths: tuple[str, ...] = ()
     untrusted_sm_sharing: UntrustedSmSharing = UntrustedSmSharing.DENY
+    # The reference GPU a `gpu-fraction` counts on in `gpufrac.io/gpu-memory` (`contract.memory_resource`).
+    fraction_reference_mib: int = memory_resource.DEFAULT_FRACTION_REFERENCE_MIB
 
     def is_scheduler(self, user: str) -> bool:
         """Whether `user` is the scheduler, the one writer of scheduler-owned keys and env ConfigMaps."""

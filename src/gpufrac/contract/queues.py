@@ -6,6 +6,11 @@ share comes out of its parent's. Pods join a queue by the label `gpufrac.io/queu
 `kai.scheduler/queue` so that teams move over without editing manifests; a pod with neither is in
 `default`, which exists even when no Queue object names it (no quota, weight 1, no limit).
 
+A label is the tenant's to write, so `namespaces` says which namespaces' pods may join a queue: without it
+any may (as in KAI Scheduler, which has no such field), with it only those listed, and a child queue only
+namespaces every queue above it lists too. Otherwise a tenant could label pods with another team's queue
+and preempt that team's pods, or reclaim as that team.
+
 Units are the engine's: GPU memory (what shares request) and memory in MiB, CPU in millicores, whole GPUs
 as a count. The field names follow KAI's Queue where it has one (`parentQueue`, `quota`, `limit`,
 `overQuotaWeight`, -1 for "no limit"), so a KAI queue reads with its resource names changed.
@@ -14,6 +19,7 @@ as a count. The field names follow KAI's Queue where it has one (`parentQueue`, 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -33,7 +39,10 @@ NO_LIMIT = -1  # as KAI writes it
 # The most of any resource a queue may name, in its unit: far beyond any cluster, and small enough that sums
 # of them stay exact in the floats fair shares are computed in.
 MAX_AMOUNT = 2**50
-MAX_WEIGHT = 1_000_000  # weights are ratios: past this they only risk overflowing the sums
+MAX_WEIGHT = 1_000_000
+_DNS_LABEL = re.compile(
+    r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+)  # what a namespace's name must be  # weights are ratios: past this they only risk overflowing the sums
 
 
 class Resource(StrEnum):
@@ -65,6 +74,7 @@ class QueueSpec:
     name: str
     parent: str | None = None
     resources: Mapping[Resource, Entitlement] = field(default_factory=dict)
+    namespaces: frozenset[str] | None = None  # None: pods of any namespace may join
 
     def entitlement(self, resource: Resource) -> Entitlement:
         return self.resources.get(resource, Entitlement())
@@ -101,7 +111,26 @@ def parse_queue(obj: Mapping[str, object]) -> QueueSpec:
                 f"spec.resources.{key}", str(value), f"unknown resource; known: {known}"
             ) from None
         resources[resource] = _entitlement(resource, _map(value, f"spec.resources.{key}"))
-    return QueueSpec(name, parent or None, resources)
+    return QueueSpec(name, parent or None, resources, _namespaces(spec.get("namespaces")))
+
+
+def refusal(queues: Mapping[str, QueueSpec], queue: str, namespace: str) -> str | None:
+    """Why pods of `namespace` may not join `queue`, or None when they may: every queue from it up to its
+    root that lists namespaces lists this one."""
+    name: str | None = queue
+    seen: set[str] = set()
+    while name is not None and name in queues and name not in seen:
+        seen.add(name)
+        allowed = queues[name].namespaces
+        if allowed is not None and namespace not in allowed:
+            whose = "its" if name == queue else f"its parent queue {name}'s"
+            listed = f"lists only {', '.join(sorted(allowed))}" if allowed else "lists no namespace"
+            return (
+                f"namespace {namespace} may not use queue {queue}: {whose} spec.namespaces {listed}; use a "
+                "queue of this namespace, or have an admin add it there"
+            )
+        name = queues[name].parent
+    return None
 
 
 def check_tree(queues: Mapping[str, QueueSpec]) -> None:
@@ -144,6 +173,18 @@ def check_tree(queues: Mapping[str, QueueSpec]) -> None:
                         str(limit),
                         f"queue {child.name} may not hold more than its parent {spec.name} ({ceiling.limit})",
                     )
+
+
+def _namespaces(value: object) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(item, str) and _DNS_LABEL.fullmatch(item) for item in value
+    ):
+        raise ContractError(
+            "spec.namespaces", str(value), "must be a list of namespace names (absent: any namespace)"
+        )
+    return frozenset(value)
 
 
 def _entitlement(resource: Resource, fields: Mapping[str, object]) -> Entitlement:

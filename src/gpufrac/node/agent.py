@@ -49,7 +49,7 @@ import lightkube
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
-from gpufrac.contract import node_inventory
+from gpufrac.contract import memory_resource, node_inventory
 from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement
 from gpufrac.kubeapi import events, eviction
 from gpufrac.kubeapi.client import API_ERRORS
@@ -169,6 +169,7 @@ class Settings:
     device_plugin: str = DevicePluginMode.NONE.value
     native_label: tuple[str, str] = (node_inventory.NATIVE_LABEL, node_inventory.NATIVE_LABEL_VALUE)
     cuda_context_mib: int = inventory.DEFAULT_CUDA_CONTEXT_MIB
+    fraction_reference_mib: int = memory_resource.DEFAULT_FRACTION_REFERENCE_MIB
 
 
 @dataclass
@@ -306,6 +307,7 @@ class Agent:
                 conflict, plugin_error = await self._serve_gpus(snapshot, labels, kubelet_gpus, report)
             holders = None if grants is None else inventory.holders(grants, snapshot)
             report.gpus, published = await self._publish(metadata, snapshot, report, holders)
+            published = await self._advertise(status, report.gpus, report.problems) and published
             facts = inventory.Facts(
                 mode=self._mode,
                 nvml_error=snapshot.error,
@@ -389,6 +391,25 @@ class Agent:
                 log.error("%s; will try again next interval", report.problems[-1])
                 return gpus, False
         return gpus, True
+
+    async def _advertise(
+        self, status: Mapping[str, Any], gpus: Sequence[node_inventory.GpuInfo], problems: list[str]
+    ) -> bool:
+        """Advertise the node's `gpufrac.io/gpu-memory`; whether the Node now does."""
+        reference = self.settings.fraction_reference_mib
+        patch = inventory.capacity_patch(status, gpus=gpus, reference_mib=reference)
+        if patch is None:
+            return True
+        name = self.settings.node_name
+        try:
+            await self.client.patch(Node.Status, name, patch, patch_type=PatchType.MERGE)
+        except API_ERRORS as error:
+            resource = memory_resource.GPU_MEMORY_RESOURCE
+            problems.append(f"cannot advertise {resource} on Node {name} ({error})")
+            log.error("%s; will try again next interval", problems[-1])
+            return False
+        log.info("Node %s: advertised %s", name, patch["status"]["capacity"])
+        return True
 
     async def _set_condition(
         self, want: inventory.Readiness, current: Mapping[str, Any] | None, problems: list[str]

@@ -56,6 +56,7 @@ def run(
     device_plugin_dir: Path,
     cuda_context_mib: int,
     native_label: str,
+    fraction_reference_mib: int,
 ) -> int:
     if not node_name.strip():
         raise UserError(
@@ -99,6 +100,7 @@ def run(
         device_plugin=device_plugin,
         native_label=native,
         cuda_context_mib=cuda_context_mib,
+        fraction_reference_mib=fraction_reference_mib,
     )
     kubelet = _Kubelet(
         PodResourcesClient(pod_resources_socket) if device_plugin != DevicePluginMode.NONE else None,

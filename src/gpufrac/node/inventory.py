@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from gpufrac.contract import node_inventory
+from gpufrac.contract import memory_resource, node_inventory
 from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement, GpuInfo
+from gpufrac.contract.quantity import MIB, format_mib, parse_quantity
 from gpufrac.node.nvml import GpuSample, Snapshot
 from gpufrac.node.watchdog import Mode
 
@@ -235,6 +236,29 @@ def node_patch(
     if changed_annotations:
         patch["annotations"] = changed_annotations
     return {"metadata": patch} if patch else None
+
+
+def capacity_patch(
+    status: Mapping[str, Any], *, gpus: Sequence[GpuInfo], reference_mib: int
+) -> dict[str, Any] | None:
+    """The merge patch for `nodes/status` that advertises the node's `gpufrac.io/gpu-memory`, or None when
+    it already does. Allocatable is written with capacity: the kubelet copies one to the other only at its
+    next status update, and a share pod bound before then would be refused for want of it."""
+    want = memory_resource.capacity_mib((gpu.usable_mib for gpu in gpus), reference_mib)
+    resource = memory_resource.GPU_MEMORY_RESOURCE
+    have = [_mib_or_none((status.get(field) or {}).get(resource)) for field in ("capacity", "allocatable")]
+    if have == [want, want]:
+        return None
+    quantity = format_mib(want)
+    return {"status": {"capacity": {resource: quantity}, "allocatable": {resource: quantity}}}
+
+
+def _mib_or_none(quantity: object) -> int | None:
+    """A quantity in whole MiB; None for one missing or unreadable. (The API writes `81920Mi` as `80Gi`.)"""
+    try:
+        return int(parse_quantity(str(quantity)) / MIB) if quantity is not None else None
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from lightkube.types import PatchType
 from gpufrac import contract
 from gpufrac.cluster.model import Placement, PodDemand, Unschedulable
 from gpufrac.cluster.state import PlacementRefused
-from gpufrac.contract import node_inventory
+from gpufrac.contract import node_inventory, queues
 from gpufrac.contract.podgroups import group_of
 from gpufrac.contract.queues import Resource
 from gpufrac.kubeapi import events
@@ -357,6 +357,14 @@ class Scheduler:
             return None
         return self.tenants.rank(self.cache, self.pending)
 
+    def _not_in_queue(self, pod: Mapping[str, Any]) -> str | None:
+        """Why the pod may not be scheduled in its queue: a queue nobody made has no share to be measured
+        against (placed, it would always go first), and a queue may be closed to the pod's namespace."""
+        tenant = self.tenants.tenant(pod)
+        if tenant not in self.tenants.specs:
+            return f"queue {tenant} does not exist: create the Queue, or label the pod with one that does"
+        return queues.refusal(self.tenants.specs, tenant, str(objects.meta(pod).get("namespace") or ""))
+
     async def _schedule(self, uid: str, pod: dict[str, Any]) -> None:
         started = time.perf_counter()
         try:
@@ -366,13 +374,10 @@ class Scheduler:
             self.queue.park(uid, **self._order(pod))
             await self._report_failure(pod, f"invalid GPU request: {error}")
             return
-        if self.config.queues and (tenant := self.tenants.tenant(pod)) not in self.tenants.specs:
-            # A queue nobody made has no share to be measured against: placed, it would always go first.
+        if self.config.queues and (why := self._not_in_queue(pod)):
             self.metrics.attempts.labels("invalid").inc()
             self.queue.park(uid, **self._order(pod))
-            await self._report_failure(
-                pod, f"queue {tenant} does not exist: create the Queue, or label the pod with one that does"
-            )
+            await self._report_failure(pod, why)
             return
         group = group_of(pod) if self.config.gangs else None
         if group is not None and self.gangs.spec(group) is None:

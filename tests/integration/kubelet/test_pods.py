@@ -26,7 +26,7 @@ from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod
 
 from gpufrac import contract
 from gpufrac.admission import settings
-from gpufrac.contract import keys
+from gpufrac.contract import keys, memory_resource
 from gpufrac.node.agent import Agent, Settings, SignalKiller, TickReport
 from gpufrac.node.kubelet.podresources import PodResourcesClient
 from gpufrac.node.nvml import FakeBackend
@@ -44,6 +44,7 @@ EXAMPLES = REPO / "examples"
 GIB = 1024
 GPUS = [f"GPU-7e57{i:04d}-0000-4000-8000-00000000000{i}" for i in range(4)]
 SLEEP = ["sleep", "3600"]
+RESOURCE = memory_resource.GPU_MEMORY_RESOURCE
 
 
 def scenario(processes: dict[int, list[tuple[int, int]]] | None = None) -> str:
@@ -292,6 +293,14 @@ async def test_two_share_containers_and_a_plain_one_in_one_pod(
     assert (seen["a"][keys.ENV_MEMORY_REQUEST], seen["a"][keys.ENV_MEMORY_LIMIT]) == ("4096", "8192")
     assert (seen["b"][keys.ENV_MEMORY_REQUEST], seen["b"][keys.ENV_MEMORY_LIMIT]) == ("2048", "2048")
     assert seen["a"][keys.ENV_VISIBLE_DEVICES] in GPUS and seen["b"][keys.ENV_VISIBLE_DEVICES] in GPUS
+    # Each share counts its request in gpufrac.io/gpu-memory, against the capacity the agent advertised, and
+    # the kubelet, which checks that, admitted the pod.
+    counted = {
+        c["name"]: c.get("resources", {}).get("requests", {}).get(RESOURCE) for c in pod["spec"]["containers"]
+    }
+    assert counted == {"a": "4Gi", "b": "2Gi", "side": None}
+    node = (await admin_client.get(Node, realnode.NAME)).to_dict()
+    assert contract.parse_quantity(node["status"]["allocatable"][RESOURCE]) == 4 * 80 * 2**30
 
 
 async def test_a_tenants_own_env_from_cannot_override_the_contract(
