@@ -21,6 +21,7 @@ from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import Deployment, ReplicaSet
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
+from lightkube.resources.scheduling_v1 import PriorityClass
 from lightkube.types import PatchType
 
 from gpufrac.kubeapi.custom import QUEUE_RESOURCE
@@ -81,19 +82,33 @@ async def namespace(control_plane: controlplane.ControlPlane) -> AsyncIterator[s
             await admin.create(obj)
     yield name
     async with control_plane.client() as admin:
-        # Controllers first, so that none recreates the pods deleted next: a pod left pending while the
-        # namespace empties in the background would be scheduled (or made room for) by the next test.
-        # Then the pods: a pod bound to a node waits for its kubelet to confirm the deletion, and there is
-        # none. Whatever went meanwhile with its owner (a Deployment's ReplicaSet, its pods) is gone already.
-        for kind in (Deployment, ReplicaSet, Job, Pod):
-            async for item in admin.list(kind, namespace=name):
-                assert item.metadata is not None and item.metadata.name is not None
-                try:
-                    await admin.delete(kind, item.metadata.name, namespace=name, grace_period=0)
-                except lightkube.ApiError as error:
-                    if error.status.code != 404:
-                        raise
-        await admin.delete(Namespace, name)
+        await empty_and_delete(admin, name)
+
+
+async def empty_and_delete(admin: lightkube.AsyncClient, name: str) -> None:
+    """Delete a test's namespace. Controllers first, so that none recreates the pods deleted next: a pod
+    left pending while the namespace empties in the background would be scheduled (or made room for) by the
+    next test. Then the pods, at once: a pod bound to a node waits for its kubelet to confirm the deletion,
+    and there is none. Whatever went meanwhile with its owner (a Deployment's ReplicaSet, its pods) is gone
+    already."""
+    for kind in (Deployment, ReplicaSet, Job, Pod):
+        async for item in admin.list(kind, namespace=name):
+            assert item.metadata is not None and item.metadata.name is not None
+            try:
+                await admin.delete(kind, item.metadata.name, namespace=name, grace_period=0)
+            except lightkube.ApiError as error:
+                if error.status.code != 404:
+                    raise
+    await admin.delete(Namespace, name)
+
+
+@pytest.fixture
+async def other_namespace(admin_client: lightkube.AsyncClient, namespace: str) -> AsyncIterator[str]:
+    """A second namespace for the test (another team's, another fault domain), emptied and deleted after."""
+    other = f"{namespace}-b"
+    await admin_client.create(Namespace(metadata=ObjectMeta(name=other)))
+    yield other
+    await empty_and_delete(admin_client, other)
 
 
 @pytest.fixture
@@ -166,3 +181,17 @@ async def team_queues(admin_client: lightkube.AsyncClient) -> AsyncIterator[list
     yield names
     for name in names:
         await admin_client.delete(QUEUE_RESOURCE, name)
+
+
+# Priority classes for preemption tests: below, between and above what other pods have, and one past the
+# protected priority (100).
+PRIORITY_CLASSES = {"gpufrac-test-low": 10, "gpufrac-test-high": 50, "gpufrac-test-critical": 150}
+
+
+@pytest.fixture
+async def priority_classes(admin_client: lightkube.AsyncClient) -> AsyncIterator[None]:
+    for name, value in PRIORITY_CLASSES.items():
+        await admin_client.create(PriorityClass.from_dict({"metadata": {"name": name}, "value": value}))
+    yield
+    for name in PRIORITY_CLASSES:
+        await admin_client.delete(PriorityClass, name)

@@ -4,8 +4,7 @@ guaranteed compute on a node pool, and sm-sharing tenants kept to their own GPUs
 from __future__ import annotations
 
 import lightkube
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod
+from lightkube.resources.core_v1 import ConfigMap
 
 from gpufrac.contract import keys
 
@@ -46,25 +45,17 @@ async def test_sm_sharing_tenants_never_share_a_gpu(
     admin_client: lightkube.AsyncClient,
     scheduler_client: lightkube.AsyncClient,
     namespace: str,
+    other_namespace: str,
     gpu_nodes: fakenodes.GpuNodes,
 ) -> None:
-    other = f"{namespace}-b"
-    await admin_client.create(Namespace(metadata=ObjectMeta(name=other)))
-    try:
-        await gpu_nodes.create(gpus=1, gpu_memory_mib=16384)
-        await admin_client.create(gpu_pod("mine", namespace, annotations=SM))
-        async with running_scheduler(scheduler_client):
-            [bound] = [p for p in await wait_bound(admin_client, namespace, 1) if p["spec"].get("nodeName")]
-            await admin_client.create(gpu_pod("theirs", other, annotations=SM))
-            message = await why_unschedulable(admin_client, "theirs", other)
-            await admin_client.create(gpu_pod("mine-too", namespace, annotations=SM))
-            await wait_bound(admin_client, namespace, 2)
-        assert "sm-sharing GPUs hold another fault domain's shares" in message
-        assert bound["metadata"]["annotations"][keys.FAULT_DOMAIN_ANNOTATION] == namespace
-    finally:
-        # Its pending pod first: a namespace is emptied in the background, and a pod left pending meanwhile
-        # would be scheduled (or made room for) by the next test's scheduler.
-        async for item in admin_client.list(Pod, namespace=other):
-            assert item.metadata is not None and item.metadata.name is not None
-            await admin_client.delete(Pod, item.metadata.name, namespace=other, grace_period=0)
-        await admin_client.delete(Namespace, other)
+    other = other_namespace
+    await gpu_nodes.create(gpus=1, gpu_memory_mib=16384)
+    await admin_client.create(gpu_pod("mine", namespace, annotations=SM))
+    async with running_scheduler(scheduler_client):
+        [bound] = [p for p in await wait_bound(admin_client, namespace, 1) if p["spec"].get("nodeName")]
+        await admin_client.create(gpu_pod("theirs", other, annotations=SM))
+        message = await why_unschedulable(admin_client, "theirs", other)
+        await admin_client.create(gpu_pod("mine-too", namespace, annotations=SM))
+        await wait_bound(admin_client, namespace, 2)
+    assert "sm-sharing GPUs hold another fault domain's shares" in message
+    assert bound["metadata"]["annotations"][keys.FAULT_DOMAIN_ANNOTATION] == namespace

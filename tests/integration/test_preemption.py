@@ -4,13 +4,11 @@ that borrowed it; each eviction goes through the Eviction API with an Event on b
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import lightkube
 import pytest
 from lightkube.resources.core_v1 import Pod
-from lightkube.resources.scheduling_v1 import PriorityClass
 
 from gpufrac.contract import queues
 from gpufrac.scheduler.mover import PREEMPT, RECLAIM
@@ -19,17 +17,6 @@ from . import fakenodes
 from .scheduling import eventually, gpu_pod, running_scheduler, wait_bound, why_unschedulable
 from .test_defrag import pod, reasons
 from .test_queues import team_pod
-
-CLASSES = {"gpufrac-test-low": 10, "gpufrac-test-high": 50, "gpufrac-test-critical": 150}
-
-
-@pytest.fixture
-async def priority_classes(admin_client: lightkube.AsyncClient) -> AsyncIterator[None]:
-    for name, value in CLASSES.items():
-        await admin_client.create(PriorityClass.from_dict({"metadata": {"name": name}, "value": value}))
-    yield
-    for name in CLASSES:
-        await admin_client.delete(PriorityClass, name)
 
 
 def whole(name: str, namespace: str, priority_class: str) -> Pod:

@@ -11,8 +11,7 @@ from typing import Any
 
 import lightkube
 import pytest
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace, Pod
+from lightkube.resources.core_v1 import Pod
 
 from gpufrac.contract import queues
 from gpufrac.contract.queues import Resource
@@ -24,18 +23,16 @@ from .conftest import install_crd
 from .scheduling import eventually, running_scheduler, scheduling_message, wait_bound
 from .test_defrag import reasons
 from .test_gangs import member, pod_group
+from .test_preemption import whole
 from .test_queues import team_pod
 
 SETTINGS: dict[str, Any] = {"queues": True, "gangs": True, "min_runtime": 0}
 
 
 @pytest.fixture
-async def team_b(admin_client: lightkube.AsyncClient, namespace: str) -> AsyncIterator[str]:
-    """A second namespace, team b's; team a's is the test's own."""
-    other = f"{namespace}-b"
-    await admin_client.create(Namespace(metadata=ObjectMeta(name=other)))
-    yield other
-    await admin_client.delete(Namespace, other)
+def team_b(other_namespace: str) -> str:
+    """Team b's namespace; team a's is the test's own."""
+    return other_namespace
 
 
 @pytest.fixture
@@ -117,3 +114,46 @@ async def test_two_teams_borrow_reclaim_and_run_a_gang_across_a_scheduler_restar
     assert not b_after["impostor"]["spec"].get("nodeName")
     kept = {b_after[name]["spec"]["nodeName"] for name in set(b_pods) - evicted}
     assert not kept & set(bound.values())  # the gang got the GPUs of the pods evicted for it
+
+
+async def test_nothing_is_evicted_for_a_gang_that_could_not_run_whole(
+    priority_classes: None,
+    admin_client: lightkube.AsyncClient,
+    scheduler_client: lightkube.AsyncClient,
+    namespace: str,
+    team_b: str,
+    gpu_nodes: fakenodes.GpuNodes,
+) -> None:
+    """Team a's gang of three may reclaim from team b, which borrowed all four GPUs, but two of b's pods are
+    of a protected priority: evicting the other two would not let the gang run, so neither is evicted
+    until one protected pod ends; then the gang's room is made at once and it runs whole."""
+    await install_crd(admin_client, "queues.gpufrac.io")
+    made = []
+    for name, quota in (("team-a", 3), ("team-b", 1)):
+        body = {"metadata": {"name": name}, "spec": {"resources": {"gpus": {"quota": quota}}}}
+        made.append(await admin_client.create(QUEUE_RESOURCE.from_dict(body)))
+    try:
+        for _ in range(4):
+            await gpu_nodes.create(gpus=1)
+        await pod_group(admin_client, namespace, "train", minMember=3, queue="team-a")
+        async with running_scheduler(scheduler_client, **SETTINGS) as scheduler:
+            for name, priority_class in (("b0", "gpufrac-test-critical"), ("b1", "gpufrac-test-critical")):
+                body = whole(name, team_b, priority_class).to_dict()
+                body["metadata"]["labels"] = {queues.QUEUE_LABEL: "team-b"}
+                await admin_client.create(Pod.from_dict(body))
+            for name in ("b2", "b3"):
+                await admin_client.create(team_pod(name, team_b, queues.QUEUE_LABEL, "team-b"))
+            await wait_bound(admin_client, team_b, 4)
+            for name in ("a0", "a1", "a2"):
+                await admin_client.create(member(name, namespace, "train"))
+            for name in ("a0", "a1", "a2"):
+                await scheduling_message(admin_client, name, namespace, "free")
+            assert not leaving(await pods_of(admin_client, team_b))
+            assert scheduler.metrics.evictions.labels("reclaim", "evicted")._value.get() == 0
+            await admin_client.delete(Pod, "b0", namespace=team_b, grace_period=0)
+            await wait_bound(admin_client, namespace, 3)
+            assert scheduler.metrics.evictions.labels("reclaim", "evicted")._value.get() == 2
+        assert leaving(await pods_of(admin_client, team_b)) == {"b2", "b3"}
+    finally:
+        for name in ("team-a", "team-b"):
+            await admin_client.delete(QUEUE_RESOURCE, name)

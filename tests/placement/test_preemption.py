@@ -14,7 +14,7 @@ from gpufrac.cluster.invariants import violations
 from gpufrac.cluster.model import Placement
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.engine import decide
-from gpufrac.placement.preemption import plan_eviction
+from gpufrac.placement.preemption import plan_eviction, plan_gang_eviction
 
 from ..cluster.builders import SM, TS, node, share_pod, whole_pod
 from .builders import policy
@@ -131,3 +131,36 @@ def test_any_plan_carried_out_is_valid(shares: list[tuple[int, int]], pending: i
         state.release(name)
     state.apply(plan.placement)
     assert violations(state) == []
+
+
+# A gang, planned for at once.
+
+
+def gang_cluster() -> ClusterState:
+    """Three one-GPU nodes: n0 and n1 full (pods a and b), n2 free."""
+    state = ClusterState([node("n0", 1), node("n1", 1), node("n2", 1)])
+    place_on(state, share_pod("a", 600), "n0")
+    place_on(state, share_pod("b", 600), "n1")
+    return state
+
+
+def gang(size: int) -> list[tuple[Any, None]]:
+    return [(whole_pod(f"w{i}"), None) for i in range(size)]
+
+
+def test_a_gang_is_planned_for_whole_or_not_at_all() -> None:
+    state = gang_cluster()
+    before = snapshot(state)
+    # Two members: one takes the free GPU as things are, the other needs one pod gone, the lowest.
+    plan = plan_gang_eviction(state, gang(2), BINPACK, victims={"a": 1, "b": 5}, max_victims=3)
+    assert plan is not None and plan.victims == ("a",)
+    assert {name: placement.node for name, placement in plan.placements.items()} == {"w0": "n2", "w1": "n0"}
+    # Three members need both gone.
+    plan = plan_gang_eviction(state, gang(3), BINPACK, victims={"a": 1, "b": 5}, max_victims=3)
+    assert plan is not None and sorted(plan.victims) == ["a", "b"]
+    assert sorted(p.node for p in plan.placements.values()) == ["n0", "n1", "n2"]
+    # Where the gang cannot run whole, nobody is evicted for it: b may not go, or only one pod may.
+    assert plan_gang_eviction(state, gang(3), BINPACK, victims={"a": 1}, max_victims=3) is None
+    assert plan_gang_eviction(state, gang(3), BINPACK, victims={"a": 1, "b": 5}, max_victims=1) is None
+    assert plan_gang_eviction(state, gang(4), BINPACK, victims={"a": 1, "b": 5}, max_victims=3) is None
+    assert snapshot(state) == before  # every trial put back

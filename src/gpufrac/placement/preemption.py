@@ -6,11 +6,14 @@ pending pod needs on one node (memory on specific GPUs, a GPU's mode, CPU and me
 filters judge it), evicting pods of the lowest priorities only if that is enough, then the fewest, then the
 lowest priorities in all. Unlike a move (`defrag`), an evicted pod is not placed again: its controller
 recreates it and it waits its turn.
+
+A gang is planned for at once (`plan_gang_eviction`): pods are evicted only if every member it still needs
+then fits, so no pod is evicted for a gang that could not run anyway.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +62,52 @@ def plan_eviction(
             if placement is not None:
                 return Eviction(placement, tuple(chosen))
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class GangEviction:
+    """Where each member goes (by name) once `victims` are gone."""
+
+    placements: Mapping[str, Placement]
+    victims: tuple[str, ...]
+
+
+def plan_gang_eviction(
+    state: ClusterState,
+    members: Sequence[tuple[PodDemand, np.ndarray | None]],
+    policy: Policy,
+    *,
+    victims: Mapping[str, int],
+    max_victims: int,
+) -> GangEviction | None:
+    """Room for every one of `members` (each with the rows it may go on) at once, with at most `max_victims`
+    of `victims` evicted in all; None when they do not all fit. Members are placed in order, each where it
+    fits as things are, else by `plan_eviction` among the victims not chosen yet. The state is left as it
+    was found."""
+    placements: dict[str, Placement] = {}
+    chosen: list[str] = []
+    released: list[Placement] = []
+    try:
+        for demand, rows in members:
+            outcome = decide(state, demand, policy, rows=rows)
+            if not isinstance(outcome, Placement):
+                left = {name: priority for name, priority in victims.items() if name not in chosen}
+                plan = plan_eviction(
+                    state, demand, policy, victims=left, max_victims=max_victims - len(chosen), rows=rows
+                )
+                if plan is None:
+                    return None
+                released += [state.release(name) for name in plan.victims]
+                chosen += plan.victims
+                outcome = plan.placement
+            state.apply(outcome)
+            placements[demand.name] = outcome
+        return GangEviction(placements, tuple(chosen))
+    finally:
+        for name in placements:
+            state.release(name)
+        for placement in released:
+            state.apply(placement)
 
 
 def _trial(

@@ -355,7 +355,7 @@ class Scheduler:
         """The order of the tenant queues, when there are queues and more than one has pods to try."""
         if not self.config.queues or len(self.queue.tenants()) < 2:
             return None
-        return self.tenants.rank(self.cache, self.pending)
+        return self.tenants.rank(self.cache, self.pending, self.gangs.held_pods())
 
     def _not_in_queue(self, pod: Mapping[str, Any]) -> str | None:
         """Why the pod may not be scheduled in its queue: a queue nobody made has no share to be measured
@@ -563,18 +563,75 @@ class Scheduler:
         """Evict pods to let the pod in, off device-plugin nodes, whose GPUs are the kubelet's to give: first
         by moving pods that opted in (placed again as shares are, on reserved GPUs), else by preempting lower
         priorities of its queue, or by reclaiming from queues over their fair share when its own is below
-        its quota. True when pods are on their way out."""
+        its quota. A gang member is planned for with the members its gang still needs, all at once (none
+        moved for: moves make room for one pod). True when pods are on their way out."""
         rows = rows[~np.isin(rows, self.cache.hold_matrix()[0])]
-        with self.cache.device_view(Hold.RESERVED):
-            if await self.mover.make_room(uid, pod, demand, self.policy, rows):
-                return True
+        members = self._still_needed(uid, pod, demand, rows)
+        if not members:  # a gang whose members could not all run even then: nothing is evicted for it
+            return False
+        if len(members) == 1:
+            with self.cache.device_view(Hold.RESERVED):
+                if await self.mover.make_room(uid, pod, demand, self.policy, rows):
+                    return True
         if not self.config.preemption:
             return False
-        preemptible, reclaimable = self._victims(pod, demand)
+        together = _together([member for *_, member, _ in members])
+        preemptible, reclaimable = self._victims(pod, together)
+        tenant = self.tenants.tenant(pod)
         for victims, why in ((preemptible, PREEMPT), (reclaimable, RECLAIM)):
-            if victims and await self.mover.preempt(uid, pod, demand, self.policy, rows, victims, why):
+            if not victims:
+                continue
+
+            def within_surplus(evicted: list[str]) -> bool:
+                return self._within_surplus(evicted, self.tenants.reclaiming(tenant, together))
+
+            accept = within_surplus if why is RECLAIM else (lambda evicted: True)
+            if await self.mover.preempt(members, self.policy, victims, why, accept=accept):
                 return True
         return False
+
+    def _still_needed(
+        self, uid: str, pod: dict[str, Any], demand: PodDemand, rows: np.ndarray
+    ) -> list[tuple[str, dict[str, Any], PodDemand, np.ndarray]]:
+        """The pods to make room for: the pod alone, or with the pending members of its gang that it takes
+        to reach `minMember` (oldest first); none when its gang has too few pending to get there."""
+        alone = [(uid, pod, demand, rows)]
+        group = group_of(pod) if self.config.gangs else None
+        spec = self.gangs.spec(group) if group is not None else None
+        if group is None or spec is None:
+            return alone
+        gang = self.gangs.gangs.get(group)
+        needed = spec.min_member - bound_members(group, self.cache.bound) - (len(gang.held) if gang else 0)
+        mates = sorted(
+            (
+                (_created(body), other, body)
+                for other, body in self.pending.items()
+                if other != uid and group_of(body) == group
+            ),
+            key=lambda mate: mate[:2],
+        )
+        members = list(alone)
+        for _, other, body in mates:
+            if len(members) >= needed:
+                break
+            try:
+                wanted = objects.pod_demand(body, fault_domain=self.fault_domain(body))
+            except contract.ContractError:
+                continue
+            eligible, _ = self.cache.eligible_rows(body, gpus=True)
+            members.append((other, body, wanted, eligible[np.isin(eligible, rows)]))
+        return members if len(members) >= needed else []
+
+    def _within_surplus(self, evicted: list[str], contested: set[Resource]) -> bool:
+        """Whether every queue the pods `evicted` come from keeps its fair share of `contested` without all
+        of them together (each was offered alone, `_victims`)."""
+        placements = self.cache.state.placements
+        taken: dict[str, list[Placement]] = {}
+        for victim in evicted:
+            body = self.cache.bound.get(victim)
+            if body is not None and victim in placements:
+                taken.setdefault(self.tenants.tenant(body), []).append(placements[victim])
+        return all(self.tenants.surplus_covers(queue, held, contested) for queue, held in taken.items())
 
     def _victims(self, pod: Mapping[str, Any], demand: PodDemand) -> tuple[dict[str, int], dict[str, int]]:
         """The running pods `pod` may preempt (its queue's, of lower priority) and reclaim (of queues over
@@ -585,7 +642,7 @@ class Scheduler:
         over: set[str] = set()
         contested: set[Resource] = set()
         if self.config.queues:
-            self.tenants.rank(self.cache, self.pending)  # fresh use and shares, at most a second old
+            self.tenants.rank(self.cache, self.pending, self.gangs.held_pods())  # at most a second old
             contested = self.tenants.reclaiming(tenant, demand)
             if contested:
                 over = self.tenants.over_share() - {tenant}
@@ -596,7 +653,7 @@ class Scheduler:
             uid: theirs
             for queue in over
             for uid, theirs in pool.get(queue, {}).items()
-            if uid in placements and self.tenants.surplus_covers(queue, placements[uid], contested)
+            if uid in placements and self.tenants.surplus_covers(queue, [placements[uid]], contested)
         }
         return preemptible, reclaimable
 
@@ -867,3 +924,16 @@ def _spec_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
     return objects.meta(before).get("annotations") != objects.meta(after).get("annotations") or before.get(
         "spec"
     ) != after.get("spec")
+
+
+def _together(demands: list[PodDemand]) -> PodDemand:
+    """Pods asking as one, for a queue's quota: what a gang's members ask for in all."""
+    if len(demands) == 1:
+        return demands[0]
+    return PodDemand(
+        demands[0].name,
+        cpu_milli=sum(demand.cpu_milli for demand in demands),
+        memory_mib=sum(demand.memory_mib for demand in demands),
+        whole=tuple(item for demand in demands for item in demand.whole),
+        shares=tuple(share for demand in demands for share in demand.shares),
+    )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,7 @@ from gpufrac.kubeapi.client import API_ERRORS
 from gpufrac.kubeapi.eviction import evict
 from gpufrac.placement.defrag import Planner
 from gpufrac.placement.framework import Policy
-from gpufrac.placement.preemption import plan_eviction
+from gpufrac.placement.preemption import plan_gang_eviction
 from gpufrac.scheduler import objects
 from gpufrac.scheduler.cache import SchedulerCache
 
@@ -177,25 +177,30 @@ class Mover:
         if room is None:
             return False
         victims = [move.source.pod for move in room.moves]
-        return await self._start(uid, pod, room.placement, victims, MOVE)
+        return await self._start([(uid, pod, room.placement)], victims, MOVE)
 
     async def preempt(
         self,
-        uid: str,
-        pod: Mapping[str, Any],
-        demand: PodDemand,
+        members: Sequence[tuple[str, Mapping[str, Any], PodDemand, np.ndarray]],
         policy: Policy,
-        rows: np.ndarray,
         victims: Mapping[str, int],
         why: Why,
+        *,
+        accept: Callable[[list[str]], bool] = lambda evicted: True,
     ) -> bool:
         """Plan and start evicting some of `victims` (uid -> priority), never to be placed again by this
-        plan, so that `pod` fits; True when pods are on their way out."""
+        plan, so that every one of `members` (uid, pod, demand, rows: one pod, or the members a gang still
+        needs) fits at once, `max_moves` for each; `accept` may refuse the pods a plan would evict. True
+        when pods are on their way out."""
         offered = {victim: priority for victim, priority in victims.items() if not self._refused(victim)}
-        if uid in self.plans or not offered:
+        if not offered or any(uid in self.plans for uid, *_ in members):
             return False
-        plan = plan_eviction(
-            self.cache.snapshot(), demand, policy, victims=offered, max_victims=self.max_moves, rows=rows
+        plan = plan_gang_eviction(
+            self.cache.snapshot(),
+            [(demand, rows) for _, _, demand, rows in members],
+            policy,
+            victims=offered,
+            max_victims=self.max_moves * len(members),
         )
         if plan is None:
             return False
@@ -203,25 +208,35 @@ class Mover:
         groups = {group_of(self.cache.bound.get(victim, {})) for victim in plan.victims} - {None}
         mates = [other for other, body in self.cache.bound.items() if groups and group_of(body) in groups]
         evicted = [*plan.victims, *(other for other in mates if other not in plan.victims)]
-        return await self._start(uid, pod, plan.placement, evicted, why)
+        if not accept(evicted):
+            return False
+        rooms = [(uid, pod, plan.placements[demand.name]) for uid, pod, demand, _ in members]
+        return await self._start(rooms, evicted, why)
 
     async def _start(
-        self, uid: str, pod: Mapping[str, Any], placement: Placement, victims: list[str], why: Why
+        self, rooms: list[tuple[str, Mapping[str, Any], Placement]], victims: list[str], why: Why
     ) -> bool:
-        leaving = await self._evict(pod, placement.node, victims, why)
+        """Evict `victims` for the pending pods of `rooms` (uid, pod, where it goes), and keep each its room
+        once they are gone."""
+        leaving = await self._evict([pod for _, pod, _ in rooms], [p.node for *_, p in rooms], victims, why)
         if not leaving:
             return False
         # The watch may have told of some going while the evictions were sent.
         leaving &= self.cache.bound.keys()
-        self.plans[uid] = _Plan(placement, leaving, self.clock() + self.timeout)
-        if not leaving:
-            self.cache.keep_room(uid, placement)
+        for uid, _, placement in rooms:
+            self.plans[uid] = _Plan(placement, set(leaving), self.clock() + self.timeout)
+            if not leaving:
+                self.cache.keep_room(uid, placement)
         return True
 
-    async def _evict(self, pending: Mapping[str, Any], node: str, victims: list[str], why: Why) -> set[str]:
-        """Evict `victims` in order, stopping at the first refused; the uids of those evicted."""
+    async def _evict(
+        self, pending: list[Mapping[str, Any]], nodes: list[str], victims: list[str], why: Why
+    ) -> set[str]:
+        """Evict `victims` for the `pending` pods (going to `nodes`) in order, stopping at the first refused;
+        the uids of those evicted."""
         leaving: set[str] = set()
-        target = objects.pod_key(pending)
+        target = f"pod{'s' if len(pending) > 1 else ''} {', '.join(objects.pod_key(pod) for pod in pending)}"
+        where = ", ".join(sorted(set(nodes)))
         for name in victims:
             victim = self.cache.bound.get(name)
             if victim is None:
@@ -237,7 +252,8 @@ class Mover:
                 self.evictions.labels(why.verb, "refused" if refused else "failed").inc()
                 self.refused[name] = self.clock() + self.timeout
                 reason = "a PodDisruptionBudget forbids it" if refused else error.status.message
-                await self._tell(pending, why, f"cannot {why.verb} pod {objects.pod_key(victim)}: {reason}")
+                for pod in pending:
+                    await self._tell(pod, why, f"cannot {why.verb} pod {objects.pod_key(victim)}: {reason}")
                 break
             except API_ERRORS as error:
                 self.evictions.labels(why.verb, "failed").inc()
@@ -245,11 +261,12 @@ class Mover:
                 break
             self.evictions.labels(why.verb, "evicted").inc()
             leaving.add(name)
-            await self._tell(victim, why, f"{why.done} for pod {target} on {node}")
+            await self._tell(victim, why, f"{why.done} for {target} on {where}")
         if leaving:
-            message = f"evicting {len(leaving)} pod(s) to make room on {node} ({why.verb})"
-            log.info("pod %s: %s", target, message)
-            await self._tell(pending, why, message)
+            message = f"evicting {len(leaving)} pod(s) to make room on {where} ({why.verb})"
+            log.info("%s: %s", target, message)
+            for pod in pending:
+                await self._tell(pod, why, message)
         return leaving
 
     async def _tell(self, pod: Mapping[str, Any], why: Why, message: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -93,13 +93,19 @@ class Tenants:
 
     # ---- ranks ---------------------------------------------------------------------------------------------
 
-    def rank(self, cache: SchedulerCache, pending: Mapping[str, Mapping[str, Any]]) -> Callable[[str], float]:
+    def rank(
+        self,
+        cache: SchedulerCache,
+        pending: Mapping[str, Mapping[str, Any]],
+        held_pods: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> Callable[[str], float]:
         """How far each tenant queue is above its fair share (lower goes first), fresh at most `refresh`
-        seconds ago."""
+        seconds ago. `held_pods`: pods placed but neither bound nor pending (a gang's members held until the
+        rest can run), which count against their queue as bound pods do."""
         now = self.clock()
         if now - self._at >= self.refresh:
             self._at = now
-            self._recompute(cache, pending)
+            self._recompute(cache, pending, held_pods or {})
         return lambda tenant: self.ranks.get(tenant, 0.0)
 
     def placed(self, tenant: str, placement: Placement) -> None:
@@ -136,13 +142,15 @@ class Tenants:
         )
         return set(guaranteed) if within else set()
 
-    def surplus_covers(self, tenant: str, placement: Placement, resources: set[Resource]) -> bool:
-        """Whether the queue, without this placement, would still use at least its fair share of each of
+    def surplus_covers(self, tenant: str, placements: Iterable[Placement], resources: set[Resource]) -> bool:
+        """Whether the queue, without these placements, would still use at least its fair share of each of
         `resources`: reclaim takes only what a queue holds beyond its share."""
         usage, share = self.usage.get(tenant, {}), self.shares.get(tenant, {})
-        amounts = held(placement)
+        amounts: Amounts = {}
+        for placement in placements:
+            _add(amounts, held(placement))
         return all(
-            usage.get(resource, 0.0) - amounts[resource] >= share.get(resource, 0.0) - 1e-9
+            usage.get(resource, 0.0) - amounts.get(resource, 0.0) >= share.get(resource, 0.0) - 1e-9
             for resource in resources
         )
 
@@ -150,10 +158,15 @@ class Tenants:
         """The queues using more than their fair share of some resource."""
         return {tenant for tenant, rank in self.ranks.items() if rank > 1.0 + 1e-9}
 
-    def _recompute(self, cache: SchedulerCache, pending: Mapping[str, Mapping[str, Any]]) -> None:
+    def _recompute(
+        self,
+        cache: SchedulerCache,
+        pending: Mapping[str, Mapping[str, Any]],
+        held_pods: Mapping[str, Mapping[str, Any]],
+    ) -> None:
         usage: dict[str, Amounts] = {}
         for uid, placement in cache.state.placements.items():
-            pod = cache.bound.get(uid) or pending.get(uid)
+            pod = cache.bound.get(uid) or pending.get(uid) or held_pods.get(uid)
             if pod is not None:
                 _add(usage.setdefault(self.tenant(pod), {}), held(placement))
         demand = {tenant: dict(amounts) for tenant, amounts in usage.items()}
