@@ -1,0 +1,158 @@
+"""Scenarios: reclaim across queues. A queue whose use, with the pod, stays within its quota (in the resources
+it has a quota of and the pod asks for) evicts pods of queues over their fair share, only those whose going
+leaves their queue at its fair share at least, whatever their priority; never a protected or young pod.
+README, "Preemption and reclaim"."""
+
+from __future__ import annotations
+
+import pytest
+
+from .driver import ANY, RECLAIMED, Ask, Node, Run, Scenario, cases, check
+
+TWO_NODES = {"n1": Node(), "n2": Node()}
+THREE_NODES = {"n1": Node(), "n2": Node(), "n3": Node()}
+A_B_ONE_EACH = {"a": {"gpus": {"quota": 1}}, "b": {"gpus": {"quota": 1}}}
+B_BORROWED_BOTH = {"b1": Run("n1:0", queue="b"), "b2": Run("n2:0", queue="b")}
+
+SCENARIOS = [
+    Scenario(
+        "a queue below its quota reclaims the GPU another queue borrowed",
+        nodes=TWO_NODES,
+        queues=A_B_ONE_EACH,
+        running=B_BORROWED_BOTH,
+        pending={"a1": Ask(gpus=1, queue="a")},
+        binds={"a1": "n1"},
+        evicted={"b1": RECLAIMED},
+    ),
+    Scenario(
+        "reclaim takes from the queue over its fair share, not from one at its quota",
+        nodes=THREE_NODES,
+        queues={"a": {"gpus": {"quota": 1}}, "b": {"gpus": {"quota": 2}}, "c": {}},
+        running={"b1": Run("n1:0", queue="b"), "b2": Run("n2:0", queue="b"), "c1": Run("n3:0", queue="c")},
+        pending={"a1": Ask(gpus=1, queue="a")},
+        binds={"a1": "n3"},
+        evicted={"c1": RECLAIMED},
+    ),
+    Scenario(
+        "the default queue's borrowed GPU is reclaimed",
+        nodes=TWO_NODES,
+        queues=A_B_ONE_EACH,
+        running={"b1": Run("n1:0", queue="b"), "d1": Run("n2:0")},
+        pending={"a1": Ask(gpus=1, queue="a")},
+        binds={"a1": "n2"},
+        evicted={"d1": RECLAIMED},
+    ),
+    Scenario(
+        "a queue that would pass its quota does not reclaim",
+        nodes=THREE_NODES,
+        queues=A_B_ONE_EACH,
+        running={"a1": Run("n1:0", queue="a"), "b1": Run("n2:0", queue="b"), "b2": Run("n3:0", queue="b")},
+        pending={"a2": Ask(gpus=1, queue="a")},
+        waiting={"a2": ""},
+    ),
+    Scenario(
+        "a queue without a quota does not reclaim",
+        nodes=TWO_NODES,
+        queues={"a": {}, "b": {"gpus": {"quota": 1}}},
+        running=B_BORROWED_BOTH,
+        pending={"a1": Ask(gpus=1, queue="a")},
+        waiting={"a1": ""},
+    ),
+    Scenario(
+        "a quota of GPUs does not reclaim GPU memory for a share",
+        nodes=TWO_NODES,
+        queues=A_B_ONE_EACH,
+        running=B_BORROWED_BOTH,
+        pending={"a1": Ask(mib=5000, queue="a")},
+        waiting={"a1": ""},
+    ),
+    Scenario(
+        "a gpuMemory quota reclaims memory for a share, one share's worth",
+        nodes={"n1": Node()},
+        queues={"a": {"gpuMemory": {"quota": "5000Mi"}}, "b": {}},
+        running={"b1": Run("n1:0", mib=5000, queue="b"), "b2": Run("n1:0", mib=5000, queue="b")},
+        pending={"a1": Ask(mib=5000, queue="a")},
+        binds={"a1": "n1:0"},
+        evicted={"b1": RECLAIMED},
+    ),
+    Scenario(
+        "reclaim ignores priority: a higher priority that was borrowed goes back",
+        nodes=TWO_NODES,
+        queues=A_B_ONE_EACH,
+        running={"b1": Run("n1:0", queue="b", priority=50), "b2": Run("n2:0", queue="b", priority=50)},
+        pending={"a1": Ask(gpus=1, queue="a")},
+        binds={"a1": "n1"},
+        evicted={"b1": RECLAIMED},
+    ),
+    Scenario(
+        "of a borrowing queue's pods, the lowest priority is reclaimed",
+        nodes=TWO_NODES,
+        queues=A_B_ONE_EACH,
+        running={"b1": Run("n1:0", queue="b", priority=50), "b2": Run("n2:0", queue="b", priority=5)},
+        pending={"a1": Ask(gpus=1, queue="a")},
+        binds={"a1": "n2"},
+        evicted={"b2": RECLAIMED},
+    ),
+    Scenario(
+        "reclaim never takes a protected pod",
+        nodes=TWO_NODES,
+        queues=A_B_ONE_EACH,
+        running={"b1": Run("n1:0", queue="b", priority=100), "b2": Run("n2:0", queue="b", priority=100)},
+        pending={"a1": Ask(gpus=1, queue="a")},
+        waiting={"a1": ""},
+    ),
+    Scenario(
+        "reclaim never takes a pod younger than the minimum runtime",
+        nodes=TWO_NODES,
+        queues=A_B_ONE_EACH,
+        running={"b1": Run("n1:0", queue="b", age=0), "b2": Run("n2:0", queue="b", age=0)},
+        pending={"a1": Ask(gpus=1, queue="a")},
+        waiting={"a1": ""},
+    ),
+    Scenario(
+        "reclaim stops at the borrower's fair share: two pods below quota, one GPU over it",
+        nodes=THREE_NODES,
+        queues={"a": {"gpus": {"quota": 2}}, "b": {"gpus": {"quota": 1}}},
+        running={"b1": Run("n1:0", queue="b"), "b2": Run("n2:0", queue="b"), "b3": Run("n3:0", queue="b")},
+        pending={"a1": Ask(gpus=1, queue="a"), "a2": Ask(gpus=1, queue="a"), "a3": Ask(gpus=1, queue="a")},
+        binds={"a1": ANY, "a2": ANY},
+        evicted={"b1": RECLAIMED, "b2": RECLAIMED},
+        waiting={"a3": ""},
+    ),
+    Scenario(
+        "a queue is not reclaimed below its fair share, even when that leaves another below its quota",
+        nodes={"n1": Node(gpus=3), "n2": Node(gpus=2)},
+        queues={
+            "a": {"gpus": {"quota": 1}},
+            "b": {"gpus": {"quota": 1, "overQuotaWeight": 2}},
+            "c": {"gpus": {"quota": 1}},
+        },
+        running={
+            "b1": Run("n1:0", queue="b"),
+            "b2": Run("n1:1", queue="b"),
+            "b3": Run("n1:2", queue="b"),
+            "c1": Run("n2:0", queue="c"),
+            "c2": Run("n2:1", queue="c"),
+        },
+        pending={"a1": Ask(gpus=1, queue="a")},
+        waiting={"a1": ""},
+    ),
+    Scenario(
+        "between sibling queues, the one below its quota reclaims from the one that borrowed",
+        nodes=TWO_NODES,
+        queues={
+            "team": {"gpus": {"quota": 2}},
+            "x": {"parentQueue": "team", "gpus": {"quota": 1}},
+            "y": {"parentQueue": "team", "gpus": {"quota": 1}},
+        },
+        running={"y1": Run("n1:0", queue="y"), "y2": Run("n2:0", queue="y")},
+        pending={"x1": Ask(gpus=1, queue="x")},
+        binds={"x1": "n1"},
+        evicted={"y1": RECLAIMED},
+    ),
+]
+
+
+@pytest.mark.parametrize("scenario", cases(SCENARIOS))
+async def test_scenario(scenario: Scenario) -> None:
+    await check(scenario)
