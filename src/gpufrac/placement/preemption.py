@@ -10,7 +10,7 @@ recreates it and it waits its turn.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,9 +39,10 @@ def plan_eviction(
     victims: Mapping[str, int],
     max_victims: int,
     rows: np.ndarray | None = None,
+    allow: Callable[[Sequence[str]], bool] = lambda _: True,
 ) -> Eviction | None:
     """The pods among `victims` (name -> priority) whose going lets `pod` in among `rows`; None when no set
-    of at most `max_victims` on one node does. The state is left as it was found."""
+    of at most `max_victims` on one node (that `allow` accepts) does. The state is left as it was found."""
     placed = {name: priority for name, priority in victims.items() if name in state.placements}
     for ceiling in sorted(set(placed.values())):  # the lowest priorities first: only if they are not enough,
         allowed = {name for name, priority in placed.items() if priority <= ceiling}  # a higher one too
@@ -54,7 +55,7 @@ def plan_eviction(
                 cost = sum(placed[name] for name in chosen)
                 candidates.append((len(chosen), cost, int(state.tie_rank[row]), int(row), chosen))
         candidates.sort(key=lambda candidate: candidate[:4])
-        for *_, row, chosen in candidates[:TRIALS]:
+        for *_, row, chosen in [candidate for candidate in candidates if allow(candidate[-1])][:TRIALS]:
             placement = _trial(state, pod, policy, row, chosen)
             if placement is not None:
                 return Eviction(placement, tuple(chosen))

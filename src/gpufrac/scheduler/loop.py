@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -388,18 +388,24 @@ class Scheduler:
             # pods moved to make room for it are still going (their deletion wakes it).
             self.queue.park(uid, **self._order(pod))
             return
+        # A pod that would take its queue past a limit is never placed: only its queue's lower priorities
+        # going may bring it within. A kept room was within the limits when its pods were evicted.
+        past = None
+        if self.config.queues and uid not in self.cache.kept_rooms:
+            self.tenants.rank(self.cache, self.pending)  # use at most a second old, and each placement since
+            past = self.tenants.past_limit(self.tenants.tenant(pod), demand)
         kept = self.mover.take_room(uid)
         # Shares only on GPUs gpufrac reserved, whole GPUs only on GPUs the device plugin still has free.
         usable = (Hold.RESERVED,) if demand.shares else (Hold.FREE,) if demand.whole else ()
         try:
             with self.cache.device_view(*usable):
                 outcome: Placement | Unschedulable = Unschedulable(uid, {})
-                if kept is not None:  # the room pods were moved out of, first
+                if kept is not None and past is None:  # the room pods were moved out of, first
                     room = rows[rows == self.cache.state.index.get(kept.node, -1)]
                     outcome = decide(self.cache.snapshot(), demand, self.policy, rows=room)
-                if isinstance(outcome, Unschedulable):
+                if isinstance(outcome, Unschedulable) and past is None:
                     outcome = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
-            if isinstance(outcome, Unschedulable) and demand.shares and self.cache.devices:
+            if isinstance(outcome, Unschedulable) and demand.shares and self.cache.devices and past is None:
                 # Would it fit with more GPUs reserved? Then reserve them, and decide again once they are.
                 with self.cache.device_view(Hold.RESERVED, Hold.PENDING, Hold.FREE):
                     trial = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
@@ -409,7 +415,7 @@ class Scheduler:
             if (
                 isinstance(outcome, Unschedulable)
                 and self.config.max_moves
-                and await self._evict_for(uid, pod, demand, rows)
+                and await self._evict_for(uid, pod, demand, rows, capped=past is not None)
             ):
                 self.queue.park(uid, **self._order(pod))
                 if not self.mover.waits(uid):  # the moved pods went while their evictions were sent
@@ -426,7 +432,7 @@ class Scheduler:
             self.metrics.attempts.labels("unschedulable").inc()
             self.queue.park(uid, **self._order(pod))
             reasons = Counter(outcome.reasons) + excluded
-            message = Unschedulable(uid, dict(reasons)).message
+            message = past or Unschedulable(uid, dict(reasons)).message
             log.info("pod %s unschedulable: %s", objects.pod_key(pod), message)
             await self._report_failure(pod, message)
             return
@@ -554,20 +560,34 @@ class Scheduler:
             )
         return rows[~off], excluded
 
-    async def _evict_for(self, uid: str, pod: dict[str, Any], demand: PodDemand, rows: np.ndarray) -> bool:
+    async def _evict_for(
+        self, uid: str, pod: dict[str, Any], demand: PodDemand, rows: np.ndarray, *, capped: bool = False
+    ) -> bool:
         """Evict pods to let the pod in, off device-plugin nodes, whose GPUs are the kubelet's to give: first
         by moving pods that opted in (placed again as shares are, on reserved GPUs), else by preempting lower
         priorities of its queue, or by reclaiming from queues over their fair share when its own is below
-        its quota. True when pods are on their way out."""
+        its quota. `capped`: its queue would pass a limit with it, so only preemption in its queue may help,
+        and only if the pods preempted bring it within. True when pods are on their way out."""
         rows = rows[~np.isin(rows, self.cache.hold_matrix()[0])]
-        with self.cache.device_view(Hold.RESERVED):
-            if await self.mover.make_room(uid, pod, demand, self.policy, rows):
-                return True
+        if not capped:
+            with self.cache.device_view(Hold.RESERVED):
+                if await self.mover.make_room(uid, pod, demand, self.policy, rows):
+                    return True
         if not self.config.preemption:
             return False
         preemptible, reclaimable = self._victims(pod, demand)
-        for victims, why in ((preemptible, PREEMPT), (reclaimable, RECLAIM)):
-            if victims and await self.mover.preempt(uid, pod, demand, self.policy, rows, victims, why):
+        tenant, placements = self.tenants.tenant(pod), self.cache.state.placements
+
+        def within(victims: Sequence[str]) -> bool:
+            return (
+                not capped
+                or self.tenants.past_limit(tenant, demand, [placements[v] for v in victims]) is None
+            )
+
+        for victims, why in ((preemptible, PREEMPT), ({} if capped else reclaimable, RECLAIM)):
+            if victims and await self.mover.preempt(
+                uid, pod, demand, self.policy, rows, victims, why, within
+            ):
                 return True
         return False
 

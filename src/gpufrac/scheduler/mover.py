@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,14 +188,22 @@ class Mover:
         rows: np.ndarray,
         victims: Mapping[str, int],
         why: Why,
+        allow: Callable[[Sequence[str]], bool] = lambda _: True,
     ) -> bool:
         """Plan and start evicting some of `victims` (uid -> priority), never to be placed again by this
-        plan, so that `pod` fits; True when pods are on their way out."""
+        plan, so that `pod` fits (only sets of them that `allow` accepts); True when pods are on their way
+        out."""
         offered = {victim: priority for victim, priority in victims.items() if not self._refused(victim)}
         if uid in self.plans or not offered:
             return False
         plan = plan_eviction(
-            self.cache.snapshot(), demand, policy, victims=offered, max_victims=self.max_moves, rows=rows
+            self.cache.snapshot(),
+            demand,
+            policy,
+            victims=offered,
+            max_victims=self.max_moves,
+            rows=rows,
+            allow=allow,
         )
         if plan is None:
             return False

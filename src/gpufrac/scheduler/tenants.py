@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.problems import INVALID, Problem
 
 Amounts = dict[Resource, float]
+_UNIT_TEXT = {Resource.GPU_MEMORY: " MiB", Resource.GPUS: "", Resource.CPU: "m", Resource.MEMORY: " MiB"}
 
 
 def tenant_of(pod: Mapping[str, Any]) -> str:
@@ -66,6 +67,7 @@ class Tenants:
             on_bad=lambda item, error: report(Problem.about("Queue", item, INVALID, f"ignored: {error}"))
         )
         self.usage: dict[str, Amounts] = {}
+        self.held: dict[str, dict[Resource, float]] = {}  # per queue, with the queues under it
         self.shares: dict[str, dict[Resource, float]] = {}
         self.ranks: dict[str, float] = {}
         self._at = -math.inf
@@ -105,8 +107,10 @@ class Tenants:
     def placed(self, tenant: str, placement: Placement) -> None:
         """Count a placement the loop just made at once, before the next pass."""
         usage = self.usage.setdefault(tenant, {})
-        for resource, amount in held(placement).items():
-            usage[resource] = usage.get(resource, 0.0) + amount
+        amounts = held(placement)
+        _add(usage, amounts)
+        for queue in fairshare.ancestry(self.specs, tenant):
+            _add(self.held.setdefault(queue, {}), amounts)
         self.ranks[tenant] = fairshare.starvation(usage, self.shares.get(tenant, {}))
 
     def tenant(self, pod: Mapping[str, Any]) -> str:
@@ -116,6 +120,19 @@ class Tenants:
             if spec is not None and spec.queue:
                 return spec.queue
         return tenant_of(pod)
+
+    def past_limit(self, tenant: str, demand: PodDemand, freeing: Iterable[Placement] = ()) -> str | None:
+        """Why the pod may not be placed: with it (and without the queue's pods `freeing`), its queue or one
+        above it would pass a limit; None when every limit holds. A share asked as a fraction counts on the
+        cluster's median GPU, as in fair shares."""
+        asked = _asked_of(demand, self._reference)
+        for placement in freeing:
+            _add(asked, {resource: -amount for resource, amount in held(placement).items()})
+        past = fairshare.past_limit(self.specs, self.held, tenant, asked)
+        if past is None:
+            return None
+        queue, resource, limit = past
+        return f"queue {queue} would pass its {resource.value} limit ({limit}{_UNIT_TEXT[resource]})"
 
     def reclaiming(self, tenant: str, demand: PodDemand) -> set[Resource]:
         """The resources the pod asks for that its queue has a quota of, when the queue's use with the pod
@@ -162,6 +179,7 @@ class Tenants:
         for pod in pending.values():
             _add(demand.setdefault(self.tenant(pod), {}), _asked(pod, self._reference))
         self.usage = usage
+        self.held = fairshare.held_under(self.specs, usage)
         self.shares = fairshare.fair_shares(self.specs, _capacity(cache), demand)
         self.ranks = {
             tenant: fairshare.starvation(usage.get(tenant, {}), self.shares.get(tenant, {}))

@@ -17,8 +17,6 @@ TWO_ROOTS = {  # r1's quota is its children's; r2 has no children
     "r2": {"gpus": {"quota": 2}},
 }
 
-LIMITS_NOT_HELD = "bug: a queue's limit caps its fair share but not its placements"
-
 SCENARIOS = [
     Scenario(
         "two queues with a GPU of quota each get one each, though one queue's pods came first",
@@ -105,8 +103,7 @@ SCENARIOS = [
         queues={"a": {"gpus": {"quota": 1, "limit": 2}}},
         pending=pods("a", 3, gpus=1, queue="a"),
         binds={"a1": "n1", "a2": "n1"},
-        waiting={"a3": "limit"},
-        xfail=LIMITS_NOT_HELD,
+        waiting={"a3": "queue a would pass its gpus limit (2)"},
     ),
     Scenario(
         "a gpuMemory limit holds a queue's shares to it",
@@ -114,8 +111,7 @@ SCENARIOS = [
         queues={"a": {"gpuMemory": {"limit": "10000Mi"}}},
         pending=pods("a", 3, mib=4000, queue="a"),
         binds={"a1": "n1", "a2": "n1"},
-        waiting={"a3": "limit"},
-        xfail=LIMITS_NOT_HELD,
+        waiting={"a3": "queue a would pass its gpuMemory limit (10000 MiB)"},
     ),
     Scenario(
         "what a limited queue may not take goes to the others, whatever its weight",
@@ -126,8 +122,7 @@ SCENARIOS = [
             **pods("b", 2, gpus=1, queue="b"),
         },
         binds={"a1": "n1", "b1": "n1", "b2": "n1"},
-        waiting={"a2": "limit"},
-        xfail=LIMITS_NOT_HELD,
+        waiting={"a2": "queue a would pass its gpus limit (1)"},
     ),
     Scenario(
         "a parent's limit holds its children together",
@@ -138,8 +133,7 @@ SCENARIOS = [
             **pods("y", 2, gpus=1, queue="c2"),
         },
         binds={"x1": ANY, "y1": ANY},
-        waiting={"x2": "limit", "y2": "limit"},
-        xfail=LIMITS_NOT_HELD,
+        waiting={"x2": "queue p would pass its gpus limit", "y2": "queue p would pass its gpus limit"},
     ),
     Scenario(
         "children split their parent's share; the other root keeps its own",
