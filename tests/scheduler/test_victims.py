@@ -70,8 +70,8 @@ def test_reclaim_takes_only_what_a_queue_holds_beyond_its_fair_share() -> None:
     asking = pod("w", whole=1)
     contested = tenants.reclaiming("a", objects.pod_demand(asking))
     assert contested == {Resource.GPUS}  # a has no CPU quota: CPU is not what it reclaims
-    assert tenants.surplus_covers("b", one_gpu, contested)  # b keeps its one GPU of share
+    assert tenants.surplus_covers("b", [one_gpu], contested)  # b keeps its one GPU of share
     tenants.usage["b"][Resource.GPUS] = 1.0
-    assert not tenants.surplus_covers("b", one_gpu, contested)  # it would fall below it
+    assert not tenants.surplus_covers("b", [one_gpu], contested)  # it would fall below it
     tenants.usage["a"] = {Resource.GPUS: 1.0}
     assert tenants.reclaiming("a", objects.pod_demand(asking)) == set()  # a is at its quota already

@@ -181,7 +181,7 @@ class Scheduler:
             clock=clock,
         )
         self.namespace_labels: dict[str, Mapping[str, str]] = {}  # with `fault_domain_label` only
-        self._evictable_at: tuple[float, dict[str, dict[str, int]]] | None = None
+        self._evictable_at: tuple[float, dict[str, dict[str, int]], dict[str, list[str]]] | None = None
 
     # ---- events -------------------------------------------------------------------------------------------
 
@@ -595,7 +595,8 @@ class Scheduler:
         """The running pods `pod` may preempt (its queue's, of lower priority) and reclaim (of queues over
         their fair share, when its queue's use with it stays within its quota; only pods whose going leaves
         their queue at its fair share at least), by uid, with priorities.
-        Only pods this scheduler placed, below `protected_priority`, running `min_runtime` at least."""
+        Only pods this scheduler placed, below `protected_priority`, running `min_runtime` at least; and, as a
+        gang is evicted whole, a gang's member only if every member may go, counted together."""
         tenant, priority = self.tenants.tenant(pod), objects.priority(pod)
         over: set[str] = set()
         contested: set[Resource] = set()
@@ -604,27 +605,36 @@ class Scheduler:
             contested = self.tenants.reclaiming(tenant, demand)
             if contested:
                 over = self.tenants.over_share() - {tenant}
-        pool = self._evictable()
+        pool, gangs = self._evictable()
         preemptible = {uid: theirs for uid, theirs in pool.get(tenant, {}).items() if theirs < priority}
         placements = self.cache.state.placements
         reclaimable = {
             uid: theirs
             for queue in over
             for uid, theirs in pool.get(queue, {}).items()
-            if uid in placements and self.tenants.surplus_covers(queue, placements[uid], contested)
+            if uid in placements
+            and self.tenants.surplus_covers(
+                queue, [placements[m] for m in gangs.get(uid, [uid]) if m in placements], contested
+            )
         }
-        return preemptible, reclaimable
+        return _whole_gangs(preemptible, gangs), _whole_gangs(reclaimable, gangs)
 
-    def _evictable(self) -> dict[str, dict[str, int]]:
+    def _evictable(self) -> tuple[dict[str, dict[str, int]], dict[str, list[str]]]:
         """The running pods any pod may evict at all, by queue, with priorities: this scheduler's, below
-        `protected_priority`, running `min_runtime` at least. A pass over every bound pod, so kept a second:
-        a burst of pods that fit nowhere must not each pay it."""
+        `protected_priority`, running `min_runtime` at least; and each bound gang member's group, as the uids
+        of its bound members. A pass over every bound pod, so kept a second: a burst of pods that fit
+        nowhere must not each pay it."""
         now = self.clock()
         if self._evictable_at is not None and now - self._evictable_at[0] < 1.0:
-            return self._evictable_at[1]
+            return self._evictable_at[1:]
         oldest = self.mover.wall_clock() - self.config.min_runtime
         pool: dict[str, dict[str, int]] = {}
+        gangs: dict[str, list[str]] = {}
+        members: dict[str, list[str]] = {}
         for uid, victim in self.cache.bound.items():
+            if (group := group_of(victim)) is not None:  # as the mover finds a victim's gang
+                gangs[uid] = members.setdefault(group, [])
+                gangs[uid].append(uid)
             since = objects.running_since(victim)
             theirs = objects.priority(victim)
             if (
@@ -635,8 +645,8 @@ class Scheduler:
                 and uid in self.cache.state.placements
             ):
                 pool.setdefault(self.tenants.tenant(victim), {})[uid] = theirs
-        self._evictable_at = (now, pool)
-        return pool
+        self._evictable_at = (now, pool, gangs)
+        return pool, gangs
 
     async def _reserve_for(self, uid: str, pod: dict[str, Any], trial: Placement) -> bool:
         """Make the pod wait for the reservations `trial` needs on its node: the ones not yet published there
@@ -860,6 +870,11 @@ class Scheduler:
                 await asyncio.wait_for(
                     self._wakeup.wait(), timeout=1.0 if delay is None else max(delay, 0.01)
                 )
+
+
+def _whole_gangs(victims: Mapping[str, int], gangs: Mapping[str, list[str]]) -> dict[str, int]:
+    """The victims whose whole gang is among the victims (the mover evicts a gang whole)."""
+    return {uid: theirs for uid, theirs in victims.items() if all(m in victims for m in gangs.get(uid, []))}
 
 
 def _priority(pod: Mapping[str, Any]) -> int:

@@ -153,11 +153,13 @@ class Tenants:
         )
         return set(guaranteed) if within else set()
 
-    def surplus_covers(self, tenant: str, placement: Placement, resources: set[Resource]) -> bool:
-        """Whether the queue, without this placement, would still use at least its fair share of each of
-        `resources`: reclaim takes only what a queue holds beyond its share."""
+    def surplus_covers(self, tenant: str, placements: Iterable[Placement], resources: set[Resource]) -> bool:
+        """Whether the queue, without these placements (a pod, or a gang's), would still use at least its fair
+        share of each of `resources`: reclaim takes only what a queue holds beyond its share."""
         usage, share = self.usage.get(tenant, {}), self.shares.get(tenant, {})
-        amounts = held(placement)
+        amounts: Amounts = dict.fromkeys(Resource, 0.0)
+        for placement in placements:
+            _add(amounts, held(placement))
         return all(
             usage.get(resource, 0.0) - amounts[resource] >= share.get(resource, 0.0) - 1e-9
             for resource in resources

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from .driver import ANY, PREEMPTED, RECLAIMED, Ask, Node, Run, Scenario, cases, check
+from .driver import ANY, PREEMPTED, RECLAIMED, Ask, Node, Run, Scenario, cases, check, pods
 
 TWO_GPUS = {"n1": Node(gpus=2)}
 THREE = {"train": {"minMember": 3}}
@@ -20,8 +20,6 @@ GANG_AND_ONE_MORE_IN_B = {
     "b1": Run("n3:0", queue="b"),
 }
 HELD = "2 of 3 members can run now; held until the rest can"
-
-MATES_UNCHECKED = "bug: the other members of a victim's gang go with it unchecked"
 
 SCENARIOS = [
     Scenario(
@@ -109,11 +107,15 @@ SCENARIOS = [
     Scenario(
         "a gang is reclaimed whole too",
         nodes=THREE_NODES,
-        queues={"a": {"gpus": {"quota": 2}}, "b": {"gpus": {"quota": 1}}},
+        queues={"a": {"gpus": {"quota": 3}}, "b": {}},
         groups=GANG_IN_B,
-        running=GANG_AND_ONE_MORE_IN_B,
-        pending={"a1": Ask(gpus=1, queue="a")},
-        binds={"a1": ANY},
+        running={
+            "w0": Run("n1:0", group="train"),
+            "w1": Run("n2:0", group="train"),
+            "a0": Run("n3:0", queue="a"),
+        },
+        pending=pods("a", 2, gpus=1, queue="a"),
+        binds={"a1": ANY, "a2": ANY},
         evicted={"w0": RECLAIMED, "w1": RECLAIMED},
     ),
     Scenario(
@@ -125,7 +127,6 @@ SCENARIOS = [
         pending={"a1": Ask(gpus=1, queue="a")},
         binds={"a1": "n3"},
         evicted={"b1": RECLAIMED},
-        xfail=MATES_UNCHECKED,
     ),
     Scenario(
         "gang members preempt one by one, and bind together",
@@ -149,7 +150,6 @@ SCENARIOS = [
         },
         pending={"p": Ask(gpus=1, priority=10)},
         waiting={"p": ""},
-        xfail=MATES_UNCHECKED,
     ),
     Scenario(
         "a PodGroup's queue is its members' queue, for reclaim too",
@@ -171,7 +171,6 @@ SCENARIOS = [
         },
         pending={"p": Ask(gpus=1, priority=10)},
         waiting={"p": ""},
-        xfail=MATES_UNCHECKED,
     ),
     Scenario(
         "a gang with a protected member is not preempted",
@@ -183,7 +182,6 @@ SCENARIOS = [
         },
         pending={"p": Ask(gpus=1, priority=10)},
         waiting={"p": ""},
-        xfail=MATES_UNCHECKED,
     ),
 ]
 
