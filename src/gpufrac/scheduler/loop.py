@@ -158,7 +158,10 @@ class Scheduler:
         if config.gangs:
             self.synced["podgroups"] = False
         self.tenants = Tenants(
-            report=self.problems.report, clock=clock, pod_groups=self.gangs.index if config.gangs else None
+            report=self.problems.report,
+            clock=clock,
+            pod_groups=self.gangs.index if config.gangs else None,
+            in_flight=lambda: self.mover.in_flight(),
         )
         if config.queues:
             self.synced["queues"] = False
@@ -417,6 +420,7 @@ class Scheduler:
                 and self.config.max_moves
                 and await self._evict_for(uid, pod, demand, rows, capped=past is not None)
             ):
+                self.tenants.outdated()  # the queues' use, counting these evictions, before the next decision
                 self.queue.park(uid, **self._order(pod))
                 if not self.mover.waits(uid):  # the moved pods went while their evictions were sent
                     self._cluster_changed()

@@ -97,12 +97,20 @@ class Mover:
         now = self.clock()
         if self._movable_at is None or now - self._movable_at[0] >= 1.0:
             self._movable_at = (now, self._gather())
-        placed = self.cache.state.placements
+        placed, leaving = self.cache.state.placements, self._leaving()
         return {
             uid: demand
             for uid, demand in self._movable_at[1].items()
-            if not self._refused(uid) and uid in placed
+            if not self._refused(uid) and uid in placed and uid not in leaving
         }
+
+    def in_flight(self) -> tuple[dict[str, Placement], set[str]]:
+        """The rooms promised to pending pods whose evicted pods have not all gone yet, and those pods."""
+        return {uid: plan.placement for uid, plan in self.plans.items() if plan.leaving}, self._leaving()
+
+    def _leaving(self) -> set[str]:
+        """Pods evicted for a plan, not gone yet: their room is promised, so no other plan counts on them."""
+        return {uid for plan in self.plans.values() for uid in plan.leaving}
 
     def _refused(self, uid: str) -> bool:
         """Whether the pod's eviction was refused lately (a PodDisruptionBudget), so no plan counts on it."""
@@ -193,7 +201,12 @@ class Mover:
         """Plan and start evicting some of `victims` (uid -> priority), never to be placed again by this
         plan, so that `pod` fits (only sets of them that `allow` accepts); True when pods are on their way
         out."""
-        offered = {victim: priority for victim, priority in victims.items() if not self._refused(victim)}
+        leaving = self._leaving()
+        offered = {
+            victim: priority
+            for victim, priority in victims.items()
+            if not self._refused(victim) and victim not in leaving
+        }
         if uid in self.plans or not offered:
             return False
         plan = plan_eviction(

@@ -3,14 +3,16 @@ shares (`placement.fairshare`) and the rank by which `SchedulingQueue.pop` takes
 
 Ranks are recomputed from the cache at most every `refresh` seconds (a pass over every bound pod), and
 between two passes each placement the loop makes is added to its queue's use at once, so a burst of pods
-from one queue does not all go before the others notice.
+from one queue does not all go before the others notice. Evictions under way count as done (`in_flight`),
+and starting one makes the next rank recompute: the room promised counts for the pod it is for, the pods
+leaving no longer for theirs, so a round of reclaims stops at the quota and at the victims' fair share.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -59,8 +61,10 @@ class Tenants:
         refresh: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         pod_groups: Index[PodGroupSpec] | None = None,
+        in_flight: Callable[[], tuple[Mapping[str, Placement], Collection[str]]] = lambda: ({}, ()),
     ) -> None:
         self.report, self.refresh, self.clock = report, refresh, clock
+        self.in_flight = in_flight  # rooms promised to pending pods by uid, and the pods evicted for them
         self.pod_groups = pod_groups  # a PodGroup's queue is its members' queue
         self.specs: dict[str, QueueSpec] = fairshare.with_default({})
         self.index = queue_index(
@@ -103,6 +107,10 @@ class Tenants:
             self._at = now
             self._recompute(cache, pending)
         return lambda tenant: self.ranks.get(tenant, 0.0)
+
+    def outdated(self) -> None:
+        """Evictions started: the next `rank` recomputes, counting them."""
+        self._at = -math.inf
 
     def placed(self, tenant: str, placement: Placement) -> None:
         """Count a placement the loop just made at once, before the next pass."""
@@ -171,8 +179,9 @@ class Tenants:
 
     def _recompute(self, cache: SchedulerCache, pending: Mapping[str, Mapping[str, Any]]) -> None:
         usage: dict[str, Amounts] = {}
-        for uid, placement in cache.state.placements.items():
-            pod = cache.bound.get(uid) or pending.get(uid)
+        promised, leaving = self.in_flight()
+        for uid, placement in [*cache.state.placements.items(), *promised.items()]:
+            pod = None if uid in leaving else cache.bound.get(uid) or pending.get(uid)
             if pod is not None:
                 _add(usage.setdefault(self.tenant(pod), {}), held(placement))
         demand = {tenant: dict(amounts) for tenant, amounts in usage.items()}

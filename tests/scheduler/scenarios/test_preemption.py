@@ -13,10 +13,6 @@ ONE_GPU = {"n1": Node()}
 TWO_NODES = {"n1": Node(), "n2": Node()}
 WHOLE = Ask(gpus=1, priority=10)
 
-COUNTED_TWICE = (
-    "bug: a pod evicted for one plan is offered to the next, which evicts more for room it cannot get"
-)
-
 SCENARIOS = [
     Scenario(
         "a lower priority of the queue gives its GPU to a higher one",
@@ -315,7 +311,6 @@ SCENARIOS = [
         binds={"first": "n1:0"},
         evicted={"v": PREEMPTED},
         waiting={"second": ""},
-        xfail=COUNTED_TWICE,
     ),
 ]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from .driver import ANY, RECLAIMED, Ask, Node, Run, Scenario, cases, check
+from .driver import ANY, RECLAIMED, Ask, Node, Run, Scenario, cases, check, pods
 
 TWO_NODES = {"n1": Node(), "n2": Node()}
 THREE_NODES = {"n1": Node(), "n2": Node(), "n3": Node()}
@@ -118,6 +118,18 @@ SCENARIOS = [
         binds={"a1": ANY, "a2": ANY},
         evicted={"b1": RECLAIMED, "b2": RECLAIMED},
         waiting={"a3": ""},
+    ),
+    Scenario(
+        "reclaims in one round count each other: each victim queue keeps its fair share",
+        nodes={f"n{i}": Node() for i in range(1, 6)},
+        queues={"a": {"gpus": {"quota": 3}}, "b": {"gpus": {"quota": 2}}, "c": {}},
+        running={
+            **{f"b{i}": Run(f"n{i}:0", queue="b", priority=1) for i in range(1, 5)},
+            "c1": Run("n5:0", queue="c", priority=5),
+        },
+        pending=pods("a", 3, gpus=1, queue="a"),
+        binds={"a1": ANY, "a2": ANY, "a3": ANY},
+        evicted={"b1": RECLAIMED, "b2": RECLAIMED, "c1": RECLAIMED},
     ),
     Scenario(
         "a queue is not reclaimed below its fair share, even when that leaves another below its quota",
