@@ -114,6 +114,14 @@ SCENARIOS = [
         waiting={"a3": "queue a would pass its gpuMemory limit (10000 MiB)"},
     ),
     Scenario(
+        "a CPU limit holds a queue's CPU to it",
+        nodes={"n1": Node(gpus=0, cpu="8")},
+        queues={"a": {"cpu": {"limit": "2"}}},
+        pending=pods("a", 3, cpu="1", queue="a"),
+        binds={"a1": "n1", "a2": "n1"},
+        waiting={"a3": "queue a would pass its cpu limit (2000m)"},
+    ),
+    Scenario(
         "what a limited queue may not take goes to the others, whatever its weight",
         nodes={"n1": Node(gpus=3)},
         queues={"a": {"gpus": {"overQuotaWeight": 10, "limit": 1}}, "b": {}},

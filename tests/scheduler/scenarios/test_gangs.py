@@ -80,6 +80,13 @@ SCENARIOS = [
         waiting={"w0": "pod group team/ghost does not exist"},
     ),
     Scenario(
+        "a gang whose PodGroup names a queue nobody made waits, and says so",
+        nodes=TWO_GPUS,
+        groups={"train": {"minMember": 1, "queue": "ghost"}},
+        pending={"w0": MEMBER},
+        waiting={"w0": "queue ghost does not exist"},
+    ),
+    Scenario(
         "without gangs a group's pods bind one by one",
         nodes=TWO_GPUS,
         settings={"gangs": False},

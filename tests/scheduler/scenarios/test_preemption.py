@@ -75,6 +75,15 @@ SCENARIOS = [
         evicted={"ripe": PREEMPTED},
     ),
     Scenario(
+        "a pod too young to preempt is preempted once it has run the minimum runtime",
+        nodes=ONE_GPU,
+        running={"young": Run("n1:0", priority=1, age=500)},
+        pending={"p": WHOLE},
+        rounds=4,
+        binds={"p": "n1"},
+        evicted={"young": PREEMPTED},
+    ),
+    Scenario(
         "with no minimum runtime a pod just started is preempted",
         nodes=ONE_GPU,
         settings={"min_runtime": 0},
@@ -182,6 +191,19 @@ SCENARIOS = [
         pending={"p": WHOLE},
         binds={"p": "n1"},
         evicted={"low": PREEMPTED, "mid": PREEMPTED},
+    ),
+    Scenario(
+        "the victims whose highest priority is lowest go, though another node's lowest is lower",
+        nodes=TWO_NODES,
+        running={
+            "a": Run("n1:0", mib=5000, priority=1),
+            "b": Run("n1:0", mib=5000, priority=3),
+            "c": Run("n2:0", mib=5000, priority=2),
+            "d": Run("n2:0", mib=5000, priority=2),
+        },
+        pending={"p": WHOLE},
+        binds={"p": "n2"},
+        evicted={"c": PREEMPTED, "d": PREEMPTED},
     ),
     Scenario(
         "among equal priorities the fewest pods go",

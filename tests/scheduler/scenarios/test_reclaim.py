@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import pytest
 
-from .driver import ANY, RECLAIMED, Ask, Node, Run, Scenario, cases, check, pods
+from .driver import ANY, PREEMPTED, RECLAIMED, Ask, Node, Run, Scenario, cases, check, pods
 
 TWO_NODES = {"n1": Node(), "n2": Node()}
 THREE_NODES = {"n1": Node(), "n2": Node(), "n3": Node()}
 A_B_ONE_EACH = {"a": {"gpus": {"quota": 1}}, "b": {"gpus": {"quota": 1}}}
 B_BORROWED_BOTH = {"b1": Run("n1:0", queue="b"), "b2": Run("n2:0", queue="b")}
+
+BINDING_UNCOUNTED = (
+    "bug: a queue's use forgets its pods being bound (and gang members held) at each recompute"
+)
 
 SCENARIOS = [
     Scenario(
@@ -43,9 +47,9 @@ SCENARIOS = [
         evicted={"d1": RECLAIMED},
     ),
     Scenario(
-        "a queue that would pass its quota does not reclaim",
+        "a queue that would pass its quota does not reclaim, though the other is over its share",
         nodes=THREE_NODES,
-        queues=A_B_ONE_EACH,
+        queues={"a": {"gpus": {"quota": 1}}, "b": {"gpus": {"quota": 1, "overQuotaWeight": 0}}},
         running={"a1": Run("n1:0", queue="a"), "b1": Run("n2:0", queue="b"), "b2": Run("n3:0", queue="b")},
         pending={"a2": Ask(gpus=1, queue="a")},
         waiting={"a2": ""},
@@ -94,6 +98,42 @@ SCENARIOS = [
         evicted={"b2": RECLAIMED},
     ),
     Scenario(
+        "of two borrowing queues, the lower priority is reclaimed",
+        nodes=THREE_NODES,
+        queues={
+            "a": {"gpus": {"quota": 1}},
+            "b": {"gpus": {"quota": 1, "overQuotaWeight": 0}},
+            "c": {"gpus": {"overQuotaWeight": 0}},
+        },
+        running={
+            "b1": Run("n1:0", queue="b", priority=5),
+            "b2": Run("n2:0", queue="b", priority=5),
+            "c1": Run("n3:0", queue="c", priority=1),
+        },
+        pending={"a1": Ask(gpus=1, queue="a")},
+        binds={"a1": "n3"},
+        evicted={"c1": RECLAIMED},
+    ),
+    Scenario(
+        "a pod that may preempt in its own queue does so before reclaiming",
+        nodes=TWO_NODES,
+        queues={"a": {"gpus": {"quota": 2}}, "b": {}},
+        running={"low": Run("n1:0", queue="a", priority=1), "b1": Run("n2:0", queue="b")},
+        pending={"high": Ask(gpus=1, queue="a", priority=10)},
+        binds={"high": "n1"},
+        evicted={"low": PREEMPTED},
+    ),
+    Scenario(
+        "the room reclaimed is kept for the pod that reclaimed it: an idle queue's pod, served first, waits",
+        nodes=TWO_NODES,
+        queues={**A_B_ONE_EACH, "c": {}},
+        running=B_BORROWED_BOTH,
+        pending={"a1": Ask(gpus=1, queue="a"), "c1": Ask(gpus=1, queue="c", priority=10, arrives=1)},
+        binds={"a1": "n1"},
+        evicted={"b1": RECLAIMED},
+        waiting={"c1": ""},
+    ),
+    Scenario(
         "reclaim never takes a protected pod",
         nodes=TWO_NODES,
         queues=A_B_ONE_EACH,
@@ -110,14 +150,15 @@ SCENARIOS = [
         waiting={"a1": ""},
     ),
     Scenario(
-        "reclaim stops at the borrower's fair share: two pods below quota, one GPU over it",
+        "reclaims stop at the reclaiming queue's quota, counting its pods whose binds are under way",
         nodes=THREE_NODES,
-        queues={"a": {"gpus": {"quota": 2}}, "b": {"gpus": {"quota": 1}}},
+        queues={"a": {"gpus": {"quota": 2}}, "b": {"gpus": {"overQuotaWeight": 0}}},
         running={"b1": Run("n1:0", queue="b"), "b2": Run("n2:0", queue="b"), "b3": Run("n3:0", queue="b")},
-        pending={"a1": Ask(gpus=1, queue="a"), "a2": Ask(gpus=1, queue="a"), "a3": Ask(gpus=1, queue="a")},
+        pending=pods("a", 3, gpus=1, queue="a"),
         binds={"a1": ANY, "a2": ANY},
         evicted={"b1": RECLAIMED, "b2": RECLAIMED},
         waiting={"a3": ""},
+        xfail=BINDING_UNCOUNTED,
     ),
     Scenario(
         "reclaims in one round count each other: each victim queue keeps its fair share",
