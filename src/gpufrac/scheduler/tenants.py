@@ -74,6 +74,9 @@ class Tenants:
         self.held: dict[str, dict[Resource, float]] = {}  # per queue, with the queues under it
         self.shares: dict[str, dict[Resource, float]] = {}
         self.ranks: dict[str, float] = {}
+        # The queues of the placements the loop made (`placed`) that are neither bound nor pending: binds
+        # under way and gang members held, whose pods only the loop holds.
+        self._placed_in: dict[str, str] = {}
         self._at = -math.inf
         self._reference = 0  # the cluster's median GPU memory, MiB, as of the last pass
 
@@ -114,6 +117,7 @@ class Tenants:
 
     def placed(self, tenant: str, placement: Placement) -> None:
         """Count a placement the loop just made at once, before the next pass."""
+        self._placed_in[placement.pod] = tenant
         usage = self.usage.setdefault(tenant, {})
         amounts = held(placement)
         _add(usage, amounts)
@@ -181,9 +185,13 @@ class Tenants:
         usage: dict[str, Amounts] = {}
         promised, leaving = self.in_flight()
         for uid, placement in [*cache.state.placements.items(), *promised.items()]:
-            pod = None if uid in leaving else cache.bound.get(uid) or pending.get(uid)
-            if pod is not None:
-                _add(usage.setdefault(self.tenant(pod), {}), held(placement))
+            if uid in leaving:
+                continue
+            pod = cache.bound.get(uid) or pending.get(uid)
+            tenant = self.tenant(pod) if pod is not None else self._placed_in.get(uid)
+            if tenant is not None:
+                _add(usage.setdefault(tenant, {}), held(placement))
+        self._placed_in = {uid: tenant for uid, tenant in self._placed_in.items() if uid in cache.assumed}
         demand = {tenant: dict(amounts) for tenant, amounts in usage.items()}
         memory = cache.state.gpu_mem[cache.state.gpu_mem > 0]
         self._reference = int(np.median(memory)) if memory.size else 0  # what a portion means, roughly

@@ -60,6 +60,19 @@ SCENARIOS = [
         waiting={"w0": "", "w1": HELD, "w2": "", "solo": "0/1 nodes are available"},
     ),
     Scenario(
+        "a gang's held members count for its queue: another queue is served first",
+        nodes={"n1": Node(gpus=4)},
+        queues={"a": {}, "b": {}},
+        groups={"train": {"minMember": 4, "queue": "a"}},
+        pending={
+            **pods("w", 3, gpus=1, group="train"),
+            "a4": Ask(gpus=1, queue="a", arrives=1),
+            "b1": Ask(gpus=1, queue="b", arrives=1),
+        },
+        binds={"b1": "n1"},
+        waiting={"w1": "1 of 4", "w2": "2 of 4", "w3": "3 of 4", "a4": "0/1 nodes are available"},
+    ),
+    Scenario(
         "a gang short past its timeout gives its room back, and another pod takes it",
         nodes=TWO_GPUS,
         groups={"train": {"minMember": 3, "scheduleTimeoutSeconds": 100}},

@@ -14,10 +14,6 @@ THREE_NODES = {"n1": Node(), "n2": Node(), "n3": Node()}
 A_B_ONE_EACH = {"a": {"gpus": {"quota": 1}}, "b": {"gpus": {"quota": 1}}}
 B_BORROWED_BOTH = {"b1": Run("n1:0", queue="b"), "b2": Run("n2:0", queue="b")}
 
-BINDING_UNCOUNTED = (
-    "bug: a queue's use forgets its pods being bound (and gang members held) at each recompute"
-)
-
 SCENARIOS = [
     Scenario(
         "a queue below its quota reclaims the GPU another queue borrowed",
@@ -158,7 +154,6 @@ SCENARIOS = [
         binds={"a1": ANY, "a2": ANY},
         evicted={"b1": RECLAIMED, "b2": RECLAIMED},
         waiting={"a3": ""},
-        xfail=BINDING_UNCOUNTED,
     ),
     Scenario(
         "reclaims in one round count each other: each victim queue keeps its fair share",
