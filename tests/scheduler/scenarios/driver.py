@@ -7,7 +7,9 @@ scheduler runs in a cluster: it lists the nodes, Queues, PodGroups and pods, the
 between which the clock moves on `TICK` seconds and the watch reports what the round did (bound pods start
 running, evicted pods are gone), until a round changes nothing. So every decision is the one the scheduler
 makes, not the one a unit under it would make: the order of queues, the eviction plan, the room kept, the
-gang held.
+gang held. Time is the scenario's too: pods age `TICK` seconds a round (the minimum runtime, gang timeouts).
+Evicted pods are not recreated; where their controller's replacement matters, a scenario lists it as a pod
+that arrives later.
 
 Units are the scenario's: GPU memory in MiB (GPUs of `GPU_MIB` unless a node says otherwise), whole GPUs as a
 count, times in seconds. Queue and PodGroup specs are written as the API objects' `spec` (`gpus: {quota: 1,
@@ -42,17 +44,21 @@ EPOCH = 1_714_564_800.0  # 2024-05-01T12:00:00Z, the wall clock when a scenario 
 # tries every pod that waits.
 TICK = 91.0
 MOST_ROUNDS = 20
-# The scheduler as the chart runs it, with queues and gangs on; a scenario's `settings` change it.
+# The controller of a pod that may be moved (a bare pod would be lost).
 OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "controller": True}
+# The scheduler as the chart runs it, with queues and gangs on; a scenario's `settings` change it.
 DEFAULTS: Mapping[str, Any] = {"queues": True, "gangs": True}
 
 
 @dataclass(frozen=True)
 class Node:
+    """A node with `gpus` GPUs of `mib` MiB each, its agent ready."""
+
     gpus: int = 1
     mib: int = GPU_MIB  # each GPU's memory
     cpu: str = "16"
     mem: str = "64Gi"
+    cordoned: bool = False
 
 
 @dataclass(frozen=True)
@@ -256,6 +262,7 @@ def _node(name: str, spec: Node) -> dict[str, Any]:
         memory=spec.mib,
         cpu=spec.cpu,
         mem=spec.mem,
+        cordoned=spec.cordoned,
         agent=inventory(name, spec.gpus, memory=spec.mib),
     )
 

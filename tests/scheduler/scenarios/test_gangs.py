@@ -86,6 +86,14 @@ SCENARIOS = [
         },
     ),
     Scenario(
+        "a gang larger than its queue's limit never binds",
+        nodes={"n1": Node(gpus=4)},
+        queues={"a": {"gpus": {"limit": 2}}},
+        groups={"train": {"minMember": 3, "queue": "a"}},
+        pending={"w0": MEMBER, "w1": MEMBER, "w2": MEMBER},
+        waiting={"w0": "", "w1": HELD, "w2": "queue a would pass its gpus limit (2)"},
+    ),
+    Scenario(
         "a pod of a PodGroup nobody made waits, and says so",
         nodes=TWO_GPUS,
         pending={"w0": Ask(gpus=1, group="ghost"), "solo": Ask(gpus=1)},

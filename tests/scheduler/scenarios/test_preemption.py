@@ -242,6 +242,14 @@ SCENARIOS = [
         evicted={"a": PREEMPTED},
     ),
     Scenario(
+        "no pod is evicted on a node the pod may not use: a cordoned node's lower priority stays",
+        nodes={"n1": Node(cordoned=True), "n2": Node()},
+        running={"lowest": Run("n1:0", priority=1), "low": Run("n2:0", priority=5)},
+        pending={"p": WHOLE},
+        binds={"p": "n2"},
+        evicted={"low": PREEMPTED},
+    ),
+    Scenario(
         "nothing is evicted for a pod no node could ever hold",
         nodes={"n1": Node(gpus=2)},
         running={"a": Run("n1:0", priority=1), "b": Run("n1:1", priority=1)},

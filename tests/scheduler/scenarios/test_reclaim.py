@@ -43,6 +43,15 @@ SCENARIOS = [
         evicted={"d1": RECLAIMED},
     ),
     Scenario(
+        "a Queue named default gives unlabelled pods a quota to reclaim with",
+        nodes=TWO_NODES,
+        queues={"default": {"gpus": {"quota": 1}}, "b": {}},
+        running=B_BORROWED_BOTH,
+        pending={"d1": Ask(gpus=1)},
+        binds={"d1": "n1"},
+        evicted={"b1": RECLAIMED},
+    ),
+    Scenario(
         "a queue that would pass its quota does not reclaim, though the other is over its share",
         nodes=THREE_NODES,
         queues={"a": {"gpus": {"quota": 1}}, "b": {"gpus": {"quota": 1, "overQuotaWeight": 0}}},
@@ -128,6 +137,16 @@ SCENARIOS = [
         binds={"a1": "n1"},
         evicted={"b1": RECLAIMED},
         waiting={"c1": ""},
+    ),
+    Scenario(
+        "the replacement of a reclaimed pod waits: its queue is at its quota, so it does not reclaim back",
+        nodes=TWO_NODES,
+        queues=A_B_ONE_EACH,
+        running=B_BORROWED_BOTH,
+        pending={"a1": Ask(gpus=1, queue="a"), "b1-again": Ask(gpus=1, queue="b", arrives=2)},
+        binds={"a1": "n1"},
+        evicted={"b1": RECLAIMED},
+        waiting={"b1-again": "0/2 nodes are available"},
     ),
     Scenario(
         "reclaim never takes a protected pod",
