@@ -8,7 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufrac.contract.queues import Entitlement, QueueSpec, Resource
-from gpufrac.placement.fairshare import fair_shares, starvation, with_default
+from gpufrac.placement.fairshare import (
+    ancestry,
+    fair_shares,
+    held_under,
+    past_limit,
+    starvation,
+    with_default,
+)
 
 GPU = Resource.GPU_MEMORY
 
@@ -146,3 +153,22 @@ def test_a_tree_thousands_deep_is_shared_without_recursion() -> None:
     chain = [queue("q0", 10)] + [queue(f"q{i}", 0, parent=f"q{i - 1}") for i in range(1, 5000)]
     shares = gpu_shares(chain, 100, {"q4999": 50})
     assert shares["q0"] == shares["q4999"] == 50
+
+
+def test_a_limit_holds_the_queue_and_every_queue_above_it() -> None:
+    tree = {
+        q.name: q
+        for q in [queue("org", limit=50), queue("x", parent="org", limit=30), queue("y", parent="org")]
+    }
+    held = held_under(tree, {"x": {GPU: 20}, "y": {GPU: 20}})
+    assert held == {"org": {GPU: 40}, "x": {GPU: 20}, "y": {GPU: 20}}
+    assert past_limit(tree, held, "x", {GPU: 10}) is None  # x at 30, org at 50: both at their limits
+    assert past_limit(tree, held, "x", {GPU: 11}) == ("x", GPU, 30)
+    assert past_limit(tree, held, "y", {GPU: 11}) == ("org", GPU, 50)
+    assert past_limit(tree, held, "y", {GPU: -5, Resource.CPU: 1}) is None  # what goes, and no CPU limit
+
+
+def test_a_cycle_ends_a_queues_line_of_parents() -> None:
+    cycle = {q.name: q for q in [queue("a", parent="b"), queue("b", parent="a"), queue("c", parent="gone")]}
+    assert ancestry(cycle, "a") == ["a", "b"]
+    assert ancestry(cycle, "c") == ["c"]

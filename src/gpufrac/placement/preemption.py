@@ -13,7 +13,7 @@ then fits, so no pod is evicted for a gang that could not run anyway.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,9 +42,10 @@ def plan_eviction(
     victims: Mapping[str, int],
     max_victims: int,
     rows: np.ndarray | None = None,
+    allow: Callable[[Sequence[str]], bool] = lambda _: True,
 ) -> Eviction | None:
     """The pods among `victims` (name -> priority) whose going lets `pod` in among `rows`; None when no set
-    of at most `max_victims` on one node does. The state is left as it was found."""
+    of at most `max_victims` on one node (that `allow` accepts) does. The state is left as it was found."""
     placed = {name: priority for name, priority in victims.items() if name in state.placements}
     for ceiling in sorted(set(placed.values())):  # the lowest priorities first: only if they are not enough,
         allowed = {name for name, priority in placed.items() if priority <= ceiling}  # a higher one too
@@ -57,7 +58,7 @@ def plan_eviction(
                 cost = sum(placed[name] for name in chosen)
                 candidates.append((len(chosen), cost, int(state.tie_rank[row]), int(row), chosen))
         candidates.sort(key=lambda candidate: candidate[:4])
-        for *_, row, chosen in candidates[:TRIALS]:
+        for *_, row, chosen in [candidate for candidate in candidates if allow(candidate[-1])][:TRIALS]:
             placement = _trial(state, pod, policy, row, chosen)
             if placement is not None:
                 return Eviction(placement, tuple(chosen))
@@ -79,21 +80,34 @@ def plan_gang_eviction(
     *,
     victims: Mapping[str, int],
     max_victims: int,
+    allow: Callable[[Sequence[str]], bool] = lambda _: True,
 ) -> GangEviction | None:
     """Room for every one of `members` (each with the rows it may go on) at once, with at most `max_victims`
-    of `victims` evicted in all; None when they do not all fit. Members are placed in order, each where it
-    fits as things are, else by `plan_eviction` among the victims not chosen yet. The state is left as it
-    was found."""
+    of `victims` evicted in all, and only if `allow` accepts them all together; None when they do not all
+    fit. Members are placed in order: the first (the pod that fits nowhere, or may not be placed as things
+    are) by `plan_eviction`, each other where it fits as things are, else by `plan_eviction` among the
+    victims not chosen yet. The state is left as it was found."""
     placements: dict[str, Placement] = {}
     chosen: list[str] = []
     released: list[Placement] = []
     try:
         for demand, rows in members:
-            outcome = decide(state, demand, policy, rows=rows)
+            outcome = decide(state, demand, policy, rows=rows) if placements else None
             if not isinstance(outcome, Placement):
                 left = {name: priority for name, priority in victims.items() if name not in chosen}
+                so_far = tuple(chosen)
+
+                def allow_with_earlier(more: Sequence[str], so_far: tuple[str, ...] = so_far) -> bool:
+                    return allow([*so_far, *more])
+
                 plan = plan_eviction(
-                    state, demand, policy, victims=left, max_victims=max_victims - len(chosen), rows=rows
+                    state,
+                    demand,
+                    policy,
+                    victims=left,
+                    max_victims=max_victims - len(chosen),
+                    rows=rows,
+                    allow=allow_with_earlier,
                 )
                 if plan is None:
                     return None

@@ -31,10 +31,6 @@ class Gangs:
     def spec(self, key: str) -> PodGroupSpec | None:
         return self.index.specs.get(key)
 
-    def held_pods(self) -> dict[str, dict[str, Any]]:
-        """Every member held, by uid: placed and counted against its queue, yet neither bound nor pending."""
-        return {uid: pod for gang in self.gangs.values() for uid, pod, _ in gang.held.values()}
-
     def hold(self, key: str, held: Held, *, bound: int, now: float) -> list[Held] | None:
         """Hold a placed member; every held member once `bound` and held reach the group's `minMember`."""
         gang = self.gangs.setdefault(key, _Gang(now))

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -158,7 +158,10 @@ class Scheduler:
         if config.gangs:
             self.synced["podgroups"] = False
         self.tenants = Tenants(
-            report=self.problems.report, clock=clock, pod_groups=self.gangs.index if config.gangs else None
+            report=self.problems.report,
+            clock=clock,
+            pod_groups=self.gangs.index if config.gangs else None,
+            in_flight=lambda: self.mover.in_flight(),
         )
         if config.queues:
             self.synced["queues"] = False
@@ -181,7 +184,7 @@ class Scheduler:
             clock=clock,
         )
         self.namespace_labels: dict[str, Mapping[str, str]] = {}  # with `fault_domain_label` only
-        self._evictable_at: tuple[float, dict[str, dict[str, int]]] | None = None
+        self._evictable_at: tuple[float, dict[str, dict[str, int]], dict[str, list[str]]] | None = None
 
     # ---- events -------------------------------------------------------------------------------------------
 
@@ -355,7 +358,7 @@ class Scheduler:
         """The order of the tenant queues, when there are queues and more than one has pods to try."""
         if not self.config.queues or len(self.queue.tenants()) < 2:
             return None
-        return self.tenants.rank(self.cache, self.pending, self.gangs.held_pods())
+        return self.tenants.rank(self.cache, self.pending)
 
     def _not_in_queue(self, pod: Mapping[str, Any]) -> str | None:
         """Why the pod may not be scheduled in its queue: a queue nobody made has no share to be measured
@@ -393,18 +396,24 @@ class Scheduler:
             # pods moved to make room for it are still going (their deletion wakes it).
             self.queue.park(uid, **self._order(pod))
             return
+        # A pod that would take its queue past a limit is never placed: only its queue's lower priorities
+        # going may bring it within. A kept room was within the limits when its pods were evicted.
+        past = None
+        if self.config.queues and uid not in self.cache.kept_rooms:
+            self.tenants.rank(self.cache, self.pending)  # use at most a second old, and each placement since
+            past = self.tenants.past_limit(self.tenants.tenant(pod), demand)
         kept = self.mover.take_room(uid)
         # Shares only on GPUs gpufrac reserved, whole GPUs only on GPUs the device plugin still has free.
         usable = (Hold.RESERVED,) if demand.shares else (Hold.FREE,) if demand.whole else ()
         try:
             with self.cache.device_view(*usable):
                 outcome: Placement | Unschedulable = Unschedulable(uid, {})
-                if kept is not None:  # the room pods were moved out of, first
+                if kept is not None and past is None:  # the room pods were moved out of, first
                     room = rows[rows == self.cache.state.index.get(kept.node, -1)]
                     outcome = decide(self.cache.snapshot(), demand, self.policy, rows=room)
-                if isinstance(outcome, Unschedulable):
+                if isinstance(outcome, Unschedulable) and past is None:
                     outcome = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
-            if isinstance(outcome, Unschedulable) and demand.shares and self.cache.devices:
+            if isinstance(outcome, Unschedulable) and demand.shares and self.cache.devices and past is None:
                 # Would it fit with more GPUs reserved? Then reserve them, and decide again once they are.
                 with self.cache.device_view(Hold.RESERVED, Hold.PENDING, Hold.FREE):
                     trial = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
@@ -414,8 +423,9 @@ class Scheduler:
             if (
                 isinstance(outcome, Unschedulable)
                 and self.config.max_moves
-                and await self._evict_for(uid, pod, demand, rows)
+                and await self._evict_for(uid, pod, demand, rows, capped=past is not None)
             ):
+                self.tenants.outdated()  # the queues' use, counting these evictions, before the next decision
                 self.queue.park(uid, **self._order(pod))
                 if not self.mover.waits(uid):  # the moved pods went while their evictions were sent
                     self._cluster_changed()
@@ -431,7 +441,7 @@ class Scheduler:
             self.metrics.attempts.labels("unschedulable").inc()
             self.queue.park(uid, **self._order(pod))
             reasons = Counter(outcome.reasons) + excluded
-            message = Unschedulable(uid, dict(reasons)).message
+            message = past or Unschedulable(uid, dict(reasons)).message
             log.info("pod %s unschedulable: %s", objects.pod_key(pod), message)
             await self._report_failure(pod, message)
             return
@@ -559,34 +569,53 @@ class Scheduler:
             )
         return rows[~off], excluded
 
-    async def _evict_for(self, uid: str, pod: dict[str, Any], demand: PodDemand, rows: np.ndarray) -> bool:
+    async def _evict_for(
+        self, uid: str, pod: dict[str, Any], demand: PodDemand, rows: np.ndarray, *, capped: bool = False
+    ) -> bool:
         """Evict pods to let the pod in, off device-plugin nodes, whose GPUs are the kubelet's to give: first
         by moving pods that opted in (placed again as shares are, on reserved GPUs), else by preempting lower
         priorities of its queue, or by reclaiming from queues over their fair share when its own is below
-        its quota. A gang member is planned for with the members its gang still needs, all at once (none
-        moved for: moves make room for one pod). True when pods are on their way out."""
+        its quota. `capped`: its queue would pass a limit with it, so only preemption in its queue may help,
+        and only if the pods preempted bring it within. A gang member is planned for with the members its
+        gang still needs, all at once (moves make room for one pod: none for them). True when pods are on
+        their way out."""
         rows = rows[~np.isin(rows, self.cache.hold_matrix()[0])]
         members = self._still_needed(uid, pod, demand, rows)
         if not members:  # a gang whose members could not all run even then: nothing is evicted for it
             return False
-        if len(members) == 1:
+        if not capped and len(members) == 1:
             with self.cache.device_view(Hold.RESERVED):
                 if await self.mover.make_room(uid, pod, demand, self.policy, rows):
                     return True
         if not self.config.preemption:
             return False
-        together = _together([member for *_, member, _ in members])
+        together = _together([wanted for *_, wanted, _ in members])
         preemptible, reclaimable = self._victims(pod, together)
+        # As planned: a plan releases its victims from the state while it weighs them, and puts them back.
+        placements = dict(self.cache.state.placements) if preemptible or reclaimable else {}
         tenant = self.tenants.tenant(pod)
-        for victims, why in ((preemptible, PREEMPT), (reclaimable, RECLAIM)):
-            if not victims:
-                continue
+        contested = self.tenants.reclaiming(tenant, together) if reclaimable else set()
 
-            def within_surplus(evicted: list[str]) -> bool:
-                return self._within_surplus(evicted, self.tenants.reclaiming(tenant, together))
+        def within_limit(victims: Sequence[str]) -> bool:
+            return (
+                not capped
+                or self.tenants.past_limit(tenant, together, [placements[v] for v in victims]) is None
+            )
 
-            accept = within_surplus if why is RECLAIM else (lambda evicted: True)
-            if await self.mover.preempt(members, self.policy, victims, why, accept=accept):
+        def within_surplus(victims: Sequence[str]) -> bool:
+            """Each victim was offered alone (`_victims`): together they must leave every queue its share."""
+            taken: dict[str, list[Placement]] = {}
+            for victim in victims:
+                taken.setdefault(self.tenants.tenant(self.cache.bound.get(victim, {})), []).append(
+                    placements[victim]
+                )
+            return all(self.tenants.surplus_covers(queue, held, contested) for queue, held in taken.items())
+
+        for victims, why, allow in (
+            (preemptible, PREEMPT, within_limit),
+            ({} if capped else reclaimable, RECLAIM, within_surplus),
+        ):
+            if victims and await self.mover.preempt(members, self.policy, victims, why, allow):
                 return True
         return False
 
@@ -603,12 +632,9 @@ class Scheduler:
         gang = self.gangs.gangs.get(group)
         needed = spec.min_member - bound_members(group, self.cache.bound) - (len(gang.held) if gang else 0)
         mates = sorted(
-            (
-                (_created(body), other, body)
-                for other, body in self.pending.items()
-                if other != uid and group_of(body) == group
-            ),
-            key=lambda mate: mate[:2],
+            (_created(body), other, body)
+            for other, body in self.pending.items()
+            if other != uid and group_of(body) == group
         )
         members = list(alone)
         for _, other, body in mates:
@@ -622,51 +648,52 @@ class Scheduler:
             members.append((other, body, wanted, eligible[np.isin(eligible, rows)]))
         return members if len(members) >= needed else []
 
-    def _within_surplus(self, evicted: list[str], contested: set[Resource]) -> bool:
-        """Whether every queue the pods `evicted` come from keeps its fair share of `contested` without all
-        of them together (each was offered alone, `_victims`)."""
-        placements = self.cache.state.placements
-        taken: dict[str, list[Placement]] = {}
-        for victim in evicted:
-            body = self.cache.bound.get(victim)
-            if body is not None and victim in placements:
-                taken.setdefault(self.tenants.tenant(body), []).append(placements[victim])
-        return all(self.tenants.surplus_covers(queue, held, contested) for queue, held in taken.items())
-
     def _victims(self, pod: Mapping[str, Any], demand: PodDemand) -> tuple[dict[str, int], dict[str, int]]:
         """The running pods `pod` may preempt (its queue's, of lower priority) and reclaim (of queues over
         their fair share, when its queue's use with it stays within its quota; only pods whose going leaves
         their queue at its fair share at least), by uid, with priorities.
-        Only pods this scheduler placed, below `protected_priority`, running `min_runtime` at least."""
+        Only pods this scheduler placed, below `protected_priority`, running `min_runtime` at least; and, as a
+        gang is evicted whole, a gang's member only if every member may go, counted together."""
         tenant, priority = self.tenants.tenant(pod), objects.priority(pod)
         over: set[str] = set()
         contested: set[Resource] = set()
         if self.config.queues:
-            self.tenants.rank(self.cache, self.pending, self.gangs.held_pods())  # at most a second old
+            if not self.tenants.weighed(objects.pod_uid(pod)):  # shares that count the pod, to reclaim by
+                self.tenants.outdated()
+            self.tenants.rank(self.cache, self.pending)  # fresh use and shares, at most a second old
             contested = self.tenants.reclaiming(tenant, demand)
             if contested:
                 over = self.tenants.over_share() - {tenant}
-        pool = self._evictable()
+        pool, gangs = self._evictable()
         preemptible = {uid: theirs for uid, theirs in pool.get(tenant, {}).items() if theirs < priority}
         placements = self.cache.state.placements
         reclaimable = {
             uid: theirs
             for queue in over
             for uid, theirs in pool.get(queue, {}).items()
-            if uid in placements and self.tenants.surplus_covers(queue, [placements[uid]], contested)
+            if uid in placements
+            and self.tenants.surplus_covers(
+                queue, [placements[m] for m in gangs.get(uid, [uid]) if m in placements], contested
+            )
         }
-        return preemptible, reclaimable
+        return _whole_gangs(preemptible, gangs), _whole_gangs(reclaimable, gangs)
 
-    def _evictable(self) -> dict[str, dict[str, int]]:
+    def _evictable(self) -> tuple[dict[str, dict[str, int]], dict[str, list[str]]]:
         """The running pods any pod may evict at all, by queue, with priorities: this scheduler's, below
-        `protected_priority`, running `min_runtime` at least. A pass over every bound pod, so kept a second:
-        a burst of pods that fit nowhere must not each pay it."""
+        `protected_priority`, running `min_runtime` at least; and each bound gang member's group, as the uids
+        of its bound members. A pass over every bound pod, so kept a second: a burst of pods that fit
+        nowhere must not each pay it."""
         now = self.clock()
         if self._evictable_at is not None and now - self._evictable_at[0] < 1.0:
-            return self._evictable_at[1]
+            return self._evictable_at[1:]
         oldest = self.mover.wall_clock() - self.config.min_runtime
         pool: dict[str, dict[str, int]] = {}
+        gangs: dict[str, list[str]] = {}
+        members: dict[str, list[str]] = {}
         for uid, victim in self.cache.bound.items():
+            if (group := group_of(victim)) is not None:  # as the mover finds a victim's gang
+                gangs[uid] = members.setdefault(group, [])
+                gangs[uid].append(uid)
             since = objects.running_since(victim)
             theirs = objects.priority(victim)
             if (
@@ -677,8 +704,8 @@ class Scheduler:
                 and uid in self.cache.state.placements
             ):
                 pool.setdefault(self.tenants.tenant(victim), {})[uid] = theirs
-        self._evictable_at = (now, pool)
-        return pool
+        self._evictable_at = (now, pool, gangs)
+        return pool, gangs
 
     async def _reserve_for(self, uid: str, pod: dict[str, Any], trial: Placement) -> bool:
         """Make the pod wait for the reservations `trial` needs on its node: the ones not yet published there
@@ -904,6 +931,11 @@ class Scheduler:
                 )
 
 
+def _whole_gangs(victims: Mapping[str, int], gangs: Mapping[str, list[str]]) -> dict[str, int]:
+    """The victims whose whole gang is among the victims (the mover evicts a gang whole)."""
+    return {uid: theirs for uid, theirs in victims.items() if all(m in victims for m in gangs.get(uid, []))}
+
+
 def _priority(pod: Mapping[str, Any]) -> int:
     return objects.priority(pod)
 
@@ -927,7 +959,7 @@ def _spec_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
 
 
 def _together(demands: list[PodDemand]) -> PodDemand:
-    """Pods asking as one, for a queue's quota: what a gang's members ask for in all."""
+    """Pods asking as one, for a queue's quota and limits: what a gang's members ask for in all."""
     if len(demands) == 1:
         return demands[0]
     return PodDemand(

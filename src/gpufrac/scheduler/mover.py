@@ -97,12 +97,20 @@ class Mover:
         now = self.clock()
         if self._movable_at is None or now - self._movable_at[0] >= 1.0:
             self._movable_at = (now, self._gather())
-        placed = self.cache.state.placements
+        placed, leaving = self.cache.state.placements, self._leaving()
         return {
             uid: demand
             for uid, demand in self._movable_at[1].items()
-            if not self._refused(uid) and uid in placed
+            if not self._refused(uid) and uid in placed and uid not in leaving
         }
+
+    def in_flight(self) -> tuple[dict[str, Placement], set[str]]:
+        """The rooms promised to pending pods whose evicted pods have not all gone yet, and those pods."""
+        return {uid: plan.placement for uid, plan in self.plans.items() if plan.leaving}, self._leaving()
+
+    def _leaving(self) -> set[str]:
+        """Pods evicted for a plan, not gone yet: their room is promised, so no other plan counts on them."""
+        return {uid for plan in self.plans.values() for uid in plan.leaving}
 
     def _refused(self, uid: str) -> bool:
         """Whether the pod's eviction was refused lately (a PodDisruptionBudget), so no plan counts on it."""
@@ -185,14 +193,18 @@ class Mover:
         policy: Policy,
         victims: Mapping[str, int],
         why: Why,
-        *,
-        accept: Callable[[list[str]], bool] = lambda evicted: True,
+        allow: Callable[[Sequence[str]], bool] = lambda _: True,
     ) -> bool:
         """Plan and start evicting some of `victims` (uid -> priority), never to be placed again by this
         plan, so that every one of `members` (uid, pod, demand, rows: one pod, or the members a gang still
-        needs) fits at once, `max_moves` for each; `accept` may refuse the pods a plan would evict. True
-        when pods are on their way out."""
-        offered = {victim: priority for victim, priority in victims.items() if not self._refused(victim)}
+        needs) fits at once, with at most `max_moves` evicted for each, and only sets of victims that
+        `allow` accepts; True when pods are on their way out."""
+        leaving = self._leaving()
+        offered = {
+            victim: priority
+            for victim, priority in victims.items()
+            if not self._refused(victim) and victim not in leaving
+        }
         if not offered or any(uid in self.plans for uid, *_ in members):
             return False
         plan = plan_gang_eviction(
@@ -201,6 +213,7 @@ class Mover:
             policy,
             victims=offered,
             max_victims=self.max_moves * len(members),
+            allow=allow,
         )
         if plan is None:
             return False
@@ -208,8 +221,6 @@ class Mover:
         groups = {group_of(self.cache.bound.get(victim, {})) for victim in plan.victims} - {None}
         mates = [other for other, body in self.cache.bound.items() if groups and group_of(body) in groups]
         evicted = [*plan.victims, *(other for other in mates if other not in plan.victims)]
-        if not accept(evicted):
-            return False
         rooms = [(uid, pod, plan.placements[demand.name]) for uid, pod, demand, _ in members]
         return await self._start(rooms, evicted, why)
 

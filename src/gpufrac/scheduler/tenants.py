@@ -3,14 +3,16 @@ shares (`placement.fairshare`) and the rank by which `SchedulingQueue.pop` takes
 
 Ranks are recomputed from the cache at most every `refresh` seconds (a pass over every bound pod), and
 between two passes each placement the loop makes is added to its queue's use at once, so a burst of pods
-from one queue does not all go before the others notice.
+from one queue does not all go before the others notice. Evictions under way count as done (`in_flight`),
+and starting one makes the next rank recompute: the room promised counts for the pod it is for, the pods
+leaving no longer for theirs, so a round of reclaims stops at the quota and at the victims' fair share.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,7 @@ from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.problems import INVALID, Problem
 
 Amounts = dict[Resource, float]
+_UNIT_TEXT = {Resource.GPU_MEMORY: " MiB", Resource.GPUS: "", Resource.CPU: "m", Resource.MEMORY: " MiB"}
 
 
 def tenant_of(pod: Mapping[str, Any]) -> str:
@@ -58,16 +61,23 @@ class Tenants:
         refresh: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         pod_groups: Index[PodGroupSpec] | None = None,
+        in_flight: Callable[[], tuple[Mapping[str, Placement], Collection[str]]] = lambda: ({}, ()),
     ) -> None:
         self.report, self.refresh, self.clock = report, refresh, clock
+        self.in_flight = in_flight  # rooms promised to pending pods by uid, and the pods evicted for them
         self.pod_groups = pod_groups  # a PodGroup's queue is its members' queue
         self.specs: dict[str, QueueSpec] = fairshare.with_default({})
         self.index = queue_index(
             on_bad=lambda item, error: report(Problem.about("Queue", item, INVALID, f"ignored: {error}"))
         )
         self.usage: dict[str, Amounts] = {}
+        self.held: dict[str, dict[Resource, float]] = {}  # per queue, with the queues under it
         self.shares: dict[str, dict[Resource, float]] = {}
         self.ranks: dict[str, float] = {}
+        # The queues of the placements the loop made (`placed`) that are neither bound nor pending: binds
+        # under way and gang members held, whose pods only the loop holds.
+        self._placed_in: dict[str, str] = {}
+        self._weighed: set[str] = set()  # the pending pods the last pass counted
         self._at = -math.inf
         self._reference = 0  # the cluster's median GPU memory, MiB, as of the last pass
 
@@ -93,26 +103,32 @@ class Tenants:
 
     # ---- ranks ---------------------------------------------------------------------------------------------
 
-    def rank(
-        self,
-        cache: SchedulerCache,
-        pending: Mapping[str, Mapping[str, Any]],
-        held_pods: Mapping[str, Mapping[str, Any]] | None = None,
-    ) -> Callable[[str], float]:
+    def rank(self, cache: SchedulerCache, pending: Mapping[str, Mapping[str, Any]]) -> Callable[[str], float]:
         """How far each tenant queue is above its fair share (lower goes first), fresh at most `refresh`
-        seconds ago. `held_pods`: pods placed but neither bound nor pending (a gang's members held until the
-        rest can run), which count against their queue as bound pods do."""
+        seconds ago."""
         now = self.clock()
         if now - self._at >= self.refresh:
             self._at = now
-            self._recompute(cache, pending, held_pods or {})
+            self._recompute(cache, pending)
         return lambda tenant: self.ranks.get(tenant, 0.0)
+
+    def outdated(self) -> None:
+        """Evictions started: the next `rank` recomputes, counting them."""
+        self._at = -math.inf
+
+    def weighed(self, uid: str) -> bool:
+        """Whether the last pass counted the pending pod's demand in its queue's fair share: before it has,
+        a share measured without the pod may show no queue over its share to reclaim from."""
+        return uid in self._weighed
 
     def placed(self, tenant: str, placement: Placement) -> None:
         """Count a placement the loop just made at once, before the next pass."""
+        self._placed_in[placement.pod] = tenant
         usage = self.usage.setdefault(tenant, {})
-        for resource, amount in held(placement).items():
-            usage[resource] = usage.get(resource, 0.0) + amount
+        amounts = held(placement)
+        _add(usage, amounts)
+        for queue in fairshare.ancestry(self.specs, tenant):
+            _add(self.held.setdefault(queue, {}), amounts)
         self.ranks[tenant] = fairshare.starvation(usage, self.shares.get(tenant, {}))
 
     def tenant(self, pod: Mapping[str, Any]) -> str:
@@ -122,6 +138,19 @@ class Tenants:
             if spec is not None and spec.queue:
                 return spec.queue
         return tenant_of(pod)
+
+    def past_limit(self, tenant: str, demand: PodDemand, freeing: Iterable[Placement] = ()) -> str | None:
+        """Why the pod may not be placed: with it (and without the queue's pods `freeing`), its queue or one
+        above it would pass a limit; None when every limit holds. A share asked as a fraction counts on the
+        cluster's median GPU, as in fair shares."""
+        asked = _asked_of(demand, self._reference)
+        for placement in freeing:
+            _add(asked, {resource: -amount for resource, amount in held(placement).items()})
+        past = fairshare.past_limit(self.specs, self.held, tenant, asked)
+        if past is None:
+            return None
+        queue, resource, limit = past
+        return f"queue {queue} would pass its {resource.value} limit ({limit}{_UNIT_TEXT[resource]})"
 
     def reclaiming(self, tenant: str, demand: PodDemand) -> set[Resource]:
         """The resources the pod asks for that its queue has a quota of, when the queue's use with the pod
@@ -143,14 +172,14 @@ class Tenants:
         return set(guaranteed) if within else set()
 
     def surplus_covers(self, tenant: str, placements: Iterable[Placement], resources: set[Resource]) -> bool:
-        """Whether the queue, without these placements, would still use at least its fair share of each of
-        `resources`: reclaim takes only what a queue holds beyond its share."""
+        """Whether the queue, without these placements (a pod, or a gang's), would still use at least its fair
+        share of each of `resources`: reclaim takes only what a queue holds beyond its share."""
         usage, share = self.usage.get(tenant, {}), self.shares.get(tenant, {})
-        amounts: Amounts = {}
+        amounts: Amounts = dict.fromkeys(Resource, 0.0)
         for placement in placements:
             _add(amounts, held(placement))
         return all(
-            usage.get(resource, 0.0) - amounts.get(resource, 0.0) >= share.get(resource, 0.0) - 1e-9
+            usage.get(resource, 0.0) - amounts[resource] >= share.get(resource, 0.0) - 1e-9
             for resource in resources
         )
 
@@ -158,23 +187,25 @@ class Tenants:
         """The queues using more than their fair share of some resource."""
         return {tenant for tenant, rank in self.ranks.items() if rank > 1.0 + 1e-9}
 
-    def _recompute(
-        self,
-        cache: SchedulerCache,
-        pending: Mapping[str, Mapping[str, Any]],
-        held_pods: Mapping[str, Mapping[str, Any]],
-    ) -> None:
+    def _recompute(self, cache: SchedulerCache, pending: Mapping[str, Mapping[str, Any]]) -> None:
+        self._weighed = set(pending)
         usage: dict[str, Amounts] = {}
-        for uid, placement in cache.state.placements.items():
-            pod = cache.bound.get(uid) or pending.get(uid) or held_pods.get(uid)
-            if pod is not None:
-                _add(usage.setdefault(self.tenant(pod), {}), held(placement))
+        promised, leaving = self.in_flight()
+        for uid, placement in [*cache.state.placements.items(), *promised.items()]:
+            if uid in leaving:
+                continue
+            pod = cache.bound.get(uid) or pending.get(uid)
+            tenant = self.tenant(pod) if pod is not None else self._placed_in.get(uid)
+            if tenant is not None:
+                _add(usage.setdefault(tenant, {}), held(placement))
+        self._placed_in = {uid: tenant for uid, tenant in self._placed_in.items() if uid in cache.assumed}
         demand = {tenant: dict(amounts) for tenant, amounts in usage.items()}
         memory = cache.state.gpu_mem[cache.state.gpu_mem > 0]
         self._reference = int(np.median(memory)) if memory.size else 0  # what a portion means, roughly
         for pod in pending.values():
             _add(demand.setdefault(self.tenant(pod), {}), _asked(pod, self._reference))
         self.usage = usage
+        self.held = fairshare.held_under(self.specs, usage)
         self.shares = fairshare.fair_shares(self.specs, _capacity(cache), demand)
         self.ranks = {
             tenant: fairshare.starvation(usage.get(tenant, {}), self.shares.get(tenant, {}))
