@@ -119,6 +119,20 @@ def test_a_gang_not_whole_in_time_gives_its_room_back_then_tries_again() -> None
     assert a.gang_waits == [400.0]  # both start when x leaves
 
 
+def test_two_gangs_that_each_hold_half_take_turns_rather_than_for_ever() -> None:
+    # One GPU free until x leaves at 10,000 s; gangs g (of a) and h (of b) each need both GPUs.
+    gangs = [
+        pod(f"{name}-m{i}", queue, 100, 50, gang=name)
+        for name, queue in (("g", "a"), ("h", "b"))
+        for i in range(2)
+    ]
+    settings = rules({"a": 0, "b": 0}, gangs={"scheduleTimeoutSeconds": 300})
+    done = run([pod("x", "b", 0, 10_000), *gangs], settings)
+    # Each holds the free GPU once, gives it back and waits for room that is not a gang's: x leaving.
+    assert (done.tallies["a"].gang_timeouts, done.tallies["b"].gang_timeouts) == (1, 1)
+    assert sorted(done.tallies["a"].gang_waits + done.tallies["b"].gang_waits) == [9900.0, 9950.0]
+
+
 def test_a_gang_too_big_for_the_empty_cluster_never_queues() -> None:
     members = [pod(f"g-m{i}", "a", 0, 50, gpus=2, gang="g") for i in range(2)]
     done = run([*members, pod("p", "a", 0, 10)], rules({"a": 0}))

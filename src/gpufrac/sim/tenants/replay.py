@@ -342,12 +342,15 @@ class _Replay:
             pod.entitled_at = None
         self._push(now + pod.spec.duration, DEPART, pod.index, pod.run)
 
-    def _room_back(self) -> None:
-        """Room came back: every shape may fit again, every eviction plan may work, gangs may try again."""
+    def _room_back(self, *, by_a_gang: bool = False) -> None:
+        """Room came back: every shape may fit again, every eviction plan may work; and gangs that gave
+        theirs back may try again, unless it is a gang's room (else two gangs could take turns holding it
+        for ever)."""
         self.blocked.clear()
         self.hopeless.clear()
-        for gang in self.gangs.values():
-            gang.backoff = False
+        if not by_a_gang:
+            for gang in self.gangs.values():
+                gang.backoff = False
 
     def _fits_empty(self, shape: PodDemand, size: int) -> bool:
         """Whether `size` pods of this shape fit the empty cluster together (a gang: all its members)."""
@@ -381,7 +384,7 @@ class _Replay:
                 self._enqueue(pod, 0.0, key=pod.key)
         gang.held = 0
         self.tallies[self.pods[gang.members[0]].queue].gang_timeouts += 1
-        self._room_back()
+        self._room_back(by_a_gang=True)
         gang.backoff = True
         return True
 
