@@ -86,7 +86,6 @@ class _Pod:
     started: float = 0.0
     run: int = 0  # counts its runs: a departure planned for an earlier run is void
     entitled_at: float | None = None  # when it first found no room while its queue could reclaim
-    placement: Placement | None = None
     holds: tenancy.Amounts = field(default_factory=dict)
     gpus: float = 0.0  # GPUs its placement holds (a share of half a GPU: 0.5)
 
@@ -296,7 +295,6 @@ class _Replay:
             pod.status = Status.NEVER
             tally.never_fit += 1
             return
-        pod.key = (-pod.spec.demand.priority, now, pod.index)
         self._enqueue(pod, now)
 
     def _enqueue(self, pod: _Pod, now: float, *, key: tuple[float, float, int] | None = None) -> None:
@@ -315,7 +313,7 @@ class _Replay:
             del self.waiting[pod.queue][pod.shape]
         tenancy.add(self.asked[pod.queue], pod.asks, -1)
         self.state.apply(placement)
-        pod.placement, pod.status = placement, status
+        pod.status = status
         pod.holds = tenancy.held(placement)
         row = self.state.index[placement.node]
         pod.gpus = sum(
@@ -381,7 +379,7 @@ class _Replay:
             pod = self.pods[index]
             if pod.status is Status.HELD:
                 self._unplace(pod, Status.WAITING)
-                self._enqueue(pod, 0.0, key=pod.key)
+                self._enqueue(pod, gang.since, key=pod.key)
         gang.held = 0
         self.tallies[self.pods[gang.members[0]].queue].gang_timeouts += 1
         self._room_back(by_a_gang=True)
