@@ -106,21 +106,39 @@ def simulate(
             help="Directory of the openb CSVs that --traces reads; default: bundled (default only)."
         ),
     ] = None,
-    policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = "all",
-    seeds: SeedsOption = "42-44",
-    inflation: Annotated[float, typer.Option(help="Replay until requests reach this × cluster GPUs.")] = 1.3,
+    tenants: Annotated[
+        Path | None,
+        typer.Option(
+            help="Replay the trace in time as several teams' queues (a TOML file: queues, traffic, gangs, "
+            "eviction rules), reporting fair shares, reclaims, evictions and gang waits."
+        ),
+    ] = None,
+    policies: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated policies (default: all; with --tenants one, default binpack)."),
+    ] = None,
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            help="Seeds: ranges and lists, e.g. 42-51 or 1,5,9 (default 42-44; with --tenants one, 42)."
+        ),
+    ] = None,
+    inflation: Annotated[
+        float | None, typer.Option(help="Replay until requests reach this × cluster GPUs (default 1.3).")
+    ] = None,
     move_budget: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="Defragmentation: pods moved per 100 arrivals to make room or lower fragmentation (shares "
-            "and CPU-only pods move); several, e.g. 0,5, compare."
+            "and CPU-only pods move); several, e.g. 0,5, compare (default 0)."
         ),
-    ] = "0",
+    ] = None,
     workers: WorkersOption = 0,
     out: OutOption = None,
     output_format: FormatOption = "table",
 ) -> None:
-    """Replay a trace through every placement policy, as in the FGD paper (ATC '23), beside an upper bound."""
+    """Replay a trace through every placement policy, as in the FGD paper (ATC '23), beside an upper bound;
+    or, with --tenants, in time as several teams' queues."""
     from gpufrac.sim import simulate as simulation
 
     simulation.run(
@@ -128,6 +146,7 @@ def simulate(
         pods=pods,
         traces=traces,
         trace_dir=trace_dir,
+        tenants=tenants,
         policies=policies,
         seeds=seeds,
         inflation=inflation,

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpufrac.cluster.model import PodDemand, Unschedulable
-from gpufrac.errors import UserError
 from gpufrac.plan.packer import Packer
+from gpufrac.sim import trace
 from gpufrac.sim.trace import TracePod
 
 # At one instant: departures, then arrivals, then the departures of pods that lived no time at all.
@@ -29,17 +29,7 @@ class TimedReplay:
 
 
 def require_times(pods: Sequence[TracePod]) -> None:
-    for pod in pods:
-        if pod.creation_time is None:
-            raise UserError(
-                f"pod {pod.name} has no creation_time: the timed replay needs creation_time (and "
-                "deletion_time, empty for a pod still running) on every pod; pass --no-timed to skip it"
-            )
-        if pod.deletion_time is not None and pod.deletion_time < pod.creation_time:
-            raise UserError(
-                f"pod {pod.name}: deletion_time {pod.deletion_time:g} is before creation_time "
-                f"{pod.creation_time:g}"
-            )
+    trace.require_times(pods, replay="the timed replay", fix="; pass --no-timed to skip it")
 
 
 def replay(packer: Packer, times: Sequence[TracePod], pods: Sequence[PodDemand]) -> TimedReplay:

@@ -92,3 +92,16 @@ def deliver(
     if not screen.is_terminal:
         screen = Console(width=max(screen.width, 160))
     screen.print(table(summary))
+
+
+def page(title: str, body: str) -> str:
+    """A report page: one HTML file, its plots inside it (`img`)."""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}}
+table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}}
+td:first-child,th:first-child{{text-align:left}}img{{max-width:100%}}</style></head><body>
+<h1>gpufrac simulation</h1>
+{body}
+</body></html>
+"""

@@ -133,7 +133,7 @@ def write(out: Path, summary: dict[str, Any], results: Sequence[RunResult]) -> l
         "curves.csv": _csv(CURVE_COLUMNS, _curve_rows(results)).encode(),
         "allocation.png": allocation_png,
         "fragmentation.png": fragmentation_png,
-        "report.html": _page(
+        "report.html": output.page(
             f"gpufrac simulation: {summary['trace']}",
             intro + _policy_table(summary) + _figures(allocation_png, fragmentation_png),
         ).encode(),
@@ -176,7 +176,7 @@ def write_traces(
         ).encode(),
         "allocation.png": allocation_png,
         "fragmentation.png": fragmentation_png,
-        "report.html": _page(f"gpufrac simulation: {len(summaries)} traces", body).encode(),
+        "report.html": output.page(f"gpufrac simulation: {len(summaries)} traces", body).encode(),
     }
     return output.write_files(out, files)
 
@@ -294,18 +294,6 @@ def _figures(allocation_png: bytes, fragmentation_png: bytes) -> str:
         f"<h2>GPU allocation against arrived workload</h2>{output.img(allocation_png, 'allocation')}"
         f"<h2>Fragmentation against arrived workload</h2>{output.img(fragmentation_png, 'fragmentation')}"
     )
-
-
-def _page(title: str, body: str) -> str:
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}}
-table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}}
-td:first-child,th:first-child{{text-align:left}}img{{max-width:100%}}</style></head><body>
-<h1>gpufrac simulation</h1>
-{body}
-</body></html>
-"""
 
 
 def _seed_text(seeds: Sequence[int]) -> str:

@@ -1,7 +1,8 @@
 """`gpufrac simulate`: load, replay with a progress bar, bound each run, then print and write the results.
 
 One trace (`--nodes`/`--pods`, or the bundled default) gives one trace's report; `--traces` replays several
-of the paper's openb variants from one directory and writes one report over all of them.
+of the paper's openb variants from one directory and writes one report over all of them; `--tenants` replays
+one trace in time as several teams' queues instead (`sim/tenants`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.progress import Progress, TaskID
@@ -21,6 +22,9 @@ from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
 from gpufrac.sim import experiment, output, pool, report, trace
 from gpufrac.sim.replay import RunResult
+from gpufrac.sim.tenants import command
+
+T = TypeVar("T")
 
 # Past a few times the cluster the replay measures nothing new, and its pod list grows without end.
 MAX_INFLATION = 10.0
@@ -52,14 +56,32 @@ def run(
     pods: Path | None,
     traces: str | None,
     trace_dir: Path | None,
-    policies: str,
-    seeds: str,
-    inflation: float,
+    policies: str | None,
+    seeds: str | None,
+    inflation: float | None,
     workers: int | None,
     out: Path | None,
     output_format: str,
-    move_budget: str = "0",
+    move_budget: str | None = None,
+    tenants: Path | None = None,
 ) -> None:
+    if tenants is not None:
+        given = {"--traces": traces, "--trace-dir": trace_dir, "--inflation": inflation}
+        given |= {"--move-budget": move_budget, "--workers": workers}
+        for option, value in given.items():
+            if value is not None:
+                raise UserError(f"{option}: not read with --tenants (one replay in time); drop one of them")
+        command.run(
+            tenants=tenants,
+            nodes=nodes,
+            pods=pods,
+            policy=_one(experiment.parse_policies(policies or "binpack"), "--policies", "binpack"),
+            seed=_one(experiment.parse_seeds(seeds or "42"), "--seeds", "42"),
+            out=out,
+            output_format=output_format,
+        )
+        return
+    inflation = 1.3 if inflation is None else inflation
     if not math.isfinite(inflation) or not 0 < inflation <= MAX_INFLATION:
         raise UserError(
             f"--inflation {inflation}: must be a number above 0 and at most {MAX_INFLATION}, such as 1.3 "
@@ -72,9 +94,10 @@ def run(
     if traces is None and trace_dir is not None:
         raise UserError("--trace-dir: only read with --traces, e.g. --traces all")
     pool.check_workers(workers)
+    policies = policies or "all"
     chosen = list(POLICIES) if policies == "all" else experiment.parse_policies(policies)
-    seed_list = experiment.parse_seeds(seeds)
-    budgets = experiment.parse_move_budgets(move_budget)
+    seed_list = experiment.parse_seeds(seeds or "42-44")
+    budgets = experiment.parse_move_budgets(move_budget or "0")
     loaded = [trace.load(nodes, pods)] if traces is None else load_traces(traces, trace_dir, nodes)
     console = Console(stderr=True)
     with output.progress(console, "replaying", transient=output_format == "json") as progress:
@@ -127,6 +150,13 @@ def _simulate_one(
     progress.update(task, description=f"{loaded.name}: upper bound (LP) for {len(seeds)} seeds")
     bounds = experiment.bounds(loaded, results, on_bound=lambda _: progress.advance(task))
     return experiment.summarize(loaded, seeds, results, bounds), results
+
+
+def _one(values: list[T], option: str, example: str) -> T:
+    """The one value a tenant replay takes from an option that lists several in the sweep."""
+    if len(values) != 1:
+        raise UserError(f"{option}: --tenants replays one at a time; give one, e.g. {option} {example}")
+    return values[0]
 
 
 def parse_traces(text: str) -> list[str]:

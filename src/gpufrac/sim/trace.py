@@ -131,6 +131,21 @@ def load_pods(path: Path) -> list[TracePod]:
     return pods
 
 
+def require_times(pods: Sequence[TracePod], *, replay: str, fix: str = "") -> None:
+    """What a replay in time needs of every pod: a creation time, and no deletion time before it."""
+    for pod in pods:
+        if pod.creation_time is None:
+            raise UserError(
+                f"pod {pod.name} has no creation_time: {replay} needs creation_time (and deletion_time, "
+                f"empty for a pod still running) on every pod{fix}"
+            )
+        if pod.deletion_time is not None and pod.deletion_time < pod.creation_time:
+            raise UserError(
+                f"pod {pod.name}: deletion_time {pod.deletion_time:g} is before creation_time "
+                f"{pod.creation_time:g}"
+            )
+
+
 def _rows(path: Path, required: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
     text = reading.read_text(path, limit=MAX_TRACE_BYTES)
     try:

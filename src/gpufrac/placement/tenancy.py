@@ -1,0 +1,104 @@
+"""What a queue holds and asks for, in the queues' units, and who may reclaim from whom. Pure.
+
+The rules behind reclaim across queues, written once for every caller that keeps its own books (the
+simulator's tenant replay keeps them in plain dictionaries): a queue may reclaim only the resources it has a
+quota of, and only while its use with the pending pod stays within that quota; a running pod is offered
+as a victim only when its queue, without it, still holds at least its fair share of those resources. So
+reclaim takes back what a queue lent, never what another queue is owed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpufrac.cluster.model import Placement, PodDemand, resolve_mib
+from gpufrac.cluster.state import ClusterState
+from gpufrac.contract.queues import QueueSpec, Resource
+from gpufrac.placement.fairshare import starvation
+
+Amounts = dict[Resource, float]
+_EPSILON = 1e-9
+
+
+def held(placement: Placement) -> Amounts:
+    """What a placement counts against its queue: shares' GPU memory, whole GPUs, CPU and memory."""
+    amounts = {
+        Resource.GPU_MEMORY: 0.0,
+        Resource.GPUS: 0.0,
+        Resource.CPU: float(placement.cpu_milli),
+        Resource.MEMORY: float(placement.memory_mib),
+    }
+    for assignment in placement.assignments:
+        if assignment.mode is None:
+            amounts[Resource.GPUS] += len(assignment.gpus)
+        else:
+            amounts[Resource.GPU_MEMORY] += assignment.request_mib * len(assignment.gpus)
+    return amounts
+
+
+def asked(demand: PodDemand, reference_gpu_mib: int) -> Amounts:
+    """What a pending pod asks for, its shares resolved on a GPU of `reference_gpu_mib` (a portion means
+    nothing until a GPU is chosen; callers pass the cluster's median GPU memory)."""
+    gpu_memory = sum(
+        resolve_mib(share.request, reference_gpu_mib) * share.num_devices for share in demand.shares
+    )
+    return {
+        Resource.GPU_MEMORY: float(gpu_memory),
+        Resource.GPUS: float(demand.whole_gpus),
+        Resource.CPU: float(demand.cpu_milli),
+        Resource.MEMORY: float(demand.memory_mib),
+    }
+
+
+def capacity(state: ClusterState) -> Amounts:
+    """What the active nodes offer, in the queues' units: what fair shares divide."""
+    active = state.active
+    return {
+        Resource.GPU_MEMORY: float(state.gpu_mem[active].sum()),
+        Resource.GPUS: float(state.gpu_count[active].sum()),
+        Resource.CPU: float(state.cpu_cap[active].sum()),
+        Resource.MEMORY: float(state.mem_cap[active].sum()),
+    }
+
+
+def add(total: dict[Resource, float], amounts: Mapping[Resource, float], sign: float = 1.0) -> None:
+    """`total += sign × amounts`, resource by resource."""
+    for resource, amount in amounts.items():
+        total[resource] = total.get(resource, 0.0) + sign * amount
+
+
+def reclaiming(
+    spec: QueueSpec, usage: Mapping[Resource, float], wanted: Mapping[Resource, float]
+) -> set[Resource]:
+    """The resources a pod asks for (`wanted`) that its queue has a quota of, when the queue's use with the
+    pod stays within every such quota: those it may reclaim from queues over their fair share. Empty
+    otherwise."""
+    guaranteed = {
+        resource: amount
+        for resource, amount in wanted.items()
+        if amount > 0 and spec.entitlement(resource).quota > 0
+    }
+    within = all(
+        usage.get(resource, 0.0) + amount <= spec.entitlement(resource).quota
+        for resource, amount in guaranteed.items()
+    )
+    return set(guaranteed) if within else set()
+
+
+def surplus_covers(
+    usage: Mapping[Resource, float],
+    share: Mapping[Resource, float],
+    amounts: Mapping[Resource, float],
+    resources: set[Resource],
+) -> bool:
+    """Whether a queue using `usage`, without a pod holding `amounts`, still uses at least its fair share
+    (`share`) of each of `resources`: reclaim takes only what a queue holds beyond its share."""
+    return all(
+        usage.get(resource, 0.0) - amounts.get(resource, 0.0) >= share.get(resource, 0.0) - _EPSILON
+        for resource in resources
+    )
+
+
+def over_share(usage: Mapping[Resource, float], share: Mapping[Resource, float]) -> bool:
+    """Whether a queue uses more than its fair share of some resource: only such a queue lends to others."""
+    return starvation(usage, share) > 1.0 + _EPSILON
