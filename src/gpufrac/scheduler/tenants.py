@@ -18,39 +18,23 @@ from typing import Any
 import numpy as np
 
 from gpufrac import contract
-from gpufrac.cluster.model import Placement, PodDemand, resolve_mib
+from gpufrac.cluster.model import Placement, PodDemand
 from gpufrac.contract import queues
 from gpufrac.contract.podgroups import PodGroupSpec, group_of
 from gpufrac.contract.queues import QueueSpec, Resource
 from gpufrac.kubeapi.custom import Index, queue_index
-from gpufrac.placement import fairshare
+from gpufrac.placement import fairshare, tenancy
+from gpufrac.placement.tenancy import Amounts
 from gpufrac.scheduler import objects
 from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.problems import INVALID, Problem
 
-Amounts = dict[Resource, float]
 _UNIT_TEXT = {Resource.GPU_MEMORY: " MiB", Resource.GPUS: "", Resource.CPU: "m", Resource.MEMORY: " MiB"}
 
 
 def tenant_of(pod: Mapping[str, Any]) -> str:
     """The pod's queue; labels that are not a map (an object the API would not return) read as none."""
     return queues.queue_of(objects.node_labels_of(pod))
-
-
-def held(placement: Placement) -> Amounts:
-    """What a placement counts against its queue: shares' GPU memory, whole GPUs, CPU and memory."""
-    amounts = {
-        Resource.GPU_MEMORY: 0.0,
-        Resource.GPUS: 0.0,
-        Resource.CPU: float(placement.cpu_milli),
-        Resource.MEMORY: float(placement.memory_mib),
-    }
-    for assignment in placement.assignments:
-        if assignment.mode is None:
-            amounts[Resource.GPUS] += len(assignment.gpus)
-        else:
-            amounts[Resource.GPU_MEMORY] += assignment.request_mib * len(assignment.gpus)
-    return amounts
 
 
 class Tenants:
@@ -125,10 +109,10 @@ class Tenants:
         """Count a placement the loop just made at once, before the next pass."""
         self._placed_in[placement.pod] = tenant
         usage = self.usage.setdefault(tenant, {})
-        amounts = held(placement)
-        _add(usage, amounts)
+        amounts = tenancy.held(placement)
+        tenancy.add(usage, amounts)
         for queue in fairshare.ancestry(self.specs, tenant):
-            _add(self.held.setdefault(queue, {}), amounts)
+            tenancy.add(self.held.setdefault(queue, {}), amounts)
         self.ranks[tenant] = fairshare.starvation(usage, self.shares.get(tenant, {}))
 
     def tenant(self, pod: Mapping[str, Any]) -> str:
@@ -143,9 +127,9 @@ class Tenants:
         """Why the pod may not be placed: with it (and without the queue's pods `freeing`), its queue or one
         above it would pass a limit; None when every limit holds. A share asked as a fraction counts on the
         cluster's median GPU, as in fair shares."""
-        asked = _asked_of(demand, self._reference)
+        asked = tenancy.asked(demand, self._reference)
         for placement in freeing:
-            _add(asked, {resource: -amount for resource, amount in held(placement).items()})
+            tenancy.add(asked, tenancy.held(placement), -1.0)
         past = fairshare.past_limit(self.specs, self.held, tenant, asked)
         if past is None:
             return None
@@ -153,34 +137,20 @@ class Tenants:
         return f"queue {queue} would pass its {resource.value} limit ({limit}{_UNIT_TEXT[resource]})"
 
     def reclaiming(self, tenant: str, demand: PodDemand) -> set[Resource]:
-        """The resources the pod asks for that its queue has a quota of, when the queue's use with the pod
-        stays within every such quota (a queue below its quota may reclaim them from queues over their fair
-        share); empty otherwise."""
+        """The resources the pod asks for that its queue may reclaim (`tenancy.reclaiming`)."""
         spec = self.specs.get(tenant)
         if spec is None:
             return set()
-        usage = self.usage.get(tenant, {})
-        guaranteed = {
-            resource: amount
-            for resource, amount in _asked_of(demand, self._reference).items()
-            if amount > 0 and spec.entitlement(resource).quota > 0
-        }
-        within = all(
-            usage.get(resource, 0.0) + amount <= spec.entitlement(resource).quota
-            for resource, amount in guaranteed.items()
-        )
-        return set(guaranteed) if within else set()
+        return tenancy.reclaiming(spec, self.usage.get(tenant, {}), tenancy.asked(demand, self._reference))
 
     def surplus_covers(self, tenant: str, placements: Iterable[Placement], resources: set[Resource]) -> bool:
-        """Whether the queue, without these placements (a pod, or a gang's), would still use at least its fair
-        share of each of `resources`: reclaim takes only what a queue holds beyond its share."""
-        usage, share = self.usage.get(tenant, {}), self.shares.get(tenant, {})
-        amounts: Amounts = dict.fromkeys(Resource, 0.0)
+        """Whether the queue, without these placements (a pod, or a gang's), keeps its fair share of
+        `resources` (`tenancy.surplus_covers`)."""
+        amounts: Amounts = {}
         for placement in placements:
-            _add(amounts, held(placement))
-        return all(
-            usage.get(resource, 0.0) - amounts[resource] >= share.get(resource, 0.0) - 1e-9
-            for resource in resources
+            tenancy.add(amounts, tenancy.held(placement))
+        return tenancy.surplus_covers(
+            self.usage.get(tenant, {}), self.shares.get(tenant, {}), amounts, resources
         )
 
     def over_share(self) -> set[str]:
@@ -197,25 +167,20 @@ class Tenants:
             pod = cache.bound.get(uid) or pending.get(uid)
             tenant = self.tenant(pod) if pod is not None else self._placed_in.get(uid)
             if tenant is not None:
-                _add(usage.setdefault(tenant, {}), held(placement))
+                tenancy.add(usage.setdefault(tenant, {}), tenancy.held(placement))
         self._placed_in = {uid: tenant for uid, tenant in self._placed_in.items() if uid in cache.assumed}
         demand = {tenant: dict(amounts) for tenant, amounts in usage.items()}
         memory = cache.state.gpu_mem[cache.state.gpu_mem > 0]
         self._reference = int(np.median(memory)) if memory.size else 0  # what a portion means, roughly
         for pod in pending.values():
-            _add(demand.setdefault(self.tenant(pod), {}), _asked(pod, self._reference))
+            tenancy.add(demand.setdefault(self.tenant(pod), {}), _asked(pod, self._reference))
         self.usage = usage
         self.held = fairshare.held_under(self.specs, usage)
-        self.shares = fairshare.fair_shares(self.specs, _capacity(cache), demand)
+        self.shares = fairshare.fair_shares(self.specs, tenancy.capacity(cache.state), demand)
         self.ranks = {
             tenant: fairshare.starvation(usage.get(tenant, {}), self.shares.get(tenant, {}))
             for tenant in set(usage) | set(demand)
         }
-
-
-def _add(total: Amounts, amounts: Mapping[Resource, float]) -> None:
-    for resource, amount in amounts.items():
-        total[resource] = total.get(resource, 0.0) + amount
 
 
 def _asked(pod: Mapping[str, Any], reference_gpu_mib: int) -> Amounts:
@@ -224,28 +189,4 @@ def _asked(pod: Mapping[str, Any], reference_gpu_mib: int) -> Amounts:
         demand = objects.pod_demand(pod)
     except contract.ContractError:
         return {}
-    return _asked_of(demand, reference_gpu_mib)
-
-
-def _asked_of(demand: PodDemand, reference_gpu_mib: int) -> Amounts:
-    """A demand in the queues' units, shares resolved on the cluster's median GPU."""
-    gpu_memory = sum(
-        resolve_mib(share.request, reference_gpu_mib) * share.num_devices for share in demand.shares
-    )
-    return {
-        Resource.GPU_MEMORY: float(gpu_memory),
-        Resource.GPUS: float(demand.whole_gpus),
-        Resource.CPU: float(demand.cpu_milli),
-        Resource.MEMORY: float(demand.memory_mib),
-    }
-
-
-def _capacity(cache: SchedulerCache) -> Amounts:
-    state = cache.state
-    active = state.active
-    return {
-        Resource.GPU_MEMORY: float(state.gpu_mem[active].sum()),
-        Resource.GPUS: float(state.gpu_count[active].sum()),
-        Resource.CPU: float(state.cpu_cap[active].sum()),
-        Resource.MEMORY: float(state.mem_cap[active].sum()),
-    }
+    return tenancy.asked(demand, reference_gpu_mib)
