@@ -13,21 +13,31 @@ from ..cluster.builders import GPU_MIB, node, share_at, share_pod, whole_at, who
 GPUS, MEMORY = Resource.GPUS, Resource.GPU_MEMORY
 
 
-def test_a_placement_counts_whole_gpus_and_shares_memory_apart() -> None:
-    assert tenancy.held(whole_at("w", "n0", (0, 1))) == {
+def test_a_placement_counts_whole_gpus_and_shares_memory_and_the_part_of_their_gpus() -> None:
+    state = ClusterState([node("n0", 2)])
+    assert tenancy.held(whole_at("w", "n0", (0, 1)), state) == {
         MEMORY: 0.0,
         GPUS: 2.0,
         Resource.CPU: 0.0,
         Resource.MEMORY: 0.0,
     }
-    share = share_at("s", "n0", (0, 1), 4000, cpu=500, mem=1024)
-    assert tenancy.held(share) == {MEMORY: 8000.0, GPUS: 0.0, Resource.CPU: 500.0, Resource.MEMORY: 1024.0}
+    # A share on two GPUs holds its memory on each, and that part of each GPU (as fractions count in KAI).
+    share = share_at("s", "n0", (0, 1), GPU_MIB // 4, cpu=500, mem=1024)
+    assert tenancy.held(share, state) == {
+        MEMORY: GPU_MIB / 2,
+        GPUS: 0.5,
+        Resource.CPU: 500.0,
+        Resource.MEMORY: 1024.0,
+    }
+    # On a node the state does not know, its GPU's size is unknown: its memory counts, no part of a GPU.
+    assert tenancy.held(share_at("s", "gone", (0,), 4000), state)[GPUS] == 0.0
 
 
 def test_a_pending_share_is_resolved_on_the_reference_gpu() -> None:
     asked = tenancy.asked(share_pod("s", 250, devices=2, cpu=100), reference_gpu_mib=32_000)
-    assert asked == {MEMORY: 16_000.0, GPUS: 0.0, Resource.CPU: 100.0, Resource.MEMORY: 0.0}
+    assert asked == {MEMORY: 16_000.0, GPUS: 0.5, Resource.CPU: 100.0, Resource.MEMORY: 0.0}
     assert tenancy.asked(whole_pod("w", 3), 32_000)[GPUS] == 3.0
+    assert tenancy.asked(share_pod("s", 250), 0)[GPUS] == 0.0  # no GPU in the cluster: no part of one
 
 
 def test_capacity_counts_active_nodes_only() -> None:

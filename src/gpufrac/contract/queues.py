@@ -47,7 +47,7 @@ _DNS_LABEL = re.compile(
 
 class Resource(StrEnum):
     GPU_MEMORY = "gpuMemory"  # MiB requested by GPU shares
-    GPUS = "gpus"  # whole GPUs
+    GPUS = "gpus"  # GPUs: whole ones, and each share as the part of its GPU it takes
     CPU = "cpu"  # millicores
     MEMORY = "memory"  # MiB
 

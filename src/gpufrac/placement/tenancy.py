@@ -20,31 +20,40 @@ Amounts = dict[Resource, float]
 _EPSILON = 1e-9
 
 
-def held(placement: Placement) -> Amounts:
-    """What a placement counts against its queue: shares' GPU memory, whole GPUs, CPU and memory."""
+def held(placement: Placement, state: ClusterState) -> Amounts:
+    """What a placement on `state`'s nodes counts against its queue: whole GPUs, shares' GPU memory, CPU and
+    memory. A share also counts, under `gpus`, as the part of its GPU its memory is (on each of its GPUs),
+    as a fraction counts against a queue's GPU quota in KAI Scheduler: `gpus` then measures the GPUs taken
+    either way, and what shares take is not still offered, in fair shares, to whole-GPU pods."""
     amounts = {
         Resource.GPU_MEMORY: 0.0,
         Resource.GPUS: 0.0,
         Resource.CPU: float(placement.cpu_milli),
         Resource.MEMORY: float(placement.memory_mib),
     }
+    row = state.index.get(placement.node)
     for assignment in placement.assignments:
         if assignment.mode is None:
             amounts[Resource.GPUS] += len(assignment.gpus)
-        else:
-            amounts[Resource.GPU_MEMORY] += assignment.request_mib * len(assignment.gpus)
+            continue
+        memory = assignment.request_mib * len(assignment.gpus)
+        amounts[Resource.GPU_MEMORY] += memory
+        size = int(state.gpu_mem[row, assignment.gpus[0]]) if row is not None else 0
+        amounts[Resource.GPUS] += memory / size if size > 0 else 0.0
     return amounts
 
 
 def asked(demand: PodDemand, reference_gpu_mib: int) -> Amounts:
     """What a pending pod asks for, its shares resolved on a GPU of `reference_gpu_mib` (a portion means
-    nothing until a GPU is chosen; callers pass the cluster's median GPU memory)."""
+    nothing until a GPU is chosen; callers pass the cluster's median GPU memory), and counted under `gpus`
+    as that part of it (`held`)."""
     gpu_memory = sum(
         resolve_mib(share.request, reference_gpu_mib) * share.num_devices for share in demand.shares
     )
+    share_gpus = gpu_memory / reference_gpu_mib if reference_gpu_mib > 0 else 0.0
     return {
         Resource.GPU_MEMORY: float(gpu_memory),
-        Resource.GPUS: float(demand.whole_gpus),
+        Resource.GPUS: float(demand.whole_gpus) + share_gpus,
         Resource.CPU: float(demand.cpu_milli),
         Resource.MEMORY: float(demand.memory_mib),
     }

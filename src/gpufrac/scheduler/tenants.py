@@ -19,6 +19,7 @@ import numpy as np
 
 from gpufrac import contract
 from gpufrac.cluster.model import Placement, PodDemand
+from gpufrac.cluster.state import ClusterState
 from gpufrac.contract import queues
 from gpufrac.contract.podgroups import PodGroupSpec, group_of
 from gpufrac.contract.queues import QueueSpec, Resource
@@ -62,6 +63,7 @@ class Tenants:
         # under way and gang members held, whose pods only the loop holds.
         self._placed_in: dict[str, str] = {}
         self._weighed: set[str] = set()  # the pending pods the last pass counted
+        self._state = ClusterState()  # the cache's, from the first pass: the GPUs placements are on
         self._at = -math.inf
         self._reference = 0  # the cluster's median GPU memory, MiB, as of the last pass
 
@@ -109,7 +111,7 @@ class Tenants:
         """Count a placement the loop just made at once, before the next pass."""
         self._placed_in[placement.pod] = tenant
         usage = self.usage.setdefault(tenant, {})
-        amounts = tenancy.held(placement)
+        amounts = tenancy.held(placement, self._state)
         tenancy.add(usage, amounts)
         for queue in fairshare.ancestry(self.specs, tenant):
             tenancy.add(self.held.setdefault(queue, {}), amounts)
@@ -129,7 +131,7 @@ class Tenants:
         cluster's median GPU, as in fair shares."""
         asked = tenancy.asked(demand, self._reference)
         for placement in freeing:
-            tenancy.add(asked, tenancy.held(placement), -1.0)
+            tenancy.add(asked, tenancy.held(placement, self._state), -1.0)
         past = fairshare.past_limit(self.specs, self.held, tenant, asked)
         if past is None:
             return None
@@ -148,7 +150,7 @@ class Tenants:
         `resources` (`tenancy.surplus_covers`)."""
         amounts: Amounts = {}
         for placement in placements:
-            tenancy.add(amounts, tenancy.held(placement))
+            tenancy.add(amounts, tenancy.held(placement, self._state))
         return tenancy.surplus_covers(
             self.usage.get(tenant, {}), self.shares.get(tenant, {}), amounts, resources
         )
@@ -158,7 +160,7 @@ class Tenants:
         return {tenant for tenant, rank in self.ranks.items() if rank > 1.0 + 1e-9}
 
     def _recompute(self, cache: SchedulerCache, pending: Mapping[str, Mapping[str, Any]]) -> None:
-        self._weighed = set(pending)
+        self._weighed, self._state = set(pending), cache.state
         usage: dict[str, Amounts] = {}
         promised, leaving = self.in_flight()
         for uid, placement in [*cache.state.placements.items(), *promised.items()]:
@@ -167,7 +169,7 @@ class Tenants:
             pod = cache.bound.get(uid) or pending.get(uid)
             tenant = self.tenant(pod) if pod is not None else self._placed_in.get(uid)
             if tenant is not None:
-                tenancy.add(usage.setdefault(tenant, {}), tenancy.held(placement))
+                tenancy.add(usage.setdefault(tenant, {}), tenancy.held(placement, self._state))
         self._placed_in = {uid: tenant for uid, tenant in self._placed_in.items() if uid in cache.assumed}
         demand = {tenant: dict(amounts) for tenant, amounts in usage.items()}
         memory = cache.state.gpu_mem[cache.state.gpu_mem > 0]

@@ -217,6 +217,20 @@ SCENARIOS = [
         binds={"x1": "n1"},
         evicted={"y1": RECLAIMED},
     ),
+    Scenario(
+        "shares count as the part of a GPU they take: a whole-GPU quota reclaims from a queue of shares",
+        nodes=TWO_NODES,
+        queues={"a": {"gpus": {"quota": 1}}, "b": {}},
+        running={
+            "b1": Run("n1:0", mib=5000, queue="b"),
+            "b2": Run("n1:0", mib=5000, queue="b"),
+            "b3": Run("n2:0", mib=5000, queue="b"),
+            "b4": Run("n2:0", mib=5000, queue="b"),
+        },
+        pending={"a1": Ask(gpus=1, queue="a")},
+        binds={"a1": "n1"},
+        evicted={"b1": RECLAIMED, "b2": RECLAIMED},
+    ),
 ]
 
 

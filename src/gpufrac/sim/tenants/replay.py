@@ -314,7 +314,7 @@ class _Replay:
         tenancy.add(self.asked[pod.queue], pod.asks, -1)
         self.state.apply(placement)
         pod.status = status
-        pod.holds = tenancy.held(placement)
+        pod.holds = tenancy.held(placement, self.state)
         row = self.state.index[placement.node]
         pod.gpus = sum(
             a.request_mib * len(a.gpus) / int(self.state.gpu_mem[row, a.gpus[0]])
