@@ -165,3 +165,27 @@ def test_a_gang_is_planned_for_whole_or_not_at_all() -> None:
     assert plan_gang_eviction(state, gang(3), BINPACK, victims={"a": 1, "b": 5}, max_victims=1) is None
     assert plan_gang_eviction(state, gang(4), BINPACK, victims={"a": 1, "b": 5}, max_victims=3) is None
     assert snapshot(state) == before  # every trial put back
+
+
+def test_among_victims_otherwise_alike_the_plan_loses_the_least_work() -> None:
+    """An eviction throws away what the victim ran: of two pods of one priority, the one that ran less goes,
+    whether they are on different nodes or on different GPUs of one node."""
+    state = cluster(("old", 600, "n0", TS), ("new", 600, "n1", TS))
+    for lost, gone in (({"old": 9e6, "new": 60.0}, "new"), ({"old": 60.0, "new": 9e6}, "old")):
+        plan = plan_eviction(
+            state, whole_pod("w"), BINPACK, victims={"old": 1, "new": 1}, max_victims=1, lost=lost
+        )
+        assert plan is not None and plan.victims == (gone,)
+    one_node = ClusterState([node("n0", 2)])
+    place_on(one_node, share_pod("old", 600), "n0")
+    place_on(one_node, share_pod("new", 600), "n0")
+    lost = {"old": 9e6, "new": 60.0}
+    plan = plan_eviction(
+        one_node, whole_pod("w"), BINPACK, victims={"old": 1, "new": 1}, max_victims=1, lost=lost
+    )
+    assert plan is not None and plan.victims == ("new",)
+    # Priority still comes first: the lower one goes however long it ran.
+    plan = plan_eviction(
+        one_node, whole_pod("w"), BINPACK, victims={"old": 0, "new": 1}, max_victims=1, lost=lost
+    )
+    assert plan is not None and plan.victims == ("old",)

@@ -159,12 +159,17 @@ def _plan(
 
 
 def fewest_victims(
-    state: ClusterState, fit: Fit, at: int, movable: list[str], could_move: Callable[[str], bool]
+    state: ClusterState,
+    fit: Fit,
+    at: int,
+    movable: list[str],
+    could_move: Callable[[str], bool],
+    cost: Callable[[list[str]], tuple[float, ...]] = lambda names: (),
 ) -> list[str] | None:
     """The fewest of the `movable` pods on node `fit.rows[at]` whose going lets the pod in, by a count of
-    what each frees (the trial confirms it): the GPUs needing the fewest evictions, then CPU and memory.
-    Pods that `could_move` denies are never chosen; it is asked only about the pods looked at, since it is
-    costly and most are not."""
+    what each frees (the trial confirms it): the GPUs needing the fewest evictions (of those, the lowest
+    `cost`), then CPU and memory. Pods that `could_move` denies are never chosen; it is asked only about
+    the pods looked at, since it is costly and most are not."""
     row = int(fit.rows[at])
     pod = fit.pod
     here = sorted(movable)
@@ -185,7 +190,7 @@ def fewest_victims(
         freeing = {g: _freeing(per_gpu.get(g, []), short, could_move) for g, short in need.items()}
         options = sorted(
             ((names, g) for g, names in freeing.items() if names is not None),
-            key=lambda option: (len(option[0]), option[1]),
+            key=lambda option: (len(option[0]), cost(option[0]), option[1]),
         )
         if len(options) < wanted:
             return None

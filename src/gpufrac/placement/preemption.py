@@ -4,8 +4,9 @@ Pure.
 The caller says which pods may go (`victims`, each with its priority); the plan frees exactly what the
 pending pod needs on one node (memory on specific GPUs, a GPU's mode, CPU and memory: the engine's own
 filters judge it), evicting pods of the lowest priorities only if that is enough, then the fewest, then the
-lowest priorities in all. Unlike a move (`defrag`), an evicted pod is not placed again: its controller
-recreates it and it waits its turn.
+lowest priorities in all, then the least work lost (the GPU-seconds the victims have run, which an eviction
+throws away: a pod that ran for a month goes last). Unlike a move (`defrag`), an evicted pod is not placed
+again: its controller recreates it and it waits its turn.
 
 A gang is planned for at once (`plan_gang_eviction`): pods are evicted only if every member it still needs
 then fits, so no pod is evicted for a gang that could not run anyway.
@@ -43,21 +44,28 @@ def plan_eviction(
     max_victims: int,
     rows: np.ndarray | None = None,
     allow: Callable[[Sequence[str]], bool] = lambda _: True,
+    lost: Mapping[str, float] | None = None,
 ) -> Eviction | None:
     """The pods among `victims` (name -> priority) whose going lets `pod` in among `rows`; None when no set
-    of at most `max_victims` on one node (that `allow` accepts) does. The state is left as it was found."""
+    of at most `max_victims` on one node (that `allow` accepts) does. `lost`: the work each victim would
+    lose (its GPU-seconds run; absent: none). The state is left as it was found."""
+    lost = lost or {}
     placed = {name: priority for name, priority in victims.items() if name in state.placements}
+
+    def _cost(names: list[str]) -> tuple[float, float]:
+        """The priorities a set of victims adds up to, then the work they would lose."""
+        return sum(placed[name] for name in names), sum(lost.get(name, 0.0) for name in names)
+
     for ceiling in sorted(set(placed.values())):  # the lowest priorities first: only if they are not enough,
         allowed = {name for name, priority in placed.items() if priority <= ceiling}  # a higher one too
         fit, _ = find_fit(state.without(allowed), pod, rows=rows)
         candidates = []
         for at, row in enumerate(fit.rows):
             here = [name for name in state.pods_on[row] if name in allowed]
-            chosen = fewest_victims(state, fit, at, here, lambda _: True)
+            chosen = fewest_victims(state, fit, at, here, lambda _: True, cost=_cost)
             if chosen and len(chosen) <= max_victims:
-                cost = sum(placed[name] for name in chosen)
-                candidates.append((len(chosen), cost, int(state.tie_rank[row]), int(row), chosen))
-        candidates.sort(key=lambda candidate: candidate[:4])
+                candidates.append((len(chosen), *_cost(chosen), int(state.tie_rank[row]), int(row), chosen))
+        candidates.sort(key=lambda candidate: candidate[:5])
         for *_, row, chosen in [candidate for candidate in candidates if allow(candidate[-1])][:TRIALS]:
             placement = _trial(state, pod, policy, row, chosen)
             if placement is not None:
@@ -81,6 +89,7 @@ def plan_gang_eviction(
     victims: Mapping[str, int],
     max_victims: int,
     allow: Callable[[Sequence[str]], bool] = lambda _: True,
+    lost: Mapping[str, float] | None = None,
 ) -> GangEviction | None:
     """Room for every one of `members` (each with the rows it may go on) at once, with at most `max_victims`
     of `victims` evicted in all, and only if `allow` accepts them all together; None when they do not all
@@ -108,6 +117,7 @@ def plan_gang_eviction(
                     max_victims=max_victims - len(chosen),
                     rows=rows,
                     allow=allow_with_earlier,
+                    lost=lost,
                 )
                 if plan is None:
                     return None

@@ -36,6 +36,7 @@ from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS, build
 from gpufrac.kubeapi.custom import POD_GROUP_RESOURCE, QUEUE_RESOURCE
 from gpufrac.kubeapi.reflector import reflect
+from gpufrac.placement import tenancy
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Workload
@@ -611,13 +612,26 @@ class Scheduler:
                 )
             return all(self.tenants.surplus_covers(queue, held, contested) for queue, held in taken.items())
 
+        lost = self._work_lost([*preemptible, *reclaimable], placements)
         for victims, why, allow in (
             (preemptible, PREEMPT, within_limit),
             ({} if capped else reclaimable, RECLAIM, within_surplus),
         ):
-            if victims and await self.mover.preempt(members, self.policy, victims, why, allow):
+            if victims and await self.mover.preempt(members, self.policy, victims, why, allow, lost):
                 return True
         return False
+
+    def _work_lost(self, victims: list[str], placements: Mapping[str, Placement]) -> dict[str, float]:
+        """The GPU-seconds each victim has run, which its eviction throws away: among victims otherwise
+        alike, the plan takes those that lose least."""
+        now, state = self.mover.wall_clock(), self.cache.state
+        lost = {}
+        for victim in victims:
+            since = objects.running_since(self.cache.bound.get(victim, {}))
+            if since is not None and victim in placements:
+                gpus = tenancy.held(placements[victim], state)[Resource.GPUS]
+                lost[victim] = max(0.0, now - since) * gpus
+        return lost
 
     def _still_needed(
         self, uid: str, pod: dict[str, Any], demand: PodDemand, rows: np.ndarray

@@ -194,11 +194,13 @@ class Mover:
         victims: Mapping[str, int],
         why: Why,
         allow: Callable[[Sequence[str]], bool] = lambda _: True,
+        lost: Mapping[str, float] | None = None,
     ) -> bool:
         """Plan and start evicting some of `victims` (uid -> priority), never to be placed again by this
         plan, so that every one of `members` (uid, pod, demand, rows: one pod, or the members a gang still
         needs) fits at once, with at most `max_moves` evicted for each, and only sets of victims that
-        `allow` accepts; True when pods are on their way out."""
+        `allow` accepts, losing the least work (`lost`) among sets otherwise alike; True when pods are on
+        their way out."""
         leaving = self._leaving()
         offered = {
             victim: priority
@@ -214,6 +216,7 @@ class Mover:
             victims=offered,
             max_victims=self.max_moves * len(members),
             allow=allow,
+            lost=lost,
         )
         if plan is None:
             return False

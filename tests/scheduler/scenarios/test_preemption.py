@@ -342,6 +342,17 @@ SCENARIOS = [
         evicted={"v": PREEMPTED},
         waiting={"second": ""},
     ),
+    Scenario(
+        "of victims alike, the one that ran least goes: an eviction throws away what it ran",
+        nodes=TWO_NODES,
+        running={
+            "month-old": Run("n1:0", priority=1, age=30 * 86400.0),
+            "hour-old": Run("n2:0", priority=1, age=3600.0),
+        },
+        pending={"high": Ask(gpus=1, priority=10)},
+        binds={"high": "n2"},
+        evicted={"hour-old": PREEMPTED},
+    ),
 ]
 
 

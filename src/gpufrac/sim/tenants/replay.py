@@ -475,6 +475,7 @@ class _Replay:
                     self.policy,
                     victims=victims,
                     max_victims=self.config.eviction.max_victims,
+                    lost={name: self._lost(name, now) for name in victims},
                 )
                 if plan is None:
                     self.hopeless.add(key)
@@ -513,6 +514,11 @@ class _Replay:
                 else:
                     self._wake(pod.started + self.config.eviction.min_runtime)
         return victims
+
+    def _lost(self, name: str, now: float) -> float:
+        """The GPU-seconds a running pod has run, which evicting it would throw away."""
+        pod = self.by_name[name]
+        return pod.gpus * (now - pod.started)
 
     def _wake(self, time: float) -> None:
         if time not in self.wakes:
