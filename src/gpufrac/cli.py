@@ -294,7 +294,7 @@ def scheduler(
 
     from gpufrac.placement.framework import POLICIES
     from gpufrac.scheduler import serve
-    from gpufrac.scheduler.loop import SchedulerConfig
+    from gpufrac.scheduler.config import SchedulerConfig
 
     if policy not in POLICIES:
         raise UserError(f"--policy {policy}: unknown; choose one of {', '.join(POLICIES)}")

@@ -19,7 +19,8 @@ from lightkube.resources.core_v1 import Node, Pod
 from gpufrac import contract
 from gpufrac.contract import keys
 from gpufrac.scheduler import objects
-from gpufrac.scheduler.loop import Scheduler, SchedulerConfig
+from gpufrac.scheduler.config import SchedulerConfig
+from gpufrac.scheduler.loop import Scheduler
 
 from . import controlplane
 

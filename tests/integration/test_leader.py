@@ -19,8 +19,9 @@ import lightkube
 import yaml
 from lightkube.resources.coordination_v1 import Lease
 
+from gpufrac.scheduler.config import SchedulerConfig
 from gpufrac.scheduler.leader import LeaderElector, LeaseTiming
-from gpufrac.scheduler.loop import Scheduler, SchedulerConfig
+from gpufrac.scheduler.loop import Scheduler
 from gpufrac.scheduler.serve import run_replica
 
 from . import controlplane, fakenodes

@@ -17,7 +17,8 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
 from gpufrac.contract import keys, node_inventory
-from gpufrac.scheduler.loop import Scheduler, SchedulerConfig
+from gpufrac.scheduler.config import SchedulerConfig
+from gpufrac.scheduler.loop import Scheduler
 from gpufrac.testing.fake_nodes import create_gpu_node
 
 from . import fakenodes

@@ -8,7 +8,8 @@ import numpy as np
 
 from gpufrac.contract import keys
 from gpufrac.scheduler.cache import SchedulerCache
-from gpufrac.scheduler.loop import Scheduler, SchedulerConfig
+from gpufrac.scheduler.config import SchedulerConfig
+from gpufrac.scheduler.loop import Scheduler
 from gpufrac.scheduler.queue import SchedulingQueue
 
 from ..kubeapi.fakeapi import FakeClock

@@ -35,7 +35,7 @@ def running(
 
 
 def victims_of(made: Scheduler, pending: dict[str, Any]) -> tuple[set[str], set[str]]:
-    preemptible, reclaimable = made._victims(pending, objects.pod_demand(pending))
+    preemptible, reclaimable = made.evictions.victims(pending, objects.pod_demand(pending))
     return set(preemptible), set(reclaimable)
 
 

@@ -16,9 +16,8 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import replace
 from typing import Any
 
 import lightkube
@@ -27,16 +26,14 @@ from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
 from gpufrac import contract
-from gpufrac.cluster.model import Placement, PodDemand, Unschedulable
+from gpufrac.cluster.model import Placement, Unschedulable
 from gpufrac.cluster.state import PlacementRefused
-from gpufrac.contract import node_inventory, queues
+from gpufrac.contract import queues
 from gpufrac.contract.podgroups import group_of
-from gpufrac.contract.queues import Resource
 from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS, build
 from gpufrac.kubeapi.custom import POD_GROUP_RESOURCE, QUEUE_RESOURCE
 from gpufrac.kubeapi.reflector import reflect
-from gpufrac.placement import tenancy
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Workload
@@ -51,61 +48,19 @@ from gpufrac.scheduler.binder import (
     unbind_misbound,
 )
 from gpufrac.scheduler.cache import SchedulerCache
+from gpufrac.scheduler.config import SchedulerConfig
 from gpufrac.scheduler.devices import Hold
+from gpufrac.scheduler.evictions import Evictions
 from gpufrac.scheduler.gangs import Gangs, bound_members
 from gpufrac.scheduler.keeper import ReservationKeeper
 from gpufrac.scheduler.metrics import SchedulerMetrics
-from gpufrac.scheduler.mover import PREEMPT, RECLAIM, Mover
+from gpufrac.scheduler.mover import Mover
 from gpufrac.scheduler.problems import INVALID, Problem, Problems
 from gpufrac.scheduler.queue import SchedulingQueue
 from gpufrac.scheduler.tenants import Tenants
 
 log = logging.getLogger("gpufrac.scheduler")
 WORKLOAD_REFRESH_SECONDS = 600.0
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerConfig:
-    name: str = "gpufrac"
-    policy: str = "binpack"
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    env_delivery: contract.EnvDelivery = contract.EnvDelivery.CONFIGMAP
-    mps_pipe_directory: str = contract.DEFAULT_MPS_PIPE_DIRECTORY
-    # A bind holds one HTTP connection for its two writes (the env ConfigMap, then the Binding), so binds
-    # in flight bound the rate at about binds / (2 x request latency), and on a busy API server a write
-    # takes tens of milliseconds: with 16, gpufrac bound 66-74 pods/s on a loaded 2-core machine, no more
-    # than kube-scheduler (QPS 1000), which binds every pod in its own goroutine; with 64, 93 pods/s against
-    # its 78 in the same run. httpcore's pool walks every connection on each request, which costs the
-    # scheduler CPU as connections grow (benchmarks/scheduler.py --profile: 3.9 ms of scheduler CPU per pod
-    # at 16 on a quiet machine, 4.8 at 64 on a busy one), a price worth the rate.
-    max_concurrent_binds: int = 64
-    # GPU pods only on nodes whose agent set `gpufrac.io/Ready` (off: nodes without an agent, e.g. tests),
-    # and refreshed it within `agent_heartbeat_timeout` seconds (0: never stale).
-    require_ready: bool = True
-    agent_heartbeat_timeout: float = node_inventory.HEARTBEAT_TIMEOUT_SECONDS
-    # The scheduler's own namespace, where tenants create nothing: its Lease and its reservation pods; what
-    # those run, and how long one whose GPU holds no share is kept before it goes back to the device plugin.
-    namespace: str = "gpufrac-system"
-    reservation_image: str = reservations.DEFAULT_IMAGE
-    reservation_idle_seconds: float = 10.0
-    # sm-sharing shares share a GPU only within one fault domain: the pod's namespace, or, with this set,
-    # the namespaces carrying the same value of this namespace label (an admin's label; tenants cannot
-    # label namespaces).
-    fault_domain_label: str = ""
-    # Evictions to let a pending pod in (scheduler/mover.py): moves of pods that opted in (defragmentation),
-    # preemption of lower priorities in its queue, reclaim from queues over their fair share. At most
-    # `max_moves` pods per pending pod (0: never evict), none running for less than `min_runtime` seconds,
-    # none at or above `protected_priority`; `preemption` off: moves only.
-    max_moves: int = 3
-    min_runtime: float = 600.0
-    preemption: bool = True
-    protected_priority: int = 100
-    # Tenant queues (Queue objects, queues.gpufrac.io): pods are taken from the queue furthest below its fair
-    # share first. Needs the chart's CustomResourceDefinition.
-    queues: bool = False
-    # Gangs (PodGroup objects, podgroups.gpufrac.io): a group's pods are bound together once `minMember` of
-    # them can run. Needs the chart's CustomResourceDefinition.
-    gangs: bool = False
 
 
 class Scheduler:
@@ -185,7 +140,16 @@ class Scheduler:
             clock=clock,
         )
         self.namespace_labels: dict[str, Mapping[str, str]] = {}  # with `fault_domain_label` only
-        self._evictable_at: tuple[float, dict[str, dict[str, int]], dict[str, list[str]]] | None = None
+        self.evictions = Evictions(
+            cache=self.cache,
+            tenants=self.tenants,
+            gangs=self.gangs,
+            mover=self.mover,
+            pending=self.pending,
+            settings=config,
+            fault_domain=self.fault_domain,
+            clock=clock,
+        )
 
     # ---- events -------------------------------------------------------------------------------------------
 
@@ -353,7 +317,11 @@ class Scheduler:
 
     def _order(self, pod: Mapping[str, Any]) -> dict[str, Any]:
         """Where the pod goes in the scheduling queue: its tenant queue, priority and age."""
-        return {"priority": _priority(pod), "created": _created(pod), "tenant": self.tenants.tenant(pod)}
+        return {
+            "priority": _priority(pod),
+            "created": objects.created(pod),
+            "tenant": self.tenants.tenant(pod),
+        }
 
     def _tenant_rank(self) -> Callable[[str], float] | None:
         """The order of the tenant queues, when there are queues and more than one has pods to try."""
@@ -424,7 +392,9 @@ class Scheduler:
             if (
                 isinstance(outcome, Unschedulable)
                 and self.config.max_moves
-                and await self._evict_for(uid, pod, demand, rows, capped=past is not None)
+                and await self.evictions.make_room(
+                    uid, pod, demand, rows, self.policy, capped=past is not None
+                )
             ):
                 self.tenants.outdated()  # the queues' use, counting these evictions, before the next decision
                 self.queue.park(uid, **self._order(pod))
@@ -569,157 +539,6 @@ class Scheduler:
                 {"node(s) where a device plugin runs (a share and whole GPUs in one pod)": int(off.sum())}
             )
         return rows[~off], excluded
-
-    async def _evict_for(
-        self, uid: str, pod: dict[str, Any], demand: PodDemand, rows: np.ndarray, *, capped: bool = False
-    ) -> bool:
-        """Evict pods to let the pod in, off device-plugin nodes, whose GPUs are the kubelet's to give: first
-        by moving pods that opted in (placed again as shares are, on reserved GPUs), else by preempting lower
-        priorities of its queue, or by reclaiming from queues over their fair share when its own is below
-        its quota. `capped`: its queue would pass a limit with it, so only preemption in its queue may help,
-        and only if the pods preempted bring it within. A gang member is planned for with the members its
-        gang still needs, all at once (moves make room for one pod: none for them). True when pods are on
-        their way out."""
-        rows = rows[~np.isin(rows, self.cache.hold_matrix()[0])]
-        members = self._still_needed(uid, pod, demand, rows)
-        if not members:  # a gang whose members could not all run even then: nothing is evicted for it
-            return False
-        if not capped and len(members) == 1:
-            with self.cache.device_view(Hold.RESERVED):
-                if await self.mover.make_room(uid, pod, demand, self.policy, rows):
-                    return True
-        if not self.config.preemption:
-            return False
-        together = _together([wanted for *_, wanted, _ in members])
-        preemptible, reclaimable = self._victims(pod, together)
-        # As planned: a plan releases its victims from the state while it weighs them, and puts them back.
-        placements = dict(self.cache.state.placements) if preemptible or reclaimable else {}
-        tenant = self.tenants.tenant(pod)
-        contested = self.tenants.reclaiming(tenant, together) if reclaimable else set()
-
-        def within_limit(victims: Sequence[str]) -> bool:
-            return (
-                not capped
-                or self.tenants.past_limit(tenant, together, [placements[v] for v in victims]) is None
-            )
-
-        def within_surplus(victims: Sequence[str]) -> bool:
-            """Each victim was offered alone (`_victims`): together they must leave every queue its share."""
-            taken: dict[str, list[Placement]] = {}
-            for victim in victims:
-                taken.setdefault(self.tenants.tenant(self.cache.bound.get(victim, {})), []).append(
-                    placements[victim]
-                )
-            return all(self.tenants.surplus_covers(queue, held, contested) for queue, held in taken.items())
-
-        lost = self._work_lost([*preemptible, *reclaimable], placements)
-        for victims, why, allow in (
-            (preemptible, PREEMPT, within_limit),
-            ({} if capped else reclaimable, RECLAIM, within_surplus),
-        ):
-            if victims and await self.mover.preempt(members, self.policy, victims, why, allow, lost):
-                return True
-        return False
-
-    def _work_lost(self, victims: list[str], placements: Mapping[str, Placement]) -> dict[str, float]:
-        """The GPU-seconds each victim has run, which its eviction throws away: among victims otherwise
-        alike, the plan takes those that lose least."""
-        now, state = self.mover.wall_clock(), self.cache.state
-        lost = {}
-        for victim in victims:
-            since = objects.running_since(self.cache.bound.get(victim, {}))
-            if since is not None and victim in placements:
-                gpus = tenancy.held(placements[victim], state)[Resource.GPUS]
-                lost[victim] = max(0.0, now - since) * gpus
-        return lost
-
-    def _still_needed(
-        self, uid: str, pod: dict[str, Any], demand: PodDemand, rows: np.ndarray
-    ) -> list[tuple[str, dict[str, Any], PodDemand, np.ndarray]]:
-        """The pods to make room for: the pod alone, or with the pending members of its gang that it takes
-        to reach `minMember` (oldest first); none when its gang has too few pending to get there."""
-        alone = [(uid, pod, demand, rows)]
-        group = group_of(pod) if self.config.gangs else None
-        spec = self.gangs.spec(group) if group is not None else None
-        if group is None or spec is None:
-            return alone
-        gang = self.gangs.gangs.get(group)
-        needed = spec.min_member - bound_members(group, self.cache.bound) - (len(gang.held) if gang else 0)
-        mates = sorted(
-            (_created(body), other, body)
-            for other, body in self.pending.items()
-            if other != uid and group_of(body) == group
-        )
-        members = list(alone)
-        for _, other, body in mates:
-            if len(members) >= needed:
-                break
-            try:
-                wanted = objects.pod_demand(body, fault_domain=self.fault_domain(body))
-            except contract.ContractError:
-                continue
-            eligible, _ = self.cache.eligible_rows(body, gpus=True)
-            members.append((other, body, wanted, eligible[np.isin(eligible, rows)]))
-        return members if len(members) >= needed else []
-
-    def _victims(self, pod: Mapping[str, Any], demand: PodDemand) -> tuple[dict[str, int], dict[str, int]]:
-        """The running pods `pod` may preempt (its queue's, of lower priority) and reclaim (of queues over
-        their fair share, when its queue's use with it stays within its quota; only pods whose going leaves
-        their queue at its fair share at least), by uid, with priorities.
-        Only pods this scheduler placed, below `protected_priority`, running `min_runtime` at least; and, as a
-        gang is evicted whole, a gang's member only if every member may go, counted together."""
-        tenant, priority = self.tenants.tenant(pod), objects.priority(pod)
-        over: set[str] = set()
-        contested: set[Resource] = set()
-        if self.config.queues:
-            if not self.tenants.weighed(objects.pod_uid(pod)):  # shares that count the pod, to reclaim by
-                self.tenants.outdated()
-            self.tenants.rank(self.cache, self.pending)  # fresh use and shares, at most a second old
-            contested = self.tenants.reclaiming(tenant, demand)
-            if contested:
-                over = self.tenants.over_share() - {tenant}
-        pool, gangs = self._evictable()
-        preemptible = {uid: theirs for uid, theirs in pool.get(tenant, {}).items() if theirs < priority}
-        placements = self.cache.state.placements
-        reclaimable = {
-            uid: theirs
-            for queue in over
-            for uid, theirs in pool.get(queue, {}).items()
-            if uid in placements
-            and self.tenants.surplus_covers(
-                queue, [placements[m] for m in gangs.get(uid, [uid]) if m in placements], contested
-            )
-        }
-        return _whole_gangs(preemptible, gangs), _whole_gangs(reclaimable, gangs)
-
-    def _evictable(self) -> tuple[dict[str, dict[str, int]], dict[str, list[str]]]:
-        """The running pods any pod may evict at all, by queue, with priorities: this scheduler's, below
-        `protected_priority`, running `min_runtime` at least; and each bound gang member's group, as the uids
-        of its bound members. A pass over every bound pod, so kept a second: a burst of pods that fit
-        nowhere must not each pay it."""
-        now = self.clock()
-        if self._evictable_at is not None and now - self._evictable_at[0] < 1.0:
-            return self._evictable_at[1:]
-        oldest = self.mover.wall_clock() - self.config.min_runtime
-        pool: dict[str, dict[str, int]] = {}
-        gangs: dict[str, list[str]] = {}
-        members: dict[str, list[str]] = {}
-        for uid, victim in self.cache.bound.items():
-            if (group := group_of(victim)) is not None:  # as the mover finds a victim's gang
-                gangs[uid] = members.setdefault(group, [])
-                gangs[uid].append(uid)
-            since = objects.running_since(victim)
-            theirs = objects.priority(victim)
-            if (
-                objects.scheduler_name(victim) == self.config.name
-                and theirs < self.config.protected_priority
-                and since is not None
-                and since <= oldest
-                and uid in self.cache.state.placements
-            ):
-                pool.setdefault(self.tenants.tenant(victim), {})[uid] = theirs
-        self._evictable_at = (now, pool, gangs)
-        return pool, gangs
 
     async def _reserve_for(self, uid: str, pod: dict[str, Any], trial: Placement) -> bool:
         """Make the pod wait for the reservations `trial` needs on its node: the ones not yet published there
@@ -945,23 +764,8 @@ class Scheduler:
                 )
 
 
-def _whole_gangs(victims: Mapping[str, int], gangs: Mapping[str, list[str]]) -> dict[str, int]:
-    """The victims whose whole gang is among the victims (the mover evicts a gang whole)."""
-    return {uid: theirs for uid, theirs in victims.items() if all(m in victims for m in gangs.get(uid, []))}
-
-
 def _priority(pod: Mapping[str, Any]) -> int:
     return objects.priority(pod)
-
-
-def _created(pod: Mapping[str, Any]) -> float:
-    """The pod's creationTimestamp as seconds since the epoch. The API writes it in UTC (`Z`), which
-    `fromisoformat` honours; 0 for a pod without one, so it sorts first among equals."""
-    stamp = objects.meta(pod).get("creationTimestamp")
-    try:
-        return datetime.fromisoformat(stamp).timestamp() if isinstance(stamp, str) else 0.0
-    except ValueError:
-        return 0.0
 
 
 def _spec_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
@@ -970,16 +774,3 @@ def _spec_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
     return objects.meta(before).get("annotations") != objects.meta(after).get("annotations") or before.get(
         "spec"
     ) != after.get("spec")
-
-
-def _together(demands: list[PodDemand]) -> PodDemand:
-    """Pods asking as one, for a queue's quota and limits: what a gang's members ask for in all."""
-    if len(demands) == 1:
-        return demands[0]
-    return PodDemand(
-        demands[0].name,
-        cpu_milli=sum(demand.cpu_milli for demand in demands),
-        memory_mib=sum(demand.memory_mib for demand in demands),
-        whole=tuple(item for demand in demands for item in demand.whole),
-        shares=tuple(share for demand in demands for share in demand.shares),
-    )

@@ -379,6 +379,16 @@ def movable_since(pod: Obj) -> float | None:
     return running_since(pod)
 
 
+def created(pod: Mapping[str, Any]) -> float:
+    """The pod's creationTimestamp as seconds since the epoch. The API writes it in UTC (`Z`), which
+    `fromisoformat` honours; 0 for a pod without one, so it sorts first among equals."""
+    stamp = meta(pod).get("creationTimestamp")
+    try:
+        return datetime.fromisoformat(stamp).timestamp() if isinstance(stamp, str) else 0.0
+    except ValueError:
+        return 0.0
+
+
 def running_since(pod: Obj) -> float | None:
     """When a pod started (epoch seconds: `status.startTime`, else its creation), for the minimum runtime
     before it may be evicted; None for one already going or without a readable time."""

@@ -24,8 +24,9 @@ from lightkube.resources.core_v1 import Node
 
 from gpufrac.errors import UserError
 from gpufrac.kubeapi import client as kube_client
+from gpufrac.scheduler.config import SchedulerConfig
 from gpufrac.scheduler.leader import DEFAULT_TIMING, LeaderElector, LeaseTiming
-from gpufrac.scheduler.loop import Scheduler, SchedulerConfig
+from gpufrac.scheduler.loop import Scheduler
 from gpufrac.scheduler.metrics import http_app
 from gpufrac.stopping import stop_on_signals
 

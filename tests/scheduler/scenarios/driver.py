@@ -28,7 +28,8 @@ import pytest
 
 from gpufrac import contract
 from gpufrac.contract import keys, podgroups, queues
-from gpufrac.scheduler.loop import Scheduler, SchedulerConfig
+from gpufrac.scheduler.config import SchedulerConfig
+from gpufrac.scheduler.loop import Scheduler
 from gpufrac.scheduler.mover import MOVE, PREEMPT, RECLAIM
 from gpufrac.scheduler.queue import SchedulingQueue
 

@@ -1,0 +1,222 @@
+"""Making room for a pod that fits nowhere: whose pods may go (preemption within its queue, reclaim across
+queues), for which pods (the pod, or the members its gang still needs, planned for at once), and with
+what limits; the mover plans and carries out the evictions. Apart from the loop so that the loop keeps to
+taking pods from the queue and binding them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from gpufrac import contract
+from gpufrac.cluster.model import Placement, PodDemand
+from gpufrac.contract.podgroups import group_of
+from gpufrac.contract.queues import Resource
+from gpufrac.placement import tenancy
+from gpufrac.placement.framework import Policy
+from gpufrac.scheduler import objects
+from gpufrac.scheduler.cache import SchedulerCache
+from gpufrac.scheduler.config import SchedulerConfig
+from gpufrac.scheduler.devices import Hold
+from gpufrac.scheduler.gangs import Gangs, bound_members
+from gpufrac.scheduler.mover import PREEMPT, RECLAIM, Mover
+from gpufrac.scheduler.tenants import Tenants
+
+
+class Evictions:
+    """The loop's evictions, on its cache, queues, gangs and pending pods (read live: `pending` is the loop's
+    own dict)."""
+
+    def __init__(
+        self,
+        *,
+        cache: SchedulerCache,
+        tenants: Tenants,
+        gangs: Gangs,
+        mover: Mover,
+        pending: Mapping[str, dict[str, Any]],
+        settings: SchedulerConfig,
+        fault_domain: Callable[[Mapping[str, Any]], str],
+        clock: Callable[[], float],
+    ) -> None:
+        self.cache, self.tenants, self.gangs, self.mover = cache, tenants, gangs, mover
+        self.pending, self.config, self.fault_domain, self.clock = pending, settings, fault_domain, clock
+        self._evictable_at: tuple[float, dict[str, dict[str, int]], dict[str, list[str]]] | None = None
+
+    async def make_room(
+        self,
+        uid: str,
+        pod: dict[str, Any],
+        demand: PodDemand,
+        rows: np.ndarray,
+        policy: Policy,
+        *,
+        capped: bool = False,
+    ) -> bool:
+        """Evict pods to let the pod in, off device-plugin nodes, whose GPUs are the kubelet's to give: first
+        by moving pods that opted in (placed again as shares are, on reserved GPUs), else by preempting lower
+        priorities of its queue, or by reclaiming from queues over their fair share when its own is below
+        its quota. `capped`: its queue would pass a limit with it, so only preemption in its queue may help,
+        and only if the pods preempted bring it within. A gang member is planned for with the members its
+        gang still needs, all at once (moves make room for one pod: none for them). True when pods are on
+        their way out."""
+        rows = rows[~np.isin(rows, self.cache.hold_matrix()[0])]
+        members = self._still_needed(uid, pod, demand, rows)
+        if not members:  # a gang whose members could not all run even then: nothing is evicted for it
+            return False
+        if not capped and len(members) == 1:
+            with self.cache.device_view(Hold.RESERVED):
+                if await self.mover.make_room(uid, pod, demand, policy, rows):
+                    return True
+        if not self.config.preemption:
+            return False
+        asked = together([wanted for *_, wanted, _ in members])
+        preemptible, reclaimable = self.victims(pod, asked)
+        # As planned: a plan releases its victims from the state while it weighs them, and puts them back.
+        placements = dict(self.cache.state.placements) if preemptible or reclaimable else {}
+        tenant = self.tenants.tenant(pod)
+        contested = self.tenants.reclaiming(tenant, asked) if reclaimable else set()
+
+        def within_limit(victims: Sequence[str]) -> bool:
+            return (
+                not capped or self.tenants.past_limit(tenant, asked, [placements[v] for v in victims]) is None
+            )
+
+        def within_surplus(victims: Sequence[str]) -> bool:
+            """Each victim was offered alone (`_victims`): together they must leave every queue its share."""
+            taken: dict[str, list[Placement]] = {}
+            for victim in victims:
+                taken.setdefault(self.tenants.tenant(self.cache.bound.get(victim, {})), []).append(
+                    placements[victim]
+                )
+            return all(self.tenants.surplus_covers(queue, held, contested) for queue, held in taken.items())
+
+        lost = self._work_lost([*preemptible, *reclaimable], placements)
+        for victims, why, allow in (
+            (preemptible, PREEMPT, within_limit),
+            ({} if capped else reclaimable, RECLAIM, within_surplus),
+        ):
+            if victims and await self.mover.preempt(members, policy, victims, why, allow, lost):
+                return True
+        return False
+
+    def _work_lost(self, victims: list[str], placements: Mapping[str, Placement]) -> dict[str, float]:
+        """The GPU-seconds each victim has run, which its eviction throws away: among victims otherwise
+        alike, the plan takes those that lose least."""
+        now, state = self.mover.wall_clock(), self.cache.state
+        lost = {}
+        for victim in victims:
+            since = objects.running_since(self.cache.bound.get(victim, {}))
+            if since is not None and victim in placements:
+                gpus = tenancy.held(placements[victim], state)[Resource.GPUS]
+                lost[victim] = max(0.0, now - since) * gpus
+        return lost
+
+    def _still_needed(
+        self, uid: str, pod: dict[str, Any], demand: PodDemand, rows: np.ndarray
+    ) -> list[tuple[str, dict[str, Any], PodDemand, np.ndarray]]:
+        """The pods to make room for: the pod alone, or with the pending members of its gang that it takes
+        to reach `minMember` (oldest first); none when its gang has too few pending to get there."""
+        alone = [(uid, pod, demand, rows)]
+        group = group_of(pod) if self.config.gangs else None
+        spec = self.gangs.spec(group) if group is not None else None
+        if group is None or spec is None:
+            return alone
+        gang = self.gangs.gangs.get(group)
+        needed = spec.min_member - bound_members(group, self.cache.bound) - (len(gang.held) if gang else 0)
+        mates = sorted(
+            (objects.created(body), other, body)
+            for other, body in self.pending.items()
+            if other != uid and group_of(body) == group
+        )
+        members = list(alone)
+        for _, other, body in mates:
+            if len(members) >= needed:
+                break
+            try:
+                wanted = objects.pod_demand(body, fault_domain=self.fault_domain(body))
+            except contract.ContractError:
+                continue
+            eligible, _ = self.cache.eligible_rows(body, gpus=True)
+            members.append((other, body, wanted, eligible[np.isin(eligible, rows)]))
+        return members if len(members) >= needed else []
+
+    def victims(self, pod: Mapping[str, Any], demand: PodDemand) -> tuple[dict[str, int], dict[str, int]]:
+        """The running pods `pod` may preempt (its queue's, of lower priority) and reclaim (of queues over
+        their fair share, when its queue's use with it stays within its quota; only pods whose going leaves
+        their queue at its fair share at least), by uid, with priorities.
+        Only pods this scheduler placed, below `protected_priority`, running `min_runtime` at least; and, as a
+        gang is evicted whole, a gang's member only if every member may go, counted together."""
+        tenant, priority = self.tenants.tenant(pod), objects.priority(pod)
+        over: set[str] = set()
+        contested: set[Resource] = set()
+        if self.config.queues:
+            if not self.tenants.weighed(objects.pod_uid(pod)):  # shares that count the pod, to reclaim by
+                self.tenants.outdated()
+            self.tenants.rank(self.cache, self.pending)  # fresh use and shares, at most a second old
+            contested = self.tenants.reclaiming(tenant, demand)
+            if contested:
+                over = self.tenants.over_share() - {tenant}
+        pool, gangs = self._evictable()
+        preemptible = {uid: theirs for uid, theirs in pool.get(tenant, {}).items() if theirs < priority}
+        placements = self.cache.state.placements
+        reclaimable = {
+            uid: theirs
+            for queue in over
+            for uid, theirs in pool.get(queue, {}).items()
+            if uid in placements
+            and self.tenants.surplus_covers(
+                queue, [placements[m] for m in gangs.get(uid, [uid]) if m in placements], contested
+            )
+        }
+        return whole_gangs(preemptible, gangs), whole_gangs(reclaimable, gangs)
+
+    def _evictable(self) -> tuple[dict[str, dict[str, int]], dict[str, list[str]]]:
+        """The running pods any pod may evict at all, by queue, with priorities: this scheduler's, below
+        `protected_priority`, running `min_runtime` at least; and each bound gang member's group, as the uids
+        of its bound members. A pass over every bound pod, so kept a second: a burst of pods that fit
+        nowhere must not each pay it."""
+        now = self.clock()
+        if self._evictable_at is not None and now - self._evictable_at[0] < 1.0:
+            return self._evictable_at[1:]
+        oldest = self.mover.wall_clock() - self.config.min_runtime
+        pool: dict[str, dict[str, int]] = {}
+        gangs: dict[str, list[str]] = {}
+        members: dict[str, list[str]] = {}
+        for uid, victim in self.cache.bound.items():
+            if (group := group_of(victim)) is not None:  # as the mover finds a victim's gang
+                gangs[uid] = members.setdefault(group, [])
+                gangs[uid].append(uid)
+            since = objects.running_since(victim)
+            theirs = objects.priority(victim)
+            if (
+                objects.scheduler_name(victim) == self.config.name
+                and theirs < self.config.protected_priority
+                and since is not None
+                and since <= oldest
+                and uid in self.cache.state.placements
+            ):
+                pool.setdefault(self.tenants.tenant(victim), {})[uid] = theirs
+        self._evictable_at = (now, pool, gangs)
+        return pool, gangs
+
+
+def whole_gangs(victims: Mapping[str, int], gangs: Mapping[str, list[str]]) -> dict[str, int]:
+    """The victims whose whole gang is among the victims (the mover evicts a gang whole)."""
+    return {uid: theirs for uid, theirs in victims.items() if all(m in victims for m in gangs.get(uid, []))}
+
+
+def together(demands: list[PodDemand]) -> PodDemand:
+    """Pods asking as one, for a queue's quota and limits: what a gang's members ask for in all."""
+    if len(demands) == 1:
+        return demands[0]
+    return PodDemand(
+        demands[0].name,
+        cpu_milli=sum(demand.cpu_milli for demand in demands),
+        memory_mib=sum(demand.memory_mib for demand in demands),
+        whole=tuple(item for demand in demands for item in demand.whole),
+        shares=tuple(share for demand in demands for share in demand.shares),
+    )
