@@ -86,7 +86,7 @@ class Evictions:
             )
 
         def within_surplus(victims: Sequence[str]) -> bool:
-            """Each victim was offered alone (`_victims`): together they must leave every queue its share."""
+            """Each victim was offered alone (`victims`): together they must leave every queue its share."""
             taken: dict[str, list[Placement]] = {}
             for victim in victims:
                 taken.setdefault(self.tenants.tenant(self.cache.bound.get(victim, {})), []).append(
