@@ -57,9 +57,9 @@ class Evictions:
         capped: bool = False,
     ) -> bool:
         """Evict pods to let the pod in, off device-plugin nodes, whose GPUs are the kubelet's to give: first
-        by moving pods that opted in (placed again as shares are, on reserved GPUs), else by preempting lower
-        priorities of its queue, or by reclaiming from queues over their fair share when its own is below
-        its quota. `capped`: its queue would pass a limit with it, so only preemption in its queue may help,
+        by moving pods that opted in (placed again as shares are, on reserved GPUs), else by reclaiming from
+        queues over their fair share when its own is below its quota, or by preempting lower priorities of
+        its queue. `capped`: its queue would pass a limit with it, so only preemption in its queue may help,
         and only if the pods preempted bring it within. A gang member is planned for with the members its
         gang still needs, all at once (moves make room for one pod: none for them). True when pods are on
         their way out."""
@@ -95,9 +95,11 @@ class Evictions:
             return all(self.tenants.surplus_covers(queue, held, contested) for queue, held in taken.items())
 
         lost = self._work_lost([*preemptible, *reclaimable], placements)
+        # Reclaim first, as KAI Scheduler's actions run (reclaim, then preempt): a queue owed its quota takes
+        # back what others borrowed before it evicts its own lower priorities.
         for victims, why, allow in (
-            (preemptible, PREEMPT, within_limit),
             ({} if capped else reclaimable, RECLAIM, within_surplus),
+            (preemptible, PREEMPT, within_limit),
         ):
             if victims and await self.mover.preempt(members, policy, victims, why, allow, lost):
                 return True

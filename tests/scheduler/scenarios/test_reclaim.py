@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from .driver import ANY, PREEMPTED, RECLAIMED, Ask, Node, Run, Scenario, cases, check, pods
+from .driver import ANY, RECLAIMED, Ask, Node, Run, Scenario, cases, check, pods
 
 TWO_NODES = {"n1": Node(), "n2": Node()}
 THREE_NODES = {"n1": Node(), "n2": Node(), "n3": Node()}
@@ -120,13 +120,13 @@ SCENARIOS = [
         evicted={"c1": RECLAIMED},
     ),
     Scenario(
-        "a pod that may preempt in its own queue does so before reclaiming",
+        "a queue owed its quota reclaims what another borrowed before it preempts its own (KAI's order)",
         nodes=TWO_NODES,
         queues={"a": {"gpus": {"quota": 2}}, "b": {}},
         running={"low": Run("n1:0", queue="a", priority=1), "b1": Run("n2:0", queue="b")},
         pending={"high": Ask(gpus=1, queue="a", priority=10)},
-        binds={"high": "n1"},
-        evicted={"low": PREEMPTED},
+        binds={"high": "n2"},
+        evicted={"b1": RECLAIMED},
     ),
     Scenario(
         "the room reclaimed is kept for the pod that reclaimed it: an idle queue's pod, served first, waits",
