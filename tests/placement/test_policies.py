@@ -17,8 +17,9 @@ from gpufrac.contract.model import Mebibytes, Portion, ShareRequest, WholeGpuReq
 from gpufrac.placement.engine import decide
 from gpufrac.placement.fit import find_fit
 from gpufrac.placement.framework import POLICIES, Policy
+from gpufrac.placement.policies import fgd_stranding
 from gpufrac.placement.policies.fgd import fgd_score
-from gpufrac.placement.policies.fgd_stranding import STRANDING_WEIGHT, cpu_per_gpu
+from gpufrac.placement.policies.fgd_stranding import STRANDING_WEIGHT, cpu_per_gpu, model_need
 from gpufrac.placement.workload import Shape, Workload
 
 from ..cluster.builders import SM, TS, node, share_at, share_pod, whole_at, whole_pod
@@ -525,3 +526,30 @@ def test_fgd_stranding_feeds_gpus_at_the_workloads_weighted_median_cpu_per_gpu()
     assert cpu_per_gpu(tasks) == 6_000
     assert cpu_per_gpu(tasks, percentile=70) == 8_000
     assert cpu_per_gpu(workload((Shape(cpu_milli=2_000, gpus=0, milli=0), 1.0))) == 0
+
+
+def test_fgd_stranding_keeps_pods_that_may_run_anywhere_off_the_gpus_restricted_pods_need(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Half the workload's GPU demand may run only on T4s, which are a quarter of the GPUs: taking a T4 costs
+    a pod that may run anywhere its milli-GPU times the T4s' need (2), so that steering by CPU (the T4s are
+    CPU-rich on openb) does not spend them on it; on a V100 it costs nothing."""
+    tasks = workload(
+        (Shape(cpu_milli=0, gpus=1, milli=1000), 0.5),
+        (Shape(cpu_milli=0, gpus=1, milli=1000, models=frozenset({"T4"})), 0.5),
+    )
+    state = ClusterState([node("t4", 1, model="T4"), *(node(f"v{i}", 1, model="V100") for i in range(3))])
+    need = model_need(tasks, state)
+    assert need[state.models.index("T4")] == pytest.approx(0.5 / 0.25)
+    assert need[state.models.index("V100")] == 0
+    anywhere = whole_pod("w")
+    with_need = scores(state, anywhere, "fgd-stranding", target=tasks)
+    monkeypatch.setattr(fgd_stranding, "MODEL_NEED_WEIGHT", 0.0)
+    without = scores(state, anywhere, "fgd-stranding", target=tasks)
+    assert with_need[1:] == without[1:]
+    assert with_need[0] == int(fgd_score(np.array(4.0 * 2 * 1000))) < without[0]
+    # A pod that must run on a T4 still gets it.
+    monkeypatch.undo()
+    assert place(state, whole_pod("t", models=["T4"]), policy("fgd-stranding", target=tasks)).node == "t4"
+    # Without restricted pods in the workload, no model is needed.
+    assert not model_need(workload((Shape(cpu_milli=0, gpus=1, milli=1000), 1.0)), state).any()

@@ -6,11 +6,21 @@ out first: at the end of an FGD replay most fully free GPUs are on nodes with al
 node's *stranded* capacity is its free GPU share beyond what its free CPU can still feed at the workload's
 median CPU per GPU (cores per 1000 milli-GPU, weighted over the GPU shapes of the target workload), and
 this policy adds `STRANDING_WEIGHT` × the growth of that stranded share to FGD's Δ before FGD's
-whole-number scoring. FGD's integer rounding and its ties are kept on purpose (finer scores lose about 0.4
-points); among equal scores the pod takes the GPU it leaves the least free share on (best fit), then the
-fixed node order, as FGD.
+whole-number scoring.
 
-Frozen constants, chosen on the default openb trace, seeds 42-51, and not tuned per trace:
+Steering by CPU has a cost where pods may run only on some GPU models (the openb gpuspec traces): the T4
+nodes have 52 cores per GPU, so they never strand, and the term sends pods that may run anywhere onto them,
+while T4-only pods are 12% of the demand (gpuspec25: 90.9 against FGD's 94.0, seed 42). So taking a GPU of
+model m also costs `MODEL_NEED_WEIGHT` × the pod's milli-GPU × `model_need`: how much of m's GPUs the
+workload's model-restricted pods need, relative to m's share of the cluster (0 for every model on a
+workload without restricted pods).
+
+FGD's integer rounding and its ties are kept on purpose (finer scores lose about 0.4 points); among equal
+scores the pod takes the GPU it leaves the least free share on (best fit), then the fixed node order, as
+FGD.
+
+Frozen constants, chosen on the default openb trace, seeds 42-51, and not tuned per trace
+(`MODEL_NEED_WEIGHT` = 4 is `STRANDING_WEIGHT`'s, untuned: it does not move the default trace);
 `STRANDING_WEIGHT` = 4 and `CPU_PERCENTILE` = 50 (the median; the reference measured +0.15 at the 10th
 percentile against +0.7 at the median). Weights 1, 2, 3 and 4 gave 95.87, 95.88, 95.88 and 95.89 there
 (FGD 95.27). Memory as a second feed, at its median per GPU, measured no gain (seeds 42-46), so it is left
@@ -31,6 +41,7 @@ from gpufrac.placement.workload import Workload
 
 STRANDING_WEIGHT = 4.0
 CPU_PERCENTILE = 50.0
+MODEL_NEED_WEIGHT = 4.0
 # A GPU's leftover share is 0 to 1000 milli; scaling the FGD score past that range makes the leftover a
 # pure tie-break.
 _LEFTOVER_SPAN = 1001
@@ -56,9 +67,32 @@ def stranded_milli(free_milli: np.ndarray, cpu_free: np.ndarray, cpu_per_gpu: fl
     return np.maximum(free_milli - 1000 * np.maximum(cpu_free, 0) / cpu_per_gpu, 0)
 
 
+def model_need(workload: Workload, state: ClusterState) -> np.ndarray:
+    """Per GPU model (by `state`'s model ids): the share of the workload's GPU demand that may run only on
+    some models, split evenly over the models each such shape allows, over the model's share of the
+    cluster's GPUs. About 1 for a model its restricted pods alone would fill; 0 for one no restricted pod
+    needs (on a trace without restricted pods, every model)."""
+    gpu = workload.gpus * workload.milli > 0
+    demand = workload.weights * workload.gpus * workload.milli
+    total = float(demand[gpu].sum())
+    ok = workload.model_ok(state.models)  # (models, shapes)
+    needed = np.zeros(len(state.models))
+    for shape in np.flatnonzero(gpu & np.array([shape.models is not None for shape in workload.shapes])):
+        allowed = np.flatnonzero(ok[:, shape])
+        if allowed.size and total > 0:
+            needed[allowed] += demand[shape] / total / allowed.size
+    active = state.active
+    supply = np.bincount(
+        state.model_id[active], weights=state.gpu_count[active], minlength=len(state.models)
+    ).astype(float)
+    supply /= max(float(supply.sum()), 1.0)
+    return np.where(supply > 0, needed / np.maximum(supply, 1e-12), 0.0)
+
+
 @dataclass
 class FgdStranding(Fgd):
     cpu_per_gpu: float = 0.0  # milli-CPU per GPU; 0 strands nothing
+    _need: tuple[int, np.ndarray] | None = None  # (models known, `model_need`), made on first use
 
     def _share_scores(
         self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, need: np.ndarray
@@ -79,12 +113,22 @@ class FgdStranding(Fgd):
         cpu_after = (cpu - fit.pod.cpu_milli)[candidates]
         after = stranded_milli(after_free.sum(axis=-1), cpu_after, self.cpu_per_gpu)
         growth = self._growth(state, fit, rows, free, after_free)
-        score = fgd_score(growth + STRANDING_WEIGHT * (after - before[candidates]))
+        taken = free.sum(axis=-1)[candidates] - after_free.sum(axis=-1)  # the pod's milli-GPU on the node
+        needed = self._model_need(state)[state.model_id[rows]][candidates]
+        score = fgd_score(
+            growth + STRANDING_WEIGHT * (after - before[candidates]) + MODEL_NEED_WEIGHT * needed * taken
+        )
         if after_free.ndim == free.ndim:
             return score
         # One candidate GPU per position on the second axis: its own leftover is on the diagonal.
         leftover = np.diagonal(after_free, axis1=1, axis2=2)
         return score * _LEFTOVER_SPAN + (1000 - leftover)
+
+    def _model_need(self, state: ClusterState) -> np.ndarray:
+        """`model_need`, made again only when a GPU model appears (a node of a new model joined)."""
+        if self._need is None or self._need[0] != len(state.models):
+            self._need = (len(state.models), model_need(self.workload, state))
+        return self._need[1]
 
 
 def _build(context: PolicyContext) -> Policy:
