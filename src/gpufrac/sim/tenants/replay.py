@@ -87,7 +87,11 @@ class _Pod:
     run: int = 0  # counts its runs: a departure planned for an earlier run is void
     entitled_at: float | None = None  # when it first found no room while its queue could reclaim
     holds: tenancy.Amounts = field(default_factory=dict)
-    gpus: float = 0.0  # GPUs its placement holds (a share of half a GPU: 0.5)
+
+    @property
+    def gpus(self) -> float:
+        """GPUs its placement holds (a share of half a GPU: 0.5), as its queue counts them."""
+        return self.holds.get(Resource.GPUS, 0.0)
 
     @property
     def name(self) -> str:
@@ -315,11 +319,6 @@ class _Replay:
         self.state.apply(placement)
         pod.status = status
         pod.holds = tenancy.held(placement, self.state)
-        row = self.state.index[placement.node]
-        pod.gpus = sum(
-            a.request_mib * len(a.gpus) / int(self.state.gpu_mem[row, a.gpus[0]])
-            for a in placement.assignments
-        )
         tenancy.add(self.usage[pod.queue], pod.holds)
 
     def _unplace(self, pod: _Pod, status: Status) -> None:
