@@ -156,8 +156,12 @@ class Tenants:
         )
 
     def over_share(self) -> set[str]:
-        """The queues using more than their fair share of some resource."""
-        return {tenant for tenant, rank in self.ranks.items() if rank > 1.0 + 1e-9}
+        """The queues using more than their fair share of some resource (`tenancy.over_share`)."""
+        return {
+            tenant
+            for tenant in self.ranks
+            if tenancy.over_share(self.usage.get(tenant, {}), self.shares.get(tenant, {}))
+        }
 
     def _recompute(self, cache: SchedulerCache, pending: Mapping[str, Mapping[str, Any]]) -> None:
         self._weighed, self._state = set(pending), cache.state
