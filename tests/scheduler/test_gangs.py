@@ -74,3 +74,24 @@ def test_a_pod_groups_queue_is_its_members_queue() -> None:
     loner = {"metadata": {"namespace": "ns", "labels": {"gpufrac.io/queue": "b"}}}
     assert (tenants.tenant(member), tenants.tenant(loner)) == ("team-a", "b")
     assert Tenants(report=lambda _: None).tenant(member) == "b"  # without gangs, its own label
+
+
+def test_a_queue_closed_to_the_pods_namespace_is_not_the_queue_it_counts_in() -> None:
+    """A PodGroup's queue may change after its pods run (the webhook does not see PodGroups), and a pod may
+    predate its queue's `namespaces`: such pods count in `default`, so that no namespace makes another
+    team's queue look busy or offers its pods as that queue's; a pod still waiting is told why."""
+    made = Gangs(on_bad=lambda *_: None)
+    spec = {"minMember": 2, "queue": "team-a"}
+    made.index.listed([{"kind": "PodGroup", "metadata": {"name": "g", "namespace": "web"}, "spec": spec}])
+    tenants = Tenants(report=lambda _: None, pod_groups=made.index)
+    tenants.on_listed([{"metadata": {"name": "team-a"}, "spec": {"namespaces": ["ml"]}}])
+    member = {"metadata": {"namespace": "web", "labels": {"gpufrac.io/pod-group": "g"}}}
+    labelled = {"metadata": {"namespace": "web", "labels": {"gpufrac.io/queue": "team-a"}}}
+    owner = {"metadata": {"namespace": "ml", "labels": {"gpufrac.io/queue": "team-a"}}}
+    assert [tenants.tenant(pod) for pod in (member, labelled, owner)] == ["default", "default", "team-a"]
+    assert tenants.claimed(member) == "team-a"
+    assert (tenants.refusal(member) or "").startswith("namespace web may not use queue team-a")
+    assert tenants.refusal(owner) is None
+    assert tenants.refusal({"metadata": {"namespace": "ml", "labels": {"gpufrac.io/queue": "nope"}}}) == (
+        "queue nope does not exist: create the Queue, or label the pod with one that does"
+    )

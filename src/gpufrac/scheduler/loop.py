@@ -28,7 +28,6 @@ from lightkube.types import PatchType
 from gpufrac import contract
 from gpufrac.cluster.model import Placement, Unschedulable
 from gpufrac.cluster.state import PlacementRefused
-from gpufrac.contract import queues
 from gpufrac.contract.podgroups import group_of
 from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS, build
@@ -329,14 +328,6 @@ class Scheduler:
             return None
         return self.tenants.rank(self.cache, self.pending)
 
-    def _not_in_queue(self, pod: Mapping[str, Any]) -> str | None:
-        """Why the pod may not be scheduled in its queue: a queue nobody made has no share to be measured
-        against (placed, it would always go first), and a queue may be closed to the pod's namespace."""
-        tenant = self.tenants.tenant(pod)
-        if tenant not in self.tenants.specs:
-            return f"queue {tenant} does not exist: create the Queue, or label the pod with one that does"
-        return queues.refusal(self.tenants.specs, tenant, str(objects.meta(pod).get("namespace") or ""))
-
     async def _schedule(self, uid: str, pod: dict[str, Any]) -> None:
         started = time.perf_counter()
         try:
@@ -346,7 +337,7 @@ class Scheduler:
             self.queue.park(uid, **self._order(pod))
             await self._report_failure(pod, f"invalid GPU request: {error}")
             return
-        if self.config.queues and (why := self._not_in_queue(pod)):
+        if self.config.queues and (why := self.tenants.refusal(pod)):
             self.metrics.attempts.labels("invalid").inc()
             self.queue.park(uid, **self._order(pod))
             await self._report_failure(pod, why)

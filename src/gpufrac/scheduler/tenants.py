@@ -117,13 +117,31 @@ class Tenants:
             tenancy.add(self.held.setdefault(queue, {}), amounts)
         self.ranks[tenant] = fairshare.starvation(usage, self.shares.get(tenant, {}))
 
-    def tenant(self, pod: Mapping[str, Any]) -> str:
-        """The pod's queue: its PodGroup's, when that names one, else its own label's (`tenant_of`)."""
+    def claimed(self, pod: Mapping[str, Any]) -> str:
+        """The queue the pod names: its PodGroup's, when that names one, else its label's (`tenant_of`)."""
         if self.pod_groups is not None and (group := group_of(pod)) is not None:
             spec = self.pod_groups.specs.get(group)
             if spec is not None and spec.queue:
                 return spec.queue
         return tenant_of(pod)
+
+    def refusal(self, pod: Mapping[str, Any]) -> str | None:
+        """Why the pod may not be scheduled in the queue it names: a queue nobody made has no share to be
+        measured against (placed, it would always go first), and a queue may be closed to the pod's
+        namespace (`queues.refusal`)."""
+        queue = self.claimed(pod)
+        if queue not in self.specs:
+            return f"queue {queue} does not exist: create the Queue, or label the pod with one that does"
+        return queues.refusal(self.specs, queue, objects.text_field(pod, "metadata", "namespace"))
+
+    def tenant(self, pod: Mapping[str, Any]) -> str:
+        """The queue the pod counts in: the one it names, unless that queue is closed to its namespace (a
+        PodGroup whose queue changed after its pods ran, a pod made before its queue was closed or past a
+        webhook that does not watch Queues); then `default`, so that no namespace makes another team's queue
+        look busy, or offers its pods as that queue's."""
+        queue = self.claimed(pod)
+        namespace = objects.text_field(pod, "metadata", "namespace")
+        return queues.DEFAULT_QUEUE if queues.refusal(self.specs, queue, namespace) else queue
 
     def past_limit(self, tenant: str, demand: PodDemand, freeing: Iterable[Placement] = ()) -> str | None:
         """Why the pod may not be placed: with it (and without the queue's pods `freeing`), its queue or one
