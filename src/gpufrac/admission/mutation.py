@@ -30,7 +30,7 @@ The base name is random, and a pure function cannot draw it, so the server passe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpufrac import contract
@@ -148,8 +148,7 @@ def _delivery_patch(
     """An `envFrom` on each GPU container to its own env ConfigMap (one per container, since `envFrom`
     imports a whole ConfigMap), and the MPS pipe directory for sm-sharing containers."""
     spec = shapes.as_mapping(pod.get("spec"))
-    containers = shapes.as_list(spec.get("containers"))
-    index = {shapes.as_str(shapes.as_mapping(entry).get("name")): i for i, entry in enumerate(containers)}
+    containers, index = _containers(pod)
     patch: list[dict[str, Any]] = []
     for name in gpu_containers(asked):
         i = index[name]
@@ -195,8 +194,7 @@ def _resource_patch(
     pod: Mapping[str, Any], asked: contract.PodGpuRequest, reference_mib: int
 ) -> list[dict[str, Any]]:
     """`GPU_MEMORY_RESOURCE` in the requests and limits of each share container."""
-    containers = shapes.as_list(shapes.as_mapping(pod.get("spec")).get("containers"))
-    index = {shapes.as_str(shapes.as_mapping(entry).get("name")): i for i, entry in enumerate(containers)}
+    containers, index = _containers(pod)
     resource = memory_resource.GPU_MEMORY_RESOURCE
     patch: list[dict[str, Any]] = []
     for name, quantity in counted(asked, reference_mib).items():
@@ -226,6 +224,14 @@ def _no_gpu_patch(pod: Mapping[str, Any], asked: contract.PodGpuRequest) -> list
                 continue
             patch.append(_append(f"/spec/{kind}/{i}/env", entry.get("env"), variable))
     return patch
+
+
+def _containers(pod: Mapping[str, Any]) -> tuple[Sequence[object], dict[str, int]]:
+    """The pod's regular containers, and each one's position by name: what a JSON Pointer names."""
+    containers = shapes.as_list(shapes.as_mapping(pod.get("spec")).get("containers"))
+    return containers, {
+        shapes.as_str(shapes.as_mapping(entry).get("name")): i for i, entry in enumerate(containers)
+    }
 
 
 def _append(path: str, current: object, item: dict[str, Any]) -> dict[str, Any]:
