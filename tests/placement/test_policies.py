@@ -31,7 +31,7 @@ ALL = sorted(POLICIES)
 def scores(
     state: ClusterState, pod: PodDemand, chosen: str | Policy, *, target: Workload = DEFAULT_WORKLOAD
 ) -> list[int]:
-    fit, _ = find_fit(state, pod)
+    fit = find_fit(state, pod)
     scorer = (policy(chosen, target=target) if isinstance(chosen, str) else chosen).scorer
     return [int(score) for score in scorer.score(state, fit)]
 
@@ -281,10 +281,10 @@ def test_clustering_bands_put_a_whole_gpu_with_whole_gpus_of_its_size() -> None:
 def test_clustering_sees_a_node_change_after_its_pods_leave() -> None:
     state = _clustering_cluster()
     chosen = policy("clustering")
-    fit, _ = find_fit(state, share_pod("p", 250))
+    fit = find_fit(state, share_pod("p", 250))
     assert chosen.scorer.score(state, fit)[0] == 89
     state.release("s1")
-    fit, _ = find_fit(state, share_pod("p", 250))
+    fit = find_fit(state, share_pod("p", 250))
     assert chosen.scorer.score(state, fit)[0] == 25 + 12
 
 

@@ -109,11 +109,12 @@ class PodDemand:
     # sm-sharing merges the fault domains of the processes on a GPU (one MPS server), so its shares share a
     # GPU only with shares of the same group: the pod's namespace, or the group an admin's label names.
     fault_domain: str = ""
+    # Exclusive GPUs the pod needs in all: they must be empty GPUs of one node. Counted once, since every
+    # filter of every decision asks.
+    whole_gpus: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def whole_gpus(self) -> int:
-        """Exclusive GPUs the pod needs in all: they must be empty GPUs of one node."""
-        return sum(item.count for item in self.whole)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "whole_gpus", sum(item.count for item in self.whole))
 
     @property
     def wants_gpu(self) -> bool:

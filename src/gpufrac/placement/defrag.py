@@ -126,13 +126,13 @@ def _plan(
     placed = [name for name in movable if name in state.placements]
     if max_moves < 1 or not placed:
         return None
-    fit, _ = find_fit(state.without(placed), pod, rows=rows)
+    fit = find_fit(state.without(placed), pod, rows=rows)
     fits_now: dict[int, bool] = {}
 
     def fits(name: str) -> bool:
         shape = planner.shape(name, movable[name])
         if shape not in fits_now:
-            fits_now[shape] = len(find_fit(state, movable[name], memo=policy.fits)[0].rows) > 0
+            fits_now[shape] = len(find_fit(state, movable[name], memo=policy.fits).rows) > 0
         return fits_now[shape]
 
     def could_move(name: str) -> bool:
@@ -182,10 +182,10 @@ def fewest_victims(
     wanted = gpus_wanted(pod)
     if wanted:
         if pod.shares:
-            usable = np.flatnonzero(fit.share_ok[at])
+            usable = np.flatnonzero(fit.on(at).share_ok)
             need = {int(g): _short(state, fit, at, int(g)) for g in usable}
         else:  # whole GPUs: every tenant goes
-            usable = np.flatnonzero(fit.empty[at])
+            usable = np.flatnonzero(fit.on(at).empty)
             need = {int(g): int(state.gpu_mem[row, g] - state.gpu_free[row, g]) for g in usable}
         freeing = {g: _freeing(per_gpu.get(g, []), short, could_move) for g, short in need.items()}
         options = sorted(
@@ -227,7 +227,7 @@ def _short(state: ClusterState, fit: Fit, at: int, gpu: int) -> int:
     )
     if apart:
         return int(state.gpu_mem[row, gpu] - state.gpu_free[row, gpu])
-    return int(fit.request_mib[at, gpu]) - int(state.gpu_free[row, gpu])
+    return int(fit.on(at).request_mib[gpu]) - int(state.gpu_free[row, gpu])
 
 
 def _freeing(

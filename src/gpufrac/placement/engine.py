@@ -20,11 +20,11 @@ def decide(
     state: ClusterState, pod: PodDemand, policy: Policy, *, rows: np.ndarray | None = None
 ) -> Placement | Unschedulable:
     """Where `pod` goes among `rows` (default: every active node). The caller applies the result."""
-    fit, rejected = find_fit(state, pod, rows=rows, memo=policy.fits)
+    fit = find_fit(state, pod, rows=rows, memo=policy.fits)
     if not is_simple(pod):
-        return exact.decide(state, fit, rejected)
+        return exact.decide(state, fit)
     if len(fit.rows) == 0:
-        return Unschedulable(pod.name, dict(rejected))
+        return Unschedulable(pod.name, dict(fit.rejected))
     scores = policy.scorer.score(state, fit)
     at = best(state, fit, scores)
     return placement_for(state, fit, at, policy.picker.pick(state, fit, at))
@@ -43,14 +43,15 @@ def placement_for(state: ClusterState, fit: Fit, at: int, gpus: tuple[int, ...])
     if pod.shares:
         share = pod.shares[0]
         chosen = list(gpus)
+        on_node = fit.on(at)
         # On a node whose GPUs differ in size a portion resolves differently per GPU; the smallest
         # resolution is the one every chosen GPU can guarantee.
         assignments = (
             Assignment(
                 container=share.container,
                 gpus=gpus,
-                request_mib=int(fit.request_mib[at, chosen].min()),
-                limit_mib=int(fit.limit_mib[at, chosen].min()),
+                request_mib=int(on_node.request_mib[chosen].min()),
+                limit_mib=int(on_node.limit_mib[chosen].min()),
                 mode=share.mode,
                 compute_percent=share.compute_percent,
             ),

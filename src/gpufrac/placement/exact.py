@@ -26,8 +26,9 @@ from gpufrac.contract.model import ComputeMode
 from gpufrac.placement.fit import Fit
 
 
-def decide(state: ClusterState, fit: Fit, rejected: Counter[str]) -> Placement | Unschedulable:
+def decide(state: ClusterState, fit: Fit) -> Placement | Unschedulable:
     pod = fit.pod
+    rejected = Counter(fit.rejected)
     for row in fit.rows[np.argsort(state.tie_rank[fit.rows], kind="stable")]:
         assignments = assign(state, int(row), fit)
         if assignments is not None:

@@ -98,7 +98,7 @@ class Candidates:
         if not claim or not guaranteed.any():
             return self.domain_ok
         room = self.state.gpu_compute[self.rows] + claim <= FULL_COMPUTE
-        return self.domain_ok & (room | ~guaranteed[:, None])
+        return self.domain_ok & (room | ~guaranteed[..., None])
 
     @cached_property
     def domain_ok(self) -> np.ndarray:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.cache import NodeMemo
 from gpufrac.placement.workload import Workload
 
 
@@ -67,8 +68,25 @@ def _weighed(
     return per_shape @ workload.weights
 
 
-def cluster_fragmentation(state: ClusterState, workload: Workload) -> np.ndarray:
-    """F_n(M) for every active node; their sum is the cluster's fragmentation."""
+def cluster_fragmentation(
+    state: ClusterState, workload: Workload, memo: NodeMemo | None = None
+) -> np.ndarray:
+    """F_n(M) for every active node; their sum is the cluster's fragmentation. With a `memo` (one per
+    workload, from `fragmentation_memo`) only the nodes that changed since the last call are measured."""
     rows = np.flatnonzero(state.active)
+    if memo is None:
+        return _measured(state, rows, workload)
+    entry, stale = memo.lookup(state, None, rows)
+    if stale.size:
+        entry["fragmentation"][rows[stale]] = _measured(state, rows[stale], workload)
+        memo.stamp(state, entry, rows[stale])
+    return entry["fragmentation"][rows]
+
+
+def fragmentation_memo() -> NodeMemo:
+    return NodeMemo("fragmentation")
+
+
+def _measured(state: ClusterState, rows: np.ndarray, workload: Workload) -> np.ndarray:
     model_ok = workload.model_ok(state.models)[state.model_id[rows]]
     return node_fragmentation(usable_free_milli(state, rows), state.cpu_free[rows], model_ok, workload)

@@ -16,14 +16,14 @@ from gpufrac.placement.fit import Fit
 
 
 def lowest_empty(fit: Fit, at: int) -> tuple[int, ...]:
-    return tuple(int(g) for g in np.flatnonzero(fit.empty[at])[: fit.pod.whole_gpus])
+    return tuple(int(g) for g in np.flatnonzero(fit.on(at).empty)[: fit.pod.whole_gpus])
 
 
 def ranked(fit: Fit, at: int, order_key: np.ndarray) -> tuple[int, ...]:
     """Whole GPUs, or the share's devices taken by ascending `order_key` (stable: lower index first)."""
     if not fit.pod.shares:
         return lowest_empty(fit, at)
-    candidates = np.flatnonzero(fit.share_ok[at])
+    candidates = np.flatnonzero(fit.on(at).share_ok)
     chosen = candidates[np.argsort(order_key[candidates], kind="stable")][: gpus_wanted(fit.pod)]
     return tuple(sorted(int(g) for g in chosen))
 
@@ -33,7 +33,7 @@ class BestFitGpu:
     """The share goes where it leaves the least unrequested memory: fills partly used GPUs first."""
 
     def pick(self, state: ClusterState, fit: Fit, at: int) -> tuple[int, ...]:
-        return ranked(fit, at, state.gpu_free[fit.rows[at]] - fit.request_mib[at])
+        return ranked(fit, at, state.gpu_free[fit.rows[at]] - fit.on(at).request_mib)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +49,7 @@ class RandomGpu:
     rng: np.random.Generator
 
     def pick(self, state: ClusterState, fit: Fit, at: int) -> tuple[int, ...]:
-        pool = fit.share_ok[at] if fit.pod.shares else fit.empty[at]
+        on_node = fit.on(at)
+        pool = on_node.share_ok if fit.pod.shares else on_node.empty
         chosen = self.rng.choice(np.flatnonzero(pool), size=gpus_wanted(fit.pod), replace=False)
         return tuple(sorted(int(g) for g in chosen))

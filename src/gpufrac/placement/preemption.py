@@ -58,7 +58,7 @@ def plan_eviction(
 
     for ceiling in sorted(set(placed.values())):  # the lowest priorities first: only if they are not enough,
         allowed = {name for name, priority in placed.items() if priority <= ceiling}  # a higher one too
-        fit, _ = find_fit(state.without(allowed), pod, rows=rows)
+        fit = find_fit(state.without(allowed), pod, rows=rows)
         candidates = []
         for at, row in enumerate(fit.rows):
             here = [name for name in state.pods_on[row] if name in allowed]

@@ -21,7 +21,7 @@ from gpufrac.cluster.state import ClusterState
 from gpufrac.placement import defrag
 from gpufrac.placement.cache import shape_key
 from gpufrac.placement.engine import decide
-from gpufrac.placement.fragmentation import cluster_fragmentation
+from gpufrac.placement.fragmentation import cluster_fragmentation, fragmentation_memo
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Workload
 from gpufrac.sim.trace import Trace, TracePod
@@ -120,6 +120,7 @@ def replay(
     decision_seconds = np.zeros(len(pods))
     arrived_milli = used_milli = 0
     bucket = -1
+    measured = fragmentation_memo()
     mover = _Mover(state, chosen, move_budget, workload)
     moves: dict[int, MoveTally] = {}
     for i, (pod, demand) in enumerate(zip(pods, demands, strict=True)):
@@ -139,7 +140,8 @@ def replay(
         now = _percent_bucket(arrived_milli, capacity)
         if now != bucket:
             bucket = now
-            fragmentation[now] = 100 * float(cluster_fragmentation(state, workload).sum()) / capacity
+            measure = cluster_fragmentation(state, workload, measured)
+            fragmentation[now] = 100 * float(measure.sum()) / capacity
             failures[now] = dict(dropped)
             moves[now] = MoveTally(i + 1, mover.moves, round(mover.moved_gpus, 3))
         if on_pod is not None:
@@ -229,7 +231,7 @@ def main_reason(reasons: dict[str, int]) -> str:
 
 
 def _percent_bucket(milli: int, capacity: int) -> int:
-    return int(np.round(100 * milli / capacity))
+    return round(100 * milli / capacity)  # half to even, as `np.round` in `allocation_curve`
 
 
 def allocation_curve(arrived: np.ndarray, used: np.ndarray, capacity: int) -> dict[int, float]:

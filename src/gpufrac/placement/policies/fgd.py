@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpufrac.cluster.state import ClusterState
-from gpufrac.placement.cache import NodeMemo, shape_key
+from gpufrac.placement.cache import NodeMemo
 from gpufrac.placement.fit import Fit
 from gpufrac.placement.fragmentation import fragmentation_after_share, node_fragmentation, usable_free_milli
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext, PolicyKind
@@ -34,7 +34,7 @@ class Fgd:
     memo: NodeMemo = field(default_factory=lambda: NodeMemo("score", "gpu"))
 
     def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
-        entry, stale = self.memo.lookup(state, shape_key(fit.pod), fit.rows)
+        entry, stale = self.memo.lookup(state, fit.shape, fit.rows)
         if stale.size:
             rows = fit.rows[stale]
             entry["score"][rows], entry["gpu"][rows] = self._evaluate(state, fit, stale)
@@ -48,7 +48,7 @@ class Fgd:
             return tuple(
                 int(g) for g in np.flatnonzero(self._multi_device_choice(state, fit, np.array([at]))[0])
             )
-        entry, _ = self.memo.lookup(state, shape_key(fit.pod), fit.rows[at : at + 1])
+        entry, _ = self.memo.lookup(state, fit.shape, fit.rows[at : at + 1])
         return (int(entry["gpu"][fit.rows[at]]),)
 
     def _evaluate(
@@ -57,17 +57,18 @@ class Fgd:
         """Scores and best GPUs for the feasible nodes at `positions`."""
         rows = fit.rows[positions]
         free = usable_free_milli(state, rows)
-        need = fit.per_gpu_milli()[positions]
+        need = fit.per_gpu_milli(positions)
         no_gpu = np.zeros(len(rows))
         if fit.pod.shares and fit.pod.shares[0].num_devices == 1:
             # Every candidate GPU at once: (nodes, candidate GPU).
-            scores = np.where(fit.share_ok[positions], self._share_scores(state, fit, rows, free, need), -1)
+            share_ok = fit.on(positions).share_ok
+            scores = np.where(share_ok, self._share_scores(state, fit, rows, free, need), -1)
             best = scores.max(axis=1)
             return best, np.argmax(scores == best[:, None], axis=1)
         if fit.pod.shares:
             taken = self._multi_device_choice(state, fit, positions)
         elif fit.pod.whole_gpus:
-            empty = fit.empty[positions]
+            empty = fit.on(positions).empty
             taken = empty & (np.cumsum(empty, axis=1) <= fit.pod.whole_gpus)
         else:
             taken = np.zeros_like(free, dtype=bool)
@@ -106,7 +107,8 @@ class Fgd:
     @staticmethod
     def _multi_device_choice(state: ClusterState, fit: Fit, positions: np.ndarray) -> np.ndarray:
         """A multi-device share takes the fitting GPUs with the least free memory (best fit)."""
-        free = np.where(fit.share_ok[positions], state.gpu_free[fit.rows[positions]], np.iinfo(np.int64).max)
+        fits = fit.on(positions)
+        free = np.where(fits.share_ok, state.gpu_free[fits.rows], np.iinfo(np.int64).max)
         order = np.argsort(free, axis=1, kind="stable")[:, : fit.pod.shares[0].num_devices]
         taken = np.zeros_like(free, dtype=bool)
         np.put_along_axis(taken, order, True, axis=1)
