@@ -6,7 +6,6 @@ one node; so a plugin recomputes only the nodes whose `ClusterState.version` mov
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection, Hashable, Mapping
 
 import numpy as np
@@ -19,7 +18,15 @@ from gpufrac.cluster.state import ClusterState
 def shape_key(pod: PodDemand) -> PodDemand:
     """Pods that differ only in name and priority are filtered and scored identically, so they share memo
     entries."""
-    return dataclasses.replace(pod, name="", priority=0)
+    return PodDemand(
+        "",
+        cpu_milli=pod.cpu_milli,
+        memory_mib=pod.memory_mib,
+        whole=pod.whole,
+        shares=pod.shares,
+        models=pod.models,
+        fault_domain=pod.fault_domain,
+    )
 
 
 class NodeMemo:
@@ -40,7 +47,8 @@ class NodeMemo:
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """The arrays cached under `key` (indexed by node row) and the positions in `rows` to recompute.
 
-        The caller writes fresh values for those positions, then calls `stamp`.
+        `rows` are distinct and ascending, as `np.flatnonzero` gives them. The caller writes fresh values for
+        the positions returned, then calls `stamp`.
         """
         if self._serial != state.serial:
             self._entries.clear()
@@ -53,8 +61,9 @@ class NodeMemo:
                 shape = (size, state.width) if name in self._per_gpu else (size,)
                 entry[name] = np.zeros(shape, self._dtypes.get(name, float))
             self._entries[key] = entry
-        stale = np.flatnonzero(entry["version"][rows] != state.version[rows])
-        return entry, stale
+        if rows.size == size:  # every node, in order: no need to gather them
+            return entry, np.flatnonzero(entry["version"] != state.version)
+        return entry, np.flatnonzero(entry["version"][rows] != state.version[rows])
 
     def _stale_width(self, entry: dict[str, np.ndarray], width: int) -> bool:
         """Nodes with more GPUs than any before widen the state's GPU arrays, and so every per-GPU field."""

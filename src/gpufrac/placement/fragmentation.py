@@ -65,15 +65,23 @@ def _weighed(
     gpus = workload.gpus
     fits = (roomy >= gpus) & (cpu_free[..., None] >= workload.cpu) & model_ok & (gpus > 0)
     per_shape = np.where(fits, stranded, total[..., None])
-    return per_shape @ workload.weights
+    # Summed along the shapes for each node on its own (not a matrix product, whose rounding depends on how
+    # many nodes are measured at once), so that a node measures the same however it is batched.
+    return (per_shape * workload.weights).sum(axis=-1)
 
 
 def cluster_fragmentation(
     state: ClusterState, workload: Workload, memo: NodeMemo | None = None
 ) -> np.ndarray:
-    """F_n(M) for every active node; their sum is the cluster's fragmentation. With a `memo` (one per
-    workload, from `fragmentation_memo`) only the nodes that changed since the last call are measured."""
-    rows = np.flatnonzero(state.active)
+    """F_n(M) for every active node; their sum is the cluster's fragmentation."""
+    return fragmentation_of(state, workload, np.flatnonzero(state.active), memo)
+
+
+def fragmentation_of(
+    state: ClusterState, workload: Workload, rows: np.ndarray, memo: NodeMemo | None = None
+) -> np.ndarray:
+    """F_n(M) for the nodes at `rows`. With a `memo` (one per workload, from `fragmentation_memo`) only the
+    nodes that changed since they were last measured are measured again."""
     if memo is None:
         return _measured(state, rows, workload)
     entry, stale = memo.lookup(state, None, rows)

@@ -33,6 +33,9 @@ class Workload:
     cpu: np.ndarray = field(init=False, repr=False, compare=False)
     milli: np.ndarray = field(init=False, repr=False, compare=False)
     gpus: np.ndarray = field(init=False, repr=False, compare=False)
+    _model_ok: dict[tuple[str, ...], np.ndarray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         for name, attribute in (("cpu", "cpu_milli"), ("milli", "milli"), ("gpus", "gpus")):
@@ -59,11 +62,16 @@ class Workload:
         return cls(tuple(shape for shape, _ in chosen), weights / max(weights.sum(), 1.0))
 
     def model_ok(self, models: list[str]) -> np.ndarray:
-        """(number of known models, shapes): whether a node of each model can host each shape."""
-        return np.array(
-            [[shape.models is None or model in shape.models for shape in self.shapes] for model in models],
-            bool,
-        ).reshape(len(models), len(self.shapes))
+        """(number of known models, shapes): whether a node of each model can host each shape. Kept per list
+        of models, since FGD asks on every decision and a cluster's models rarely change."""
+        key = tuple(models)
+        known = self._model_ok.get(key)
+        if known is None:
+            known = self._model_ok[key] = np.array(
+                [[shape.models is None or model in shape.models for shape in self.shapes] for model in key],
+                bool,
+            ).reshape(len(key), len(self.shapes))
+        return known
 
 
 def shape_of(pod: PodDemand, *, reference_gpu_mib: int) -> Shape:

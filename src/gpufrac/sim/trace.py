@@ -7,7 +7,6 @@ as far as a half-finished replay.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import math
 from collections.abc import Callable, Sequence
@@ -55,14 +54,21 @@ class TracePod:
 
     def demand(self) -> PodDemand:
         """The engine's view: whole GPUs for gpu_milli 1000, otherwise one time-sliced share."""
-        pod = PodDemand(self.name, cpu_milli=self.cpu_milli, memory_mib=self.memory_mib, models=self.gpu_spec)
+        whole: tuple[WholeGpuRequest, ...] = ()
+        shares: tuple[ShareRequest, ...] = ()
         if self.num_gpu and self.gpu_milli >= 1000:
-            return dataclasses.replace(pod, whole=(WholeGpuRequest("main", self.num_gpu),))
-        if self.num_gpu:
+            whole = (WholeGpuRequest("main", self.num_gpu),)
+        elif self.num_gpu:
             portion = Portion(Fraction(self.gpu_milli, 1000))
-            share = ShareRequest("main", request=portion, limit=portion, num_devices=self.num_gpu)
-            return dataclasses.replace(pod, shares=(share,))
-        return pod
+            shares = (ShareRequest("main", request=portion, limit=portion, num_devices=self.num_gpu),)
+        return PodDemand(
+            self.name,
+            cpu_milli=self.cpu_milli,
+            memory_mib=self.memory_mib,
+            whole=whole,
+            shares=shares,
+            models=self.gpu_spec,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,13 @@ import numpy as np
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.cache import NodeMemo
 from gpufrac.placement.fit import Fit
-from gpufrac.placement.fragmentation import fragmentation_after_share, node_fragmentation, usable_free_milli
+from gpufrac.placement.fragmentation import (
+    fragmentation_after_share,
+    fragmentation_memo,
+    fragmentation_of,
+    node_fragmentation,
+    usable_free_milli,
+)
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext, PolicyKind
 from gpufrac.placement.pickers import lowest_empty
 from gpufrac.placement.workload import Workload
@@ -32,6 +38,8 @@ class Fgd:
 
     workload: Workload
     memo: NodeMemo = field(default_factory=lambda: NodeMemo("score", "gpu"))
+    # F_n(M) before the pod, per node: it does not depend on the pod, so every shape's scores share it.
+    measured: NodeMemo = field(default_factory=fragmentation_memo)
 
     def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
         entry, stale = self.memo.lookup(state, fit.shape, fit.rows)
@@ -81,7 +89,7 @@ class Fgd:
         changes one GPU's sums per candidate instead of measuring nodes x GPUs x GPUs."""
         model_ok = self.workload.model_ok(state.models)[state.model_id[rows]]
         cpu = state.cpu_free[rows]
-        before = node_fragmentation(free, cpu, model_ok, self.workload)
+        before = fragmentation_of(state, self.workload, rows, self.measured)
         after = fragmentation_after_share(free, cpu - fit.pod.cpu_milli, model_ok, need, self.workload)
         return fgd_score(after - before[:, None])
 
@@ -98,7 +106,7 @@ class Fgd:
         """Δ, the growth of F_n(M) in milli-GPU, shaped as `after_free` without its GPU axis."""
         model_ok = self.workload.model_ok(state.models)[state.model_id[rows]]
         cpu = state.cpu_free[rows]
-        before = node_fragmentation(free, cpu, model_ok, self.workload)
+        before = fragmentation_of(state, self.workload, rows, self.measured)
         candidates = (slice(None),) + (None,) * (after_free.ndim - free.ndim)
         cpu_after = (cpu - fit.pod.cpu_milli)[candidates]
         after = node_fragmentation(after_free, cpu_after, model_ok[candidates], self.workload)
