@@ -72,6 +72,8 @@ class Candidates:
     @cached_property
     def limit_mib(self) -> np.ndarray:
         shares = self.pod.shares
+        if shares and shares[0].limit == shares[0].request:  # the commonest share: nothing to resolve twice
+            return self.request_mib
         return resolve(shares[0].limit, self.gpu_mem) if shares else np.zeros_like(self.gpu_mem)
 
     @cached_property

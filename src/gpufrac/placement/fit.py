@@ -53,11 +53,18 @@ class Fit:
     ) -> None:
         self.state, self.pod, self.rows, self.shape = state, pod, rows, shape
         self._verdicts = verdicts  # per candidate node, feasible or not: the first filter that rejected it
+        self._nodes: dict[int, Candidates] = {}
 
     def on(self, positions: np.ndarray | slice | int) -> Candidates:
         """The filters' per-GPU arrays for the feasible nodes at `positions` (an index array or a slice), or
-        for the one at position `positions` (an int: arrays without the node axis)."""
-        return Candidates(self.state, self.pod, self.rows[positions])
+        for the one at position `positions` (an int: arrays without the node axis, kept, since the picker
+        and the placement both read the chosen node's)."""
+        if not isinstance(positions, int):
+            return Candidates(self.state, self.pod, self.rows[positions])
+        known = self._nodes.get(positions)
+        if known is None:
+            known = self._nodes[positions] = Candidates(self.state, self.pod, self.rows[positions])
+        return known
 
     @cached_property
     def rejected(self) -> Counter[str]:
