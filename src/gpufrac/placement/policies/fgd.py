@@ -85,32 +85,36 @@ class Fgd:
     def _share_scores(
         self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, need: np.ndarray
     ) -> np.ndarray:
-        """(nodes, candidate GPU): the score of a one-GPU share on each GPU of `rows`. FGD's own shortcut
-        changes one GPU's sums per candidate instead of measuring nodes x GPUs x GPUs."""
+        """(nodes, candidate GPU): the score of a one-GPU share on each GPU of `rows`: a subclass may rank
+        differently."""
+        return fgd_score(self._share_growth(state, fit, rows, free, need))
+
+    def _share_growth(
+        self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, need: np.ndarray
+    ) -> np.ndarray:
+        """(nodes, candidate GPU): Δ for a one-GPU share on each GPU of `rows`. FGD's own shortcut changes
+        one GPU's sums per candidate instead of measuring nodes x GPUs x GPUs."""
         model_ok = self.workload.model_ok(state.models)[state.model_id[rows]]
         cpu = state.cpu_free[rows]
         before = fragmentation_of(state, self.workload, rows, self.measured)
         after = fragmentation_after_share(free, cpu - fit.pod.cpu_milli, model_ok, need, self.workload)
-        return fgd_score(after - before[:, None])
+        return after - before[:, None]
 
     def _node_score(
         self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, after_free: np.ndarray
     ) -> np.ndarray:
-        """The score of placing the pod on `rows` so that their free shares go from `free` (nodes, GPUs)
-        to `after_free` (nodes, GPUs, or nodes, candidate GPU, GPUs): a subclass may rank differently."""
+        """The score of placing the pod on `rows` so that their free shares go from `free` to `after_free`
+        (nodes, GPUs): a subclass may rank differently."""
         return fgd_score(self._growth(state, fit, rows, free, after_free))
 
     def _growth(
         self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, after_free: np.ndarray
     ) -> np.ndarray:
-        """Δ, the growth of F_n(M) in milli-GPU, shaped as `after_free` without its GPU axis."""
+        """Δ per node: the growth of F_n(M), in milli-GPU, as the free shares go from `free` to `after_free`."""
         model_ok = self.workload.model_ok(state.models)[state.model_id[rows]]
-        cpu = state.cpu_free[rows]
-        before = fragmentation_of(state, self.workload, rows, self.measured)
-        candidates = (slice(None),) + (None,) * (after_free.ndim - free.ndim)
-        cpu_after = (cpu - fit.pod.cpu_milli)[candidates]
-        after = node_fragmentation(after_free, cpu_after, model_ok[candidates], self.workload)
-        return after - before[candidates]
+        cpu_after = state.cpu_free[rows] - fit.pod.cpu_milli
+        after = node_fragmentation(after_free, cpu_after, model_ok, self.workload)
+        return after - fragmentation_of(state, self.workload, rows, self.measured)
 
     @staticmethod
     def _multi_device_choice(state: ClusterState, fit: Fit, positions: np.ndarray) -> np.ndarray:

@@ -97,32 +97,33 @@ class FgdStranding(Fgd):
     def _share_scores(
         self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, need: np.ndarray
     ) -> np.ndarray:
-        """The stranding term needs each candidate's whole node after the share: (nodes, candidate, GPUs)."""
-        width = free.shape[1]
-        after_free = np.repeat(free[:, None, :], width, axis=1)
-        diagonal = np.arange(width)
-        after_free[:, diagonal, diagonal] -= need[:, None]
-        return self._node_score(state, fit, rows, free, after_free)
+        """FGD's Δ per candidate GPU, plus the terms of this policy, which see only the node's total (the same
+        whichever GPU takes the share); among equal scores, the GPU left with the least free share."""
+        after_total = free.sum(axis=-1) - need
+        growth = (
+            self._share_growth(state, fit, rows, free, need)
+            + self._penalty(state, fit, rows, free, after_total)[:, None]
+        )
+        return fgd_score(growth) * _LEFTOVER_SPAN + (1000 - (free - need[:, None]))
 
     def _node_score(
         self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, after_free: np.ndarray
     ) -> np.ndarray:
-        candidates = (slice(None),) + (None,) * (after_free.ndim - free.ndim)
-        cpu = state.cpu_free[rows]
-        before = stranded_milli(free.sum(axis=-1), cpu, self.cpu_per_gpu)
-        cpu_after = (cpu - fit.pod.cpu_milli)[candidates]
-        after = stranded_milli(after_free.sum(axis=-1), cpu_after, self.cpu_per_gpu)
         growth = self._growth(state, fit, rows, free, after_free)
-        taken = free.sum(axis=-1)[candidates] - after_free.sum(axis=-1)  # the pod's milli-GPU on the node
-        needed = self._model_need(state)[state.model_id[rows]][candidates]
-        score = fgd_score(
-            growth + STRANDING_WEIGHT * (after - before[candidates]) + MODEL_NEED_WEIGHT * needed * taken
-        )
-        if after_free.ndim == free.ndim:
-            return score
-        # One candidate GPU per position on the second axis: its own leftover is on the diagonal.
-        leftover = np.diagonal(after_free, axis1=1, axis2=2)
-        return score * _LEFTOVER_SPAN + (1000 - leftover)
+        return fgd_score(growth + self._penalty(state, fit, rows, free, after_free.sum(axis=-1)))
+
+    def _penalty(
+        self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, after_total: np.ndarray
+    ) -> np.ndarray:
+        """What this policy adds to Δ, per node, for the pod leaving `after_total` milli-GPU free there: the
+        growth of the GPU share stranded behind the node's CPU, and the pod's milli-GPU times its model's
+        need."""
+        cpu = state.cpu_free[rows]
+        total = free.sum(axis=-1)
+        before = stranded_milli(total, cpu, self.cpu_per_gpu)
+        after = stranded_milli(after_total, cpu - fit.pod.cpu_milli, self.cpu_per_gpu)
+        needed = self._model_need(state)[state.model_id[rows]]
+        return STRANDING_WEIGHT * (after - before) + MODEL_NEED_WEIGHT * needed * (total - after_total)
 
     def _model_need(self, state: ClusterState) -> np.ndarray:
         """`model_need`, made again only when a GPU model appears (a node of a new model joined)."""
