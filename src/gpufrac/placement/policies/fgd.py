@@ -110,7 +110,7 @@ class Fgd:
     def _growth(
         self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, after_free: np.ndarray
     ) -> np.ndarray:
-        """Δ per node: the growth of F_n(M), in milli-GPU, as the free shares go from `free` to `after_free`."""
+        """Δ per node: the growth of F_n(M) in milli-GPU as free shares go from `free` to `after_free`."""
         model_ok = self.workload.model_ok(state.models)[state.model_id[rows]]
         cpu_after = state.cpu_free[rows] - fit.pod.cpu_milli
         after = node_fragmentation(after_free, cpu_after, model_ok, self.workload)
