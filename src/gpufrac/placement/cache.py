@@ -29,6 +29,25 @@ def shape_key(pod: PodDemand) -> PodDemand:
     )
 
 
+class Hashed:
+    """A memo key whose hash is computed once: a pod's shape is looked up in several memos on every decision,
+    and hashing its nested requests each time cost more than the lookups. Never pickled: string hashes
+    differ between processes."""
+
+    __slots__ = ("_hash", "value")
+
+    def __init__(self, value: Hashable) -> None:
+        self.value, self._hash = value, hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, Hashed) and self._hash == other._hash and self.value == other.value
+        )
+
+
 class NodeMemo:
     """Arrays indexed by node row, one set per key: `fields` are one value per node (float unless `dtypes`
     says otherwise), `per_gpu` fields one value per GPU column."""

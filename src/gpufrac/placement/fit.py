@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 
 from gpufrac.cluster.model import PodDemand, milli_up
 from gpufrac.cluster.state import ClusterState
-from gpufrac.placement.cache import NodeMemo, shape_key
+from gpufrac.placement.cache import Hashed, NodeMemo, shape_key
 from gpufrac.placement.filters import FILTERS, Candidates, gpus_wanted, resolve
 
 PASSED = len(FILTERS)  # the verdict of a node no filter rejects; otherwise the index of the first that does
@@ -49,9 +48,10 @@ class Fit:
     gpu_mem = _OnFeasible()
 
     def __init__(
-        self, state: ClusterState, pod: PodDemand, rows: np.ndarray, verdicts: np.ndarray, shape: Any
+        self, state: ClusterState, pod: PodDemand, rows: np.ndarray, verdicts: np.ndarray, shape: Hashed
     ) -> None:
-        self.state, self.pod, self.rows, self.shape = state, pod, rows, shape
+        self.state, self.pod, self.rows = state, pod, rows
+        self.shape = shape  # the pod's shape, as the memos' key
         self._verdicts = verdicts  # per candidate node, feasible or not: the first filter that rejected it
         self._nodes: dict[int, Candidates] = {}
 
@@ -105,7 +105,7 @@ def find_fit(
     a verdict depends on nothing but the node and the pod's shape.
     """
     rows = np.flatnonzero(state.active) if rows is None else rows
-    shape = shape_key(pod)
+    shape = Hashed(shape_key(pod))
     if memo is None:
         verdicts = _judge(Candidates(state, pod, rows))
     else:
