@@ -66,6 +66,10 @@ class Fit:
             known = self._nodes[positions] = Candidates(self.state, self.pod, self.rows[positions])
         return known
 
+    def subset(self, positions: np.ndarray) -> Fit:
+        """The same pod's fit among the feasible nodes at `positions` only."""
+        return Fit(self.state, self.pod, self.rows[positions], self._verdicts, self.shape)
+
     @cached_property
     def rejected(self) -> Counter[str]:
         """The nodes that could not take the pod, counted by the first filter that rejected each."""

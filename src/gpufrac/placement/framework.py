@@ -32,6 +32,24 @@ class GpuPicker(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class PerNode:
+    """A scorer whose score for a node depends on nothing but that node and the pod's shape, with its scores
+    kept per node: only the nodes that changed since the last pod of the same shape are scored again, since
+    a placement changes one node while every decision reads all of them."""
+
+    scorer: Scorer
+    memo: NodeMemo = field(default_factory=lambda: NodeMemo("score", dtypes={"score": np.int64}))
+
+    def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
+        entry, stale = self.memo.lookup(state, fit.shape, fit.rows)
+        if stale.size:
+            rows = fit.rows[stale]
+            entry["score"][rows] = self.scorer.score(state, fit.subset(stale))
+            self.memo.stamp(state, entry, rows)
+        return entry["score"][fit.rows]
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     """One run's scorer and picker: they may keep state across a run's decisions (a memo, a random stream).
     `fits` is the filters' memo (`fit.find_fit`), kept here because a policy lives as long as a run."""

@@ -6,7 +6,7 @@ import numpy as np
 
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.fit import Fit
-from gpufrac.placement.framework import POLICIES, Policy, PolicyKind
+from gpufrac.placement.framework import POLICIES, PerNode, Policy, PolicyKind
 from gpufrac.placement.pickers import BestFitGpu
 from gpufrac.placement.policies.common import CPU_SCALE, GPU_SCALE, free_gpu_milli, truncate
 
@@ -22,4 +22,4 @@ class BestFitScore:
         return least_left(cpu_left, free_gpu_milli(state, fit) - fit.gpu_total_milli())
 
 
-POLICIES.register(PolicyKind("bestfit", lambda context: Policy(BestFitScore(), BestFitGpu())))
+POLICIES.register(PolicyKind("bestfit", lambda context: Policy(PerNode(BestFitScore()), BestFitGpu())))

@@ -10,7 +10,7 @@ import numpy as np
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.filters import gpus_wanted
 from gpufrac.placement.fit import Fit
-from gpufrac.placement.framework import POLICIES, Policy, PolicyKind
+from gpufrac.placement.framework import POLICIES, PerNode, Policy, PolicyKind
 from gpufrac.placement.pickers import BestFitGpu
 
 
@@ -30,4 +30,4 @@ class MostRequested:
         return np.trunc(100 * requested_after(state, fit)).astype(np.int64)
 
 
-POLICIES.register(PolicyKind("binpack", lambda context: Policy(MostRequested(), BestFitGpu())))
+POLICIES.register(PolicyKind("binpack", lambda context: Policy(PerNode(MostRequested()), BestFitGpu())))

@@ -13,7 +13,7 @@ from gpufrac.cluster.model import Placement, PodDemand
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.cache import NodeMemo
 from gpufrac.placement.fit import Fit
-from gpufrac.placement.framework import POLICIES, Policy, PolicyKind
+from gpufrac.placement.framework import POLICIES, PerNode, Policy, PolicyKind
 from gpufrac.placement.pickers import BestFitGpu
 from gpufrac.placement.policies.common import GPU_SCALE, free_gpu_milli
 
@@ -50,4 +50,4 @@ class ClusteringScore:
         return 25 * (GPU_SCALE - free_gpu_milli(state, fit)) // GPU_SCALE + band
 
 
-POLICIES.register(PolicyKind("clustering", lambda context: Policy(ClusteringScore(), BestFitGpu())))
+POLICIES.register(PolicyKind("clustering", lambda context: Policy(PerNode(ClusteringScore()), BestFitGpu())))

@@ -10,7 +10,7 @@ import numpy as np
 
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.fit import Fit
-from gpufrac.placement.framework import POLICIES, Policy, PolicyKind
+from gpufrac.placement.framework import POLICIES, PerNode, Policy, PolicyKind
 from gpufrac.placement.pickers import BestFitGpu
 from gpufrac.placement.policies.common import CPU_SCALE, GPU_SCALE, free_gpu_milli, truncate
 
@@ -22,4 +22,4 @@ class DotProductScore:
         return truncate(100 * (1 - (cpu + gpu) / 2))
 
 
-POLICIES.register(PolicyKind("dotprod", lambda context: Policy(DotProductScore(), BestFitGpu())))
+POLICIES.register(PolicyKind("dotprod", lambda context: Policy(PerNode(DotProductScore()), BestFitGpu())))

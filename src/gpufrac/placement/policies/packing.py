@@ -8,7 +8,7 @@ from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.filters import gpus_wanted
 from gpufrac.placement.fit import Fit
 from gpufrac.placement.fragmentation import usable_free_milli
-from gpufrac.placement.framework import POLICIES, Policy, PolicyKind
+from gpufrac.placement.framework import POLICIES, PerNode, Policy, PolicyKind
 from gpufrac.placement.pickers import BestFitGpu
 
 
@@ -39,4 +39,4 @@ class PackingScore:
         ).astype(np.int64)
 
 
-POLICIES.register(PolicyKind("packing", lambda context: Policy(PackingScore(), BestFitGpu())))
+POLICIES.register(PolicyKind("packing", lambda context: Policy(PerNode(PackingScore()), BestFitGpu())))

@@ -9,7 +9,7 @@ import numpy as np
 
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.fit import Fit
-from gpufrac.placement.framework import POLICIES, Policy, PolicyKind
+from gpufrac.placement.framework import POLICIES, PerNode, Policy, PolicyKind
 from gpufrac.placement.pickers import WorstFitGpu
 from gpufrac.placement.policies.binpack import requested_after
 
@@ -19,4 +19,4 @@ class LeastRequested:
         return np.trunc(100 * (1 - requested_after(state, fit))).astype(np.int64)
 
 
-POLICIES.register(PolicyKind("spread", lambda context: Policy(LeastRequested(), WorstFitGpu())))
+POLICIES.register(PolicyKind("spread", lambda context: Policy(PerNode(LeastRequested()), WorstFitGpu())))
