@@ -10,8 +10,9 @@ from typing import Any
 
 from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
+from gpufrac.placement.workload import Workload
 from gpufrac.sim import bound, pool
-from gpufrac.sim.replay import RunResult, replay
+from gpufrac.sim.replay import RunResult, replay, target_workload
 from gpufrac.sim.trace import Trace
 
 # Mean GPU allocation ratio at 100% arrival, default openb trace, seeds 42-51 (Weng et al., ATC '23).
@@ -91,9 +92,12 @@ def parse_move_budgets(text: str) -> list[float]:
     return budgets
 
 
-def _replay_job(trace: Trace, job: tuple[str, int, float, float]) -> RunResult:
+def _replay_job(shared: tuple[Trace, Workload], job: tuple[str, int, float, float]) -> RunResult:
+    trace, workload = shared
     policy, seed, inflation, move_budget = job
-    return replay(trace, policy=policy, seed=seed, inflation=inflation, move_budget=move_budget)
+    return replay(
+        trace, policy=policy, seed=seed, inflation=inflation, move_budget=move_budget, workload=workload
+    )
 
 
 def run_matrix(
@@ -112,7 +116,8 @@ def run_matrix(
         (policy, seed, inflation, budget) for policy in policies for budget in move_budgets for seed in seeds
     ]
     results: list[RunResult] = []
-    for _, result in pool.run_jobs(trace, _replay_job, jobs, workers=workers):
+    shared = (trace, target_workload(trace))  # every replay of the trace measures against it: made once
+    for _, result in pool.run_jobs(shared, _replay_job, jobs, workers=workers):
         results.append(result)
         if on_result:
             on_result(result)

@@ -32,6 +32,21 @@ def fgd_score(delta: np.ndarray) -> np.ndarray:
     return np.trunc(100 / (1 + np.exp(np.clip(delta, -1e6, 1e6) / 1000)))
 
 
+# From this many nodes to score at once, nodes alike are scored once (`Fgd._evaluate_alike`): below it,
+# finding them costs more than it saves.
+ALIKE_FROM = 64
+
+
+def alike_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For an integer table, the first of each group of rows that hash alike, and each row's group: rows
+    are hashed to one number each (sorting whole rows is far slower), so the caller checks the groups."""
+    weights = np.random.default_rng(0).integers(1, 2**62, size=table.shape[1], dtype=np.int64)
+    with np.errstate(over="ignore"):
+        keys = (table.astype(np.int64) * weights).sum(axis=1)  # wraps around: a hash, not a sum
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
 @dataclass
 class Fgd:
     """Both the node scorer and the GPU picker: scoring already finds each node's best GPU."""
@@ -45,9 +60,37 @@ class Fgd:
         entry, stale = self.memo.lookup(state, fit.shape, fit.rows)
         if stale.size:
             rows = fit.rows[stale]
-            entry["score"][rows], entry["gpu"][rows] = self._evaluate(state, fit, stale)
+            entry["score"][rows], entry["gpu"][rows] = self._evaluate_alike(state, fit, stale)
             self.memo.stamp(state, entry, rows)
         return entry["score"][fit.rows].astype(np.int64)
+
+    def _evaluate_alike(
+        self, state: ClusterState, fit: Fit, positions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`_evaluate`, once per distinct node among many. A shape's first pod scores every node, which
+        was most of a replay's scoring; most nodes are then still as they joined, alike within each type."""
+        if len(positions) < ALIKE_FROM:
+            return self._evaluate(state, fit, positions)
+        inputs = self._inputs(state, fit, positions)
+        first, inverse = alike_rows(inputs)
+        if not np.array_equal(inputs[first][inverse], inputs):  # two different nodes hashed alike
+            return self._evaluate(state, fit, positions)
+        scores, gpus = self._evaluate(state, fit, positions[first])
+        return scores[inverse], gpus[inverse]
+
+    def _inputs(self, state: ClusterState, fit: Fit, positions: np.ndarray) -> np.ndarray:
+        """Everything `_evaluate` reads of the feasible nodes at `positions`, a row per node: nodes with equal
+        rows get equal scores. A subclass that reads more of a node must add it here."""
+        rows = fit.rows[positions]
+        gpus = fit.on(positions)
+        per_gpu = (
+            state.gpu_mem[rows],
+            state.gpu_free[rows],
+            usable_free_milli(state, rows),
+            gpus.share_ok,
+            gpus.empty,
+        )
+        return np.column_stack((state.model_id[rows], state.cpu_free[rows], *per_gpu))
 
     def pick(self, state: ClusterState, fit: Fit, at: int) -> tuple[int, ...]:
         if not fit.pod.shares:
