@@ -553,3 +553,43 @@ def test_fgd_stranding_keeps_pods_that_may_run_anywhere_off_the_gpus_restricted_
     assert place(state, whole_pod("t", models=["T4"]), policy("fgd-stranding", target=tasks)).node == "t4"
     # Without restricted pods in the workload, no model is needed.
     assert not model_need(workload((Shape(cpu_milli=0, gpus=1, milli=1000), 1.0)), state).any()
+
+
+@pytest.mark.parametrize("name", ["fgd", "fgd-stranding"])
+def test_fgd_scores_nodes_alike_once_and_as_it_scores_every_node(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the openb cluster, part filled, every shape of the trace gets the scores and GPUs that scoring every
+    node gives, and the same again when the hash puts different nodes in one group."""
+    from gpufrac.placement.policies import fgd
+    from gpufrac.sim import trace
+    from gpufrac.sim.replay import target_workload
+
+    openb = trace.load()
+    target = target_workload(openb)
+    state = ClusterState(openb.nodes)
+    filler = policy("bestfit")
+    for pod in openb.pods[:1500]:
+        outcome = decide(state, pod.demand(), filler)
+        if isinstance(outcome, Placement):
+            state.apply(outcome)
+    shapes = {pod.demand().shares or pod.demand().whole: pod.demand() for pod in openb.pods}
+
+    def scored(alike_from: int, groups: object = None) -> list[tuple[list[int], list[int]]]:
+        monkeypatch.setattr(fgd, "ALIKE_FROM", alike_from)
+        if groups is not None:
+            monkeypatch.setattr(fgd, "alike_rows", groups)
+        chosen = policy(name, target=target).scorer
+        assert isinstance(chosen, fgd.Fgd)
+        out = []
+        for pod in shapes.values():
+            fit = find_fit(state, pod)
+            positions = np.arange(len(fit.rows))
+            scores, gpus = chosen._evaluate_alike(state, fit, positions)
+            out.append((scores.tolist(), gpus.tolist()))
+        return out
+
+    one_by_one = scored(10**9)
+    assert scored(1) == one_by_one
+    everything_alike = lambda table: (np.zeros(1, np.int64), np.zeros(len(table), np.int64))  # noqa: E731
+    assert scored(1, everything_alike) == one_by_one

@@ -29,7 +29,7 @@ from gpufrac.contract.model import (
 )
 from gpufrac.placement.engine import decide
 from gpufrac.placement.fit import find_fit, fit_memo
-from gpufrac.placement.framework import POLICIES, PolicyContext
+from gpufrac.placement.framework import POLICIES, PerNode, PolicyContext
 from gpufrac.placement.workload import Workload
 
 NODE_NAMES = [f"node-{i}" for i in range(5)]
@@ -165,6 +165,7 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(pod=pods())
     def place(self, pod: PodDemand) -> None:
         self.check_memo(pod)
+        self.check_scores(pod)
         outcome = decide(self.state, dataclasses.replace(pod, name=self.fresh_name()), self.policy)
         if isinstance(outcome, Placement):
             self.state.apply(outcome)  # the engine never proposes what apply refuses
@@ -172,6 +173,18 @@ class EngineMachine(RuleBasedStateMachine):
         else:
             assert isinstance(outcome, Unschedulable)
             assert sum(outcome.reasons.values()) <= int(self.state.active.sum())
+
+    def check_scores(self, pod: PodDemand) -> None:
+        """A policy's scores, kept per node since many changes ago, are what a policy new to this cluster
+        gives, scoring every node afresh (a random policy draws its scores, so only the others)."""
+        if not POLICIES[self.policy_name].deterministic:
+            return
+        fit = find_fit(self.state, pod)
+        if len(fit.rows):
+            fresh = POLICIES[self.policy_name](PolicyContext(rng=np.random.default_rng(0), workload=WORKLOAD))
+            scorer = fresh.scorer.scorer if isinstance(fresh.scorer, PerNode) else fresh.scorer
+            kept = self.policy.scorer.score(self.state, fit)
+            assert np.array_equal(kept, scorer.score(self.state, fit))
 
     def check_memo(self, pod: PodDemand) -> None:
         """The filters' memo, last used many changes ago, gives what filtering every node afresh gives."""
