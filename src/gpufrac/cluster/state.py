@@ -348,7 +348,7 @@ class ClusterState:
         Kept per node and recomputed only for nodes whose `version` moved, since one placement changes one
         node while every decision reads all of them.
         """
-        stale = np.flatnonzero(self._usable_version != self.version)
+        stale = (self._usable_version != self.version).nonzero()[0]
         if stale.size:
             self._usable[stale] = np.where(self.open_gpus(stale), self.free_milli(stale), 0)
             self._usable_version[stale] = self.version[stale]

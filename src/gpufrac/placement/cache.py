@@ -81,8 +81,8 @@ class NodeMemo:
                 entry[name] = np.zeros(shape, self._dtypes.get(name, float))
             self._entries[key] = entry
         if rows.size == size:  # every node, in order: no need to gather them
-            return entry, np.flatnonzero(entry["version"] != state.version)
-        return entry, np.flatnonzero(entry["version"][rows] != state.version[rows])
+            return entry, (entry["version"] != state.version).nonzero()[0]
+        return entry, (entry["version"][rows] != state.version[rows]).nonzero()[0]
 
     def _stale_width(self, entry: dict[str, np.ndarray], width: int) -> bool:
         """Nodes with more GPUs than any before widen the state's GPU arrays, and so every per-GPU field."""

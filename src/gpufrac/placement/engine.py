@@ -32,7 +32,7 @@ def decide(
 
 def best(state: ClusterState, fit: Fit, scores: np.ndarray) -> int:
     """The position of the highest score; among equals, the node with the lowest tie rank."""
-    tied = np.flatnonzero(scores == scores.max())
+    tied = (scores == scores.max()).nonzero()[0]
     return int(tied[np.argmin(state.tie_rank[fit.rows[tied]])])
 
 

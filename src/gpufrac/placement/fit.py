@@ -108,7 +108,7 @@ def find_fit(
     decisions) only the nodes that changed since the last pod of the same shape are filtered again, since
     a verdict depends on nothing but the node and the pod's shape.
     """
-    rows = np.flatnonzero(state.active) if rows is None else rows
+    rows = state.active.nonzero()[0] if rows is None else rows
     shape = Hashed(shape_key(pod))
     if memo is None:
         verdicts = _judge(Candidates(state, pod, rows))
