@@ -182,10 +182,10 @@ def fewest_victims(
     wanted = gpus_wanted(pod)
     if wanted:
         if pod.shares:
-            usable = np.flatnonzero(fit.on(at).share_ok)
+            usable = np.flatnonzero(fit.usable(at))
             need = {int(g): _short(state, fit, at, int(g)) for g in usable}
         else:  # whole GPUs: every tenant goes
-            usable = np.flatnonzero(fit.on(at).empty)
+            usable = np.flatnonzero(fit.usable(at))
             need = {int(g): int(state.gpu_mem[row, g] - state.gpu_free[row, g]) for g in usable}
         freeing = {g: _freeing(per_gpu.get(g, []), short, could_move) for g, short in need.items()}
         options = sorted(

@@ -102,6 +102,14 @@ class Candidates:
         room = self.state.gpu_compute[self.rows] + claim <= FULL_COMPUTE
         return self.domain_ok & (room | ~guaranteed[..., None])
 
+    @property
+    def usable(self) -> np.ndarray:
+        """The GPUs the pod could take: its share's (`share_ok`), empty ones for whole GPUs, none for a pod
+        without GPUs."""
+        if self.pod.shares:
+            return self.share_ok
+        return self.empty if self.pod.whole_gpus else np.zeros(self.gpu_mem.shape, bool)
+
     @cached_property
     def domain_ok(self) -> np.ndarray:
         """`mode_ok` GPUs, and for an sm-sharing share only those whose sm-sharing shares, if any, are of the

@@ -20,32 +20,13 @@ from gpufrac.placement.filters import FILTERS, Candidates, gpus_wanted, resolve
 PASSED = len(FILTERS)  # the verdict of a node no filter rejects; otherwise the index of the first that does
 
 
-class _OnFeasible:
-    """A per-GPU array of `Candidates`, over every feasible node, computed on first use and kept."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, fit: Fit, owner: type) -> np.ndarray:
-        value: np.ndarray = getattr(fit.on(slice(None)), self.name)
-        fit.__dict__[self.name] = value
-        return value
-
-
 class Fit:
     """Where a pod fits. Arrays are indexed by position in `rows`, the feasible node rows.
 
-    The per-GPU arrays are computed when first asked for, over every feasible node; a policy that needs
-    them on a few nodes only (the chosen one, the nodes whose scores it must refresh) asks `on(positions)`
-    instead, since a decision is dominated by such fixed costs. A `Fit` is valid only until the state
-    changes, within one decision.
+    The filters' per-GPU arrays (`filters.Candidates`) are computed only for the nodes a policy asks about
+    with `on(positions)` (the chosen one, the nodes whose scores it must refresh), since a decision is
+    dominated by such fixed costs. A `Fit` is valid only until the state changes, within one decision.
     """
-
-    share_ok = _OnFeasible()  # (len(rows), width) GPUs that can take the pod's (single) share
-    empty = _OnFeasible()  # (len(rows), width) healthy GPUs with no tenant, for whole-GPU use
-    request_mib = _OnFeasible()  # (len(rows), width) the share's request resolved on each GPU
-    limit_mib = _OnFeasible()
-    gpu_mem = _OnFeasible()
 
     def __init__(
         self, state: ClusterState, pod: PodDemand, rows: np.ndarray, verdicts: np.ndarray, shape: Hashed
@@ -54,6 +35,14 @@ class Fit:
         self.shape = shape  # the pod's shape, as the memos' key
         self._verdicts = verdicts  # per candidate node, feasible or not: the first filter that rejected it
         self._nodes: dict[int, Candidates] = {}
+        self._usable: np.ndarray | None = None  # `usable` by node row, where the filters' memo keeps it
+
+    def usable(self, positions: np.ndarray | slice | int) -> np.ndarray:
+        """`Candidates.usable` of the feasible nodes at `positions` (as `on` takes them): the GPUs the pod
+        could take there. Read from the filters' memo where it was used: the filters found them already."""
+        if self._usable is not None:
+            return self._usable[self.rows[positions]]
+        return self.on(positions).usable
 
     def on(self, positions: np.ndarray | slice | int) -> Candidates:
         """The filters' per-GPU arrays for the feasible nodes at `positions` (an index array or a slice), or
@@ -68,7 +57,9 @@ class Fit:
 
     def subset(self, positions: np.ndarray) -> Fit:
         """The same pod's fit among the feasible nodes at `positions` only."""
-        return Fit(self.state, self.pod, self.rows[positions], self._verdicts, self.shape)
+        fit = Fit(self.state, self.pod, self.rows[positions], self._verdicts, self.shape)
+        fit._usable = self._usable
+        return fit
 
     @cached_property
     def rejected(self) -> Counter[str]:
@@ -94,8 +85,8 @@ class Fit:
 
 
 def fit_memo() -> NodeMemo:
-    """A memo for `find_fit`: per pod shape, each node's verdict."""
-    return NodeMemo("verdict", dtypes={"verdict": np.int64})
+    """A memo for `find_fit`: per pod shape, each node's verdict and the GPUs the pod could take there."""
+    return NodeMemo("verdict", "usable", dtypes={"verdict": np.int64, "usable": bool}, per_gpu=("usable",))
 
 
 def find_fit(
@@ -112,14 +103,19 @@ def find_fit(
     shape = Hashed(shape_key(pod))
     if memo is None:
         verdicts = _judge(Candidates(state, pod, rows))
-    else:
-        entry, stale = memo.lookup(state, shape, rows)
-        if stale.size:
-            fresh = rows[stale]
-            entry["verdict"][fresh] = _judge(Candidates(state, pod, fresh))
-            memo.stamp(state, entry, fresh)
-        verdicts = entry["verdict"][rows]
-    return Fit(state, pod, rows[verdicts == PASSED], verdicts, shape)
+        return Fit(state, pod, rows[verdicts == PASSED], verdicts, shape)
+    entry, stale = memo.lookup(state, shape, rows)
+    if stale.size:
+        fresh = rows[stale]
+        candidates = Candidates(state, pod, fresh)
+        entry["verdict"][fresh] = _judge(candidates)
+        if pod.wants_gpu:
+            entry["usable"][fresh] = candidates.usable
+        memo.stamp(state, entry, fresh)
+    verdicts = entry["verdict"][rows]
+    fit = Fit(state, pod, rows[verdicts == PASSED], verdicts, shape)
+    fit._usable = entry["usable"]
+    return fit
 
 
 def _judge(candidates: Candidates) -> np.ndarray:

@@ -16,14 +16,14 @@ from gpufrac.placement.fit import Fit
 
 
 def lowest_empty(fit: Fit, at: int) -> tuple[int, ...]:
-    return tuple(int(g) for g in fit.on(at).empty.nonzero()[0][: fit.pod.whole_gpus])
+    return tuple(int(g) for g in fit.usable(at).nonzero()[0][: fit.pod.whole_gpus])
 
 
 def ranked(fit: Fit, at: int, order_key: np.ndarray) -> tuple[int, ...]:
     """Whole GPUs, or the share's devices taken by ascending `order_key` (stable: lower index first)."""
     if not fit.pod.shares:
         return lowest_empty(fit, at)
-    candidates = fit.on(at).share_ok.nonzero()[0]
+    candidates = fit.usable(at).nonzero()[0]
     chosen = candidates[np.argsort(order_key[candidates], kind="stable")][: gpus_wanted(fit.pod)]
     return tuple(sorted(int(g) for g in chosen))
 
@@ -49,7 +49,6 @@ class RandomGpu:
     rng: np.random.Generator
 
     def pick(self, state: ClusterState, fit: Fit, at: int) -> tuple[int, ...]:
-        on_node = fit.on(at)
-        pool = on_node.share_ok if fit.pod.shares else on_node.empty
+        pool = fit.usable(at)
         chosen = self.rng.choice(np.flatnonzero(pool), size=gpus_wanted(fit.pod), replace=False)
         return tuple(sorted(int(g) for g in chosen))

@@ -21,7 +21,9 @@ def requested_after(state: ClusterState, fit: Fit) -> np.ndarray:
     free = np.where(usable, state.gpu_free[fit.rows], 0).sum(axis=1)
     wanted = gpus_wanted(fit.pod)
     # A whole GPU counts at its size; `:1`, not `0`: a cluster of CPU-only nodes has no GPU column.
-    request = fit.request_mib[:, 0] if fit.pod.shares else state.gpu_mem[fit.rows, :1].sum(axis=1)
+    request = (
+        fit.on(slice(None)).request_mib[:, 0] if fit.pod.shares else state.gpu_mem[fit.rows, :1].sum(axis=1)
+    )
     return np.where(memory > 0, (memory - free + wanted * request) / np.maximum(memory, 1), 0.0)
 
 

@@ -82,13 +82,11 @@ class Fgd:
         """Everything `_evaluate` reads of the feasible nodes at `positions`, a row per node: nodes with equal
         rows get equal scores. A subclass that reads more of a node must add it here."""
         rows = fit.rows[positions]
-        gpus = fit.on(positions)
         per_gpu = (
             state.gpu_mem[rows],
             state.gpu_free[rows],
             usable_free_milli(state, rows),
-            gpus.share_ok,
-            gpus.empty,
+            fit.usable(positions),
         )
         return np.column_stack((state.model_id[rows], state.cpu_free[rows], *per_gpu))
 
@@ -112,14 +110,14 @@ class Fgd:
         no_gpu = np.zeros(len(rows))
         if fit.pod.shares and fit.pod.shares[0].num_devices == 1:
             # Every candidate GPU at once: (nodes, candidate GPU).
-            share_ok = fit.on(positions).share_ok
+            share_ok = fit.usable(positions)
             scores = np.where(share_ok, self._share_scores(state, fit, rows, free, need), -1)
             best = scores.max(axis=1)
             return best, np.argmax(scores == best[:, None], axis=1)
         if fit.pod.shares:
             taken = self._multi_device_choice(state, fit, positions)
         elif fit.pod.whole_gpus:
-            empty = fit.on(positions).empty
+            empty = fit.usable(positions)
             taken = empty & (np.cumsum(empty, axis=1) <= fit.pod.whole_gpus)
         else:
             taken = np.zeros_like(free, dtype=bool)
@@ -162,8 +160,7 @@ class Fgd:
     @staticmethod
     def _multi_device_choice(state: ClusterState, fit: Fit, positions: np.ndarray) -> np.ndarray:
         """A multi-device share takes the fitting GPUs with the least free memory (best fit)."""
-        fits = fit.on(positions)
-        free = np.where(fits.share_ok, state.gpu_free[fits.rows], np.iinfo(np.int64).max)
+        free = np.where(fit.usable(positions), state.gpu_free[fit.rows[positions]], np.iinfo(np.int64).max)
         order = np.argsort(free, axis=1, kind="stable")[:, : fit.pod.shares[0].num_devices]
         taken = np.zeros_like(free, dtype=bool)
         np.put_along_axis(taken, order, True, axis=1)

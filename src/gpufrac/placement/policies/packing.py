@@ -27,7 +27,7 @@ class PackingScore:
         wanted = gpus_wanted(fit.pod)
         # The GPUs the pod would take: fitting ones (memory, health and compute mode, as the picker sees
         # them), least free first, lower index on ties.
-        fits = fit.share_ok if fit.pod.shares else fit.empty
+        fits = fit.usable(slice(None))
         order = np.argsort(np.where(fits, free, 10_000), axis=1, kind="stable")
         taken = np.take_along_axis(free, order[:, :wanted], axis=1)
         empties_used = (taken == 1000).sum(axis=1)
