@@ -34,7 +34,7 @@ from gpufrac.placement.cache import shape_key
 from gpufrac.placement.engine import decide
 from gpufrac.placement.filters import gpus_wanted
 from gpufrac.placement.fit import Fit, find_fit
-from gpufrac.placement.fragmentation import node_fragmentation, usable_free_milli
+from gpufrac.placement.fragmentation import fragmentation_of
 from gpufrac.placement.framework import Policy
 from gpufrac.placement.workload import Workload
 
@@ -369,7 +369,4 @@ def tidy(
 
 
 def _fragmentation(state: ClusterState, workload: Workload, *nodes: str) -> float:
-    rows = np.array([state.index[node] for node in nodes])
-    model_ok = workload.model_ok(state.models)[state.model_id[rows]]
-    free = usable_free_milli(state, rows)
-    return float(node_fragmentation(free, state.cpu_free[rows], model_ok, workload).sum())
+    return float(fragmentation_of(state, workload, np.array([state.index[node] for node in nodes])).sum())
