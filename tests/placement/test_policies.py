@@ -633,3 +633,12 @@ def test_fgd_stranding_puts_a_share_where_its_gpu_is_expected_to_waste_least(
     assert place(state, share_pod("p", 160), policy("fgd-stranding", target=tasks)).assignments[0].gpus == (
         1 - cheaper,
     )
+
+
+@pytest.mark.parametrize("name", ["fgd", "fgd-stranding"])
+def test_a_policy_that_measures_against_a_workload_decides_without_one(name: str) -> None:
+    """A scheduler's first pass has no pods to gather a workload from: every pod still gets a place."""
+    state = ClusterState([node("n", 2, model="T4")])
+    chosen = policy(name, target=Workload((), np.zeros(0)))
+    for pod in (share_pod("s", 300), whole_pod("w", 1), PodDemand("c", cpu_milli=1_000)):
+        place(state, pod, chosen)

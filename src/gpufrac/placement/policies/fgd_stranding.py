@@ -107,7 +107,8 @@ def model_need(workload: Workload, state: ClusterState) -> np.ndarray:
     total = float(demand[gpu].sum())
     ok = workload.model_ok(state.models)  # (models, shapes)
     needed = np.zeros(len(state.models))
-    for shape in np.flatnonzero(gpu & np.array([shape.models is not None for shape in workload.shapes])):
+    restricted = np.array([shape.models is not None for shape in workload.shapes], bool)
+    for shape in np.flatnonzero(gpu & restricted):
         allowed = np.flatnonzero(ok[:, shape])
         if allowed.size and total > 0:
             needed[allowed] += demand[shape] / total / allowed.size
