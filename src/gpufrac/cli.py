@@ -20,6 +20,7 @@ from gpufrac import contract
 from gpufrac.admission import settings as admission_settings  # pure, cheap: the webhook's defaults
 from gpufrac.contract import memory_resource, node_inventory  # pure, cheap: defaults of agent and webhook
 from gpufrac.errors import UserError
+from gpufrac.scheduler.config import DEFAULT_POLICY  # pure, cheap: the scheduler's default policy
 
 try:  # recent Typer carries its own copy of Click
     from typer._click.exceptions import UsageError
@@ -213,7 +214,7 @@ def scheduler(
     scheduler_name: Annotated[
         str, typer.Option(help="Schedule pods with this spec.schedulerName.")
     ] = "gpufrac",
-    policy: Annotated[str, typer.Option(help="Placement policy (see `gpufrac simulate`).")] = "binpack",
+    policy: Annotated[str, typer.Option(help="Placement policy (see `gpufrac simulate`).")] = DEFAULT_POLICY,
     node_selector: Annotated[str, typer.Option(help="Manage only nodes with these labels: k=v,k2=v2.")] = "",
     env_delivery: Annotated[
         contract.EnvDelivery, typer.Option(help="How limits reach the container.")

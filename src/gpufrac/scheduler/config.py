@@ -9,11 +9,15 @@ from gpufrac import contract
 from gpufrac.contract import node_inventory
 from gpufrac.scheduler import reservations
 
+# The placement policy unless told otherwise: on every one of the FGD paper's 17 openb traces it leaves
+# fewer GPUs unallocated than FGD and every other policy here (README, "Beyond FGD").
+DEFAULT_POLICY = "fgd-stranding"
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     name: str = "gpufrac"
-    policy: str = "binpack"
+    policy: str = DEFAULT_POLICY
     node_selector: Mapping[str, str] = field(default_factory=dict)
     env_delivery: contract.EnvDelivery = contract.EnvDelivery.CONFIGMAP
     mps_pipe_directory: str = contract.DEFAULT_MPS_PIPE_DIRECTORY
