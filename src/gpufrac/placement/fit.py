@@ -29,13 +29,19 @@ class Fit:
     """
 
     def __init__(
-        self, state: ClusterState, pod: PodDemand, rows: np.ndarray, verdicts: np.ndarray, shape: Hashed
+        self,
+        state: ClusterState,
+        pod: PodDemand,
+        rows: np.ndarray,
+        verdicts: np.ndarray,
+        shape: Hashed,
+        usable: np.ndarray | None = None,
     ) -> None:
         self.state, self.pod, self.rows = state, pod, rows
         self.shape = shape  # the pod's shape, as the memos' key
         self._verdicts = verdicts  # per candidate node, feasible or not: the first filter that rejected it
+        self._usable = usable  # `usable` by node row, where the filters' memo keeps it
         self._nodes: dict[int, Candidates] = {}
-        self._usable: np.ndarray | None = None  # `usable` by node row, where the filters' memo keeps it
 
     def usable(self, positions: np.ndarray | slice | int) -> np.ndarray:
         """`Candidates.usable` of the feasible nodes at `positions` (as `on` takes them): the GPUs the pod
@@ -57,9 +63,7 @@ class Fit:
 
     def subset(self, positions: np.ndarray) -> Fit:
         """The same pod's fit among the feasible nodes at `positions` only."""
-        fit = Fit(self.state, self.pod, self.rows[positions], self._verdicts, self.shape)
-        fit._usable = self._usable
-        return fit
+        return Fit(self.state, self.pod, self.rows[positions], self._verdicts, self.shape, self._usable)
 
     @cached_property
     def rejected(self) -> Counter[str]:
@@ -113,9 +117,7 @@ def find_fit(
             entry["usable"][fresh] = candidates.usable
         memo.stamp(state, entry, fresh)
     verdicts = entry["verdict"][rows]
-    fit = Fit(state, pod, rows[verdicts == PASSED], verdicts, shape)
-    fit._usable = entry["usable"]
-    return fit
+    return Fit(state, pod, rows[verdicts == PASSED], verdicts, shape, entry["usable"])
 
 
 def _judge(candidates: Candidates) -> np.ndarray:
