@@ -505,12 +505,8 @@ def test_fgd_stranding_avoids_a_node_whose_cpu_would_strand_its_free_gpus() -> N
     assert place(state, pod, policy("fgd-stranding", target=tasks)).node == "roomy"
 
 
-def test_fgd_stranding_breaks_score_ties_by_the_least_leftover_on_the_gpu(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Against 0.1-GPU tasks nothing fragments, so FGD takes the first GPU; the tie-break takes the fuller one
-    # (the hole term, which tells these GPUs apart, is off: the tie-break alone).
-    monkeypatch.setattr(fgd_stranding, "HOLE_WEIGHT", 0.0)
+def test_fgd_stranding_breaks_score_ties_by_the_least_leftover_on_the_gpu() -> None:
+    # Against 0.1-GPU tasks nothing fragments, so FGD takes the first GPU; the tie-break takes the fuller one.
     tasks = workload((Shape(cpu_milli=0, gpus=1, milli=100), 1.0))
     state = ClusterState([node("n", 2)])
     state.apply(share_at("s", "n", (1,), 8_000))
@@ -518,6 +514,31 @@ def test_fgd_stranding_breaks_score_ties_by_the_least_leftover_on_the_gpu(
     state.release("fgd")
     chosen = policy("fgd-stranding", target=tasks)
     assert place(state, share_pod("p", 300), chosen).assignments[0].gpus == (1,)
+
+
+def test_fgd_stranding_leaves_holes_a_common_share_can_fill(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A 320 share beside the 470 leaves 210 milli that only the rare 160s fit; beside the other 320 it
+    # leaves 360, which the next 320 fills. FGD's scores tie (45), and the least leftover would take the
+    # 470's GPU; the growth of the expected waste takes the other.
+    tasks = workload(
+        (Shape(cpu_milli=0, gpus=1, milli=470), 0.5),
+        (Shape(cpu_milli=0, gpus=1, milli=320), 0.45),
+        (Shape(cpu_milli=0, gpus=1, milli=160), 0.05),
+    )
+    waste = fgd_stranding.expected_waste(tasks)
+    assert waste[210] > waste[530] and waste[360] < waste[680]
+    assert waste[0] == waste[1000] == 0
+    state = ClusterState([node("n", 2)])
+    state.apply(share_at("a", "n", (0,), 7_520))  # 470 milli of 16,000 MiB: 530 free
+    state.apply(share_at("b", "n", (1,), 5_120))  # 320: 680 free
+    assert place(state, share_pod("fgd", 320), policy("fgd", target=tasks)).assignments[0].gpus == (0,)
+    state.release("fgd")
+    chosen = policy("fgd-stranding", target=tasks)
+    assert place(state, share_pod("p", 320), chosen).assignments[0].gpus == (1,)
+    state.release("p")
+    monkeypatch.setattr(fgd_stranding, "HOLE_WEIGHT", 0.0)
+    chosen = policy("fgd-stranding", target=tasks)
+    assert place(state, share_pod("p", 320), chosen).assignments[0].gpus == (0,)
 
 
 def test_fgd_stranding_feeds_gpus_at_the_workloads_weighted_median_cpu_per_gpu() -> None:
@@ -597,42 +618,6 @@ def test_fgd_scores_nodes_alike_once_and_as_it_scores_every_node(
     assert scored(1) == one_by_one
     everything_alike = lambda table: (np.zeros(1, np.int64), np.zeros(len(table), np.int64))  # noqa: E731
     assert scored(1, everything_alike) == one_by_one
-
-
-def test_expected_waste_counts_a_hole_only_rare_shares_fit_as_nearly_lost() -> None:
-    tasks = workload(
-        (Shape(cpu_milli=0, gpus=1, milli=320), 0.9), (Shape(cpu_milli=0, gpus=1, milli=160), 0.1)
-    )
-    waste = fgd_stranding.expected_waste(tasks)
-    assert waste[100] == pytest.approx(100)  # nothing fits: all of it is lost
-    assert waste[0] == 0
-    # 330 is one common share and 10 left; 210 fits only the rare 160s (and keeps 50 besides), and is more
-    # likely lost to the cluster filling up than filled: most of it is counted as waste
-    assert waste[330] < 20 < 50 < waste[210] < 210
-
-
-def test_fgd_stranding_puts_a_share_where_its_gpu_is_expected_to_waste_least(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A 160 share: on GPU 1 (700 free) it leaves 540, on GPU 0 (940 free) 780. FGD's measure sees both as
-    fit for everything; the expected waste tells them apart, and the policy follows it (with the hole term
-    off it would take the fuller GPU)."""
-    tasks = workload(
-        (Shape(cpu_milli=0, gpus=1, milli=320), 0.9), (Shape(cpu_milli=0, gpus=1, milli=160), 0.1)
-    )
-    waste = fgd_stranding.expected_waste(tasks)
-    state = ClusterState([node("n", 2)])
-    state.apply(share_at("a", "n", (0,), 960))  # 60 milli of a 16,000 MiB GPU
-    state.apply(share_at("b", "n", (1,), 4_800))  # 300 milli
-    cheaper = 0 if waste[780] - waste[940] < waste[540] - waste[700] else 1
-    assert place(state, share_pod("p", 160), policy("fgd-stranding", target=tasks)).assignments[0].gpus == (
-        cheaper,
-    )
-    state.release("p")
-    monkeypatch.setattr(fgd_stranding, "HOLE_WEIGHT", 0.0)
-    assert place(state, share_pod("p", 160), policy("fgd-stranding", target=tasks)).assignments[0].gpus == (
-        1 - cheaper,
-    )
 
 
 @pytest.mark.parametrize("name", ["fgd", "fgd-stranding"])

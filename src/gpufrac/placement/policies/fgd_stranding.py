@@ -31,11 +31,14 @@ Frozen constants, chosen on the default openb trace, seeds 42-51, and not tuned 
 `STRANDING_WEIGHT` = 4 and `CPU_PERCENTILE` = 50 (the median; the reference measured +0.15 at the 10th
 percentile against +0.7 at the median). Weights 1, 2, 3 and 4 gave 95.87, 95.88, 95.88 and 95.89 there
 (FGD 95.27). Memory as a second feed, at its median per GPU, measured no gain (seeds 42-46), so it is left
-out. With the hole term (`HOLE_WEIGHT` = 1, `HOLE_END_RATE` = 0.02): 95.98. End rates 0.01, 0.02, 0.03,
-0.05 and 0.1 gave 95.97, 95.98, 95.93, 95.98 and 95.95 at weight 1; weights 0.5, 1 and 2 gave 95.90, 95.98
-and 95.98 (2 at end rate 0.05). Breaking ties by the least growth of the waste instead of the least leftover
-gave the same (95.98); neither tie-breaking whole-GPU or CPU-only pods by the node's CPU or GPUs left nor
-coarser FGD scores gained (95.78-95.90).
+out. With the hole term (`HOLE_WEIGHT` = 1, `HOLE_END_RATE` = 0.02, per arriving pod): 95.975. The rate
+and weight were compared with a first form of `expected_waste` that gave a free GPU the waste of being
+filled by shares too (whole-GPU shapes ending it): end rates 0.01, 0.02, 0.03, 0.05 and 0.1 gave 95.97,
+95.98, 95.93, 95.98 and 95.95 at weight 1; weights 0.5, 1, 1.5 gave 95.90, 95.98, 95.96 at rate 0.02 (2 at
+0.05: 95.98). That form sent a share to an empty GPU rather than into a hole where shares are all small, so
+a free GPU now counts 0 (95.975, the same within the seeds' spread). Breaking ties by the least growth of
+the waste instead of the least leftover gave the same (95.98); tie-breaking whole-GPU or CPU-only pods by
+the node's CPU or GPUs left, or coarser FGD scores, did not gain (95.78-95.90).
 """
 
 from __future__ import annotations
@@ -83,17 +86,16 @@ def stranded_milli(free_milli: np.ndarray, cpu_free: np.ndarray, cpu_per_gpu: fl
 def expected_waste(workload: Workload, end_rate: float = HOLE_END_RATE) -> np.ndarray:
     """(1001,): for a GPU with h milli free, the milli expected never to be used. Per arriving pod, a
     one-GPU share shape that fits (at most h) arrives as often as the workload says and leaves h minus its
-    share, or, at `end_rate`, the cluster fills up first and h is lost; a free GPU also ends in use when a
-    whole-GPU shape arrives. So a hole only rare shapes fit counts as nearly lost, and one a common share
-    fits counts as what that share would leave."""
+    share, or, at `end_rate`, the cluster fills up first and h is lost. So a hole only rare shapes fit counts
+    as nearly lost, and one a common share fits counts as what that share would leave. A free GPU is no
+    hole (any shape, whole GPUs too, can take it): 0."""
     share = (workload.gpus == 1) & (workload.milli > 0) & (workload.milli < 1000)
     milli, weights = workload.milli[share], workload.weights[share]
-    whole = float(workload.weights[(workload.gpus > 0) & (workload.milli >= 1000)].sum())
     waste = np.zeros(1001)
-    for h in range(1, 1001):
+    for h in range(1, 1000):
         fits = milli <= h
-        arrives = float(weights[fits].sum()) + (whole if h == 1000 else 0.0)
-        waste[h] = (end_rate * h + float(weights[fits] @ waste[h - milli[fits]])) / (end_rate + arrives)
+        filled = float(weights[fits] @ waste[h - milli[fits]])
+        waste[h] = (end_rate * h + filled) / (end_rate + float(weights[fits].sum()))
     return waste
 
 
