@@ -232,3 +232,13 @@ def test_fragmentation_after_share_is_that_of_each_hypothetical_node(
     hypothetical[:, diagonal, diagonal] -= needs[:, None]
     expected = node_fragmentation(hypothetical, cpu_free[:, None], allowed[:, None, :], target)
     assert np.array_equal(fragmentation_after_share(nodes, cpu_free, allowed, needs, target), expected)
+
+
+def test_a_workload_keeps_at_most_max_shapes_the_most_common_first() -> None:
+    pods = [PodDemand(f"p{i}", cpu_milli=1_000 + i) for i in range(300)] + [
+        PodDemand(f"common{i}", cpu_milli=500) for i in range(5)
+    ]
+    capped = Workload.from_pods(pods, max_shapes=10, coverage=1.0)
+    assert len(capped.shapes) == 10
+    assert capped.shapes[0].cpu_milli == 500 and capped.weights[0] == pytest.approx(5 / 14)  # of those kept
+    assert len(Workload.from_pods(pods, coverage=1.0).shapes) == 301

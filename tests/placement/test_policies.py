@@ -600,8 +600,11 @@ def test_fgd_scores_nodes_alike_once_and_as_it_scores_every_node(
             state.apply(outcome)
     shapes = {pod.demand().shares or pod.demand().whole: pod.demand() for pod in openb.pods}
 
-    def scored(alike_from: int, groups: object = None) -> list[tuple[list[int], list[int]]]:
+    def scored(
+        alike_from: int, groups: object = None, chunk: int = fgd.CHUNK
+    ) -> list[tuple[list[int], list[int]]]:
         monkeypatch.setattr(fgd, "ALIKE_FROM", alike_from)
+        monkeypatch.setattr(fgd, "CHUNK", chunk)
         if groups is not None:
             monkeypatch.setattr(fgd, "alike_rows", groups)
         chosen = policy(name, target=target).scorer
@@ -616,6 +619,7 @@ def test_fgd_scores_nodes_alike_once_and_as_it_scores_every_node(
 
     one_by_one = scored(10**9)
     assert scored(1) == one_by_one
+    assert scored(10**9, chunk=7) == one_by_one  # scored a few nodes at a time, as on a large cluster
     everything_alike = lambda table: (np.zeros(1, np.int64), np.zeros(len(table), np.int64))  # noqa: E731
     assert scored(1, everything_alike) == one_by_one
 

@@ -11,7 +11,7 @@ from gpufrac.cluster.model import Placement
 from gpufrac.contract import keys, node_inventory
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES
-from gpufrac.scheduler import objects
+from gpufrac.scheduler import loop, objects
 from gpufrac.scheduler.loop import Scheduler
 
 from ..kubeapi.apiobjects import GPU_MIB, bound, container, inventory, key, node, pod, with_status
@@ -280,6 +280,18 @@ def test_fgd_measures_fragmentation_against_the_shapes_of_the_clusters_own_pods(
     assert made.policy is before
     made.refresh_workload(every=0)
     assert made.policy is not before
+
+
+def test_the_workload_gathered_from_the_clusters_pods_keeps_a_bounded_number_of_shapes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tenant's pods of many distinct sizes must not make FGD's arrays (nodes x GPUs x shapes) grow with
+    them: the most common shapes are kept, up to the cap."""
+    monkeypatch.setattr(loop, "MAX_WORKLOAD_SHAPES", 1)
+    made = scheduler(policy="fgd-stranding")
+    listed(made, [n1()], [sm_pod(), whole_pod()])
+    made.refresh_workload()
+    assert len(made.policy.scorer.workload.shapes) == 1  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("name", list(POLICIES))

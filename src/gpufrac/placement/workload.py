@@ -44,17 +44,22 @@ class Workload:
 
     @classmethod
     def from_pods(
-        cls, pods: Iterable[PodDemand], *, coverage: float = 0.95, reference_gpu_mib: int = 16384
+        cls,
+        pods: Iterable[PodDemand],
+        *,
+        coverage: float = 0.95,
+        reference_gpu_mib: int = 16384,
+        max_shapes: int | None = None,
     ) -> Workload:
-        """The most common shapes of `pods`; an absolute MiB request counts as a portion of a
-        `reference_gpu_mib` GPU, since a workload of shapes has no particular GPU in mind."""
+        """The most common shapes of `pods`, at most `max_shapes` of them; an absolute MiB request counts as a
+        portion of a `reference_gpu_mib` GPU, since a workload of shapes has no particular GPU in mind."""
         counts = Counter(shape_of(pod, reference_gpu_mib=reference_gpu_mib) for pod in pods)
         total = sum(counts.values())
         chosen: list[tuple[Shape, int]] = []
         covered = 0
         # Most common first; among equally common shapes the larger one first, as the paper's simulator.
         for shape, count in sorted(counts.items(), key=lambda item: (item[1], _order(item[0])), reverse=True):
-            if total and covered >= coverage * total:
+            if (total and covered >= coverage * total) or len(chosen) == max_shapes:
                 break
             chosen.append((shape, count))
             covered += count

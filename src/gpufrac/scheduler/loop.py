@@ -60,6 +60,10 @@ from gpufrac.scheduler.tenants import Tenants
 
 log = logging.getLogger("gpufrac.scheduler")
 WORKLOAD_REFRESH_SECONDS = 600.0
+# The most pod shapes the target workload keeps. FGD's arrays grow with them (nodes x GPUs x shapes), and the
+# workload is the cluster's own pods, so without a cap a tenant's pods of thousands of distinct sizes would
+# make every decision slow and its memory large; the openb traces have 21 to 124.
+MAX_WORKLOAD_SHAPES = 256
 
 
 class Scheduler:
@@ -292,7 +296,8 @@ class Scheduler:
         state = self.cache.snapshot()
         memory = state.gpu_mem[state.gpu_mem > 0]
         reference = int(np.median(memory)) if memory.size else 16384  # for shapes asked in MiB
-        self.policy = self._policy(Workload.from_pods(demands, reference_gpu_mib=reference))
+        workload = Workload.from_pods(demands, reference_gpu_mib=reference, max_shapes=MAX_WORKLOAD_SHAPES)
+        self.policy = self._policy(workload)
         self._workload_at = now
 
     async def schedule_pending(self) -> int:

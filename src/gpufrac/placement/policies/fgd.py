@@ -35,6 +35,9 @@ def fgd_score(delta: np.ndarray) -> np.ndarray:
 # From this many nodes to score at once, nodes alike are scored once (`Fgd._evaluate_alike`): below it,
 # finding them costs more than it saves.
 ALIKE_FROM = 64
+# The most nodes scored in one pass: its arrays are nodes x GPUs x workload shapes, which for a large
+# cluster's first decision would take gigabytes at once.
+CHUNK = 1024
 
 
 def alike_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -69,14 +72,25 @@ class Fgd:
     ) -> tuple[np.ndarray, np.ndarray]:
         """`_evaluate`, once per distinct node among many. A shape's first pod scores every node, which
         was most of a replay's scoring; most nodes are then still as they joined, alike within each type."""
-        if len(positions) < ALIKE_FROM:
+        if len(positions) >= ALIKE_FROM:
+            inputs = self._inputs(state, fit, positions)
+            first, inverse = alike_rows(inputs)
+            if np.array_equal(inputs[first][inverse], inputs):  # else two different nodes hashed alike
+                scores, gpus = self._evaluate_in_chunks(state, fit, positions[first])
+                return scores[inverse], gpus[inverse]
+        return self._evaluate_in_chunks(state, fit, positions)
+
+    def _evaluate_in_chunks(
+        self, state: ClusterState, fit: Fit, positions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`_evaluate`, `CHUNK` nodes at a time: a node's score does not depend on the others scored with
+        it."""
+        if len(positions) <= CHUNK:
             return self._evaluate(state, fit, positions)
-        inputs = self._inputs(state, fit, positions)
-        first, inverse = alike_rows(inputs)
-        if not np.array_equal(inputs[first][inverse], inputs):  # two different nodes hashed alike
-            return self._evaluate(state, fit, positions)
-        scores, gpus = self._evaluate(state, fit, positions[first])
-        return scores[inverse], gpus[inverse]
+        parts = [
+            self._evaluate(state, fit, positions[at : at + CHUNK]) for at in range(0, len(positions), CHUNK)
+        ]
+        return np.concatenate([scores for scores, _ in parts]), np.concatenate([gpus for _, gpus in parts])
 
     def _inputs(self, state: ClusterState, fit: Fit, positions: np.ndarray) -> np.ndarray:
         """Everything `_evaluate` reads of the feasible nodes at `positions`, a row per node: nodes with equal
