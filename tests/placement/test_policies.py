@@ -553,6 +553,40 @@ def test_fgd_stranding_feeds_gpus_at_the_workloads_weighted_median_cpu_per_gpu()
     assert cpu_per_gpu(workload((Shape(cpu_milli=2_000, gpus=0, milli=0), 1.0))) == 0
 
 
+# Half GPU pods of 8 cores a GPU, half CPU-only pods of 8 cores: 16 cores asked per GPU requested.
+CPU_HEAVY = workload(
+    (Shape(cpu_milli=8_000, gpus=1, milli=1000), 0.5), (Shape(cpu_milli=8_000, gpus=0, milli=0), 0.5)
+)
+
+
+def test_fgd_stranding_counts_cpu_only_pods_in_a_gpus_feed_when_cpu_is_oversubscribed() -> None:
+    """40 cores for 2 GPUs: 32 cores asked at full GPU allocation, pressure 0.8, and a GPU is fed by the GPU
+    pods' 8 cores. With another 2 GPUs on 16 cores, 64 are asked of 56 (8/7): the CPU-only pods' cores then
+    come out of the GPUs' nodes, so a GPU needs 16."""
+    state = ClusterState([node("a", 2, cpu=40_000)])
+    assert fgd_stranding.cpu_pressure(CPU_HEAVY, state) == pytest.approx(0.8)
+    assert fgd_stranding.feed_rate(CPU_HEAVY, state) == 8_000
+    state.add_node(node("b", 2, cpu=16_000))
+    assert fgd_stranding.cpu_pressure(CPU_HEAVY, state) == pytest.approx(8 / 7)
+    assert fgd_stranding.feed_rate(CPU_HEAVY, state) == 16_000
+    assert fgd_stranding.cpu_pressure(workload((Shape(cpu_milli=8_000, gpus=0, milli=0), 1.0)), state) == 0
+
+
+def test_fgd_stranding_rescores_every_node_when_a_node_change_changes_how_much_cpu_a_gpu_needs() -> None:
+    """Node a keeps 24 of its 40 cores for its 2 free GPUs: fed at 8 cores a GPU, an 8-core CPU-only pod
+    strands nothing there. Once node b is redefined with 8 cores instead of 64 (pressure past 1: 16 cores a
+    GPU) it strands half a GPU more on a, and the score a policy kept for node a must not say otherwise."""
+    state = ClusterState([node("a", 2, cpu=40_000), node("b", 2, cpu=64_000)])
+    state.apply(Placement(pod="busy", node="a", cpu_milli=16_000, memory_mib=0))
+    chosen = policy("fgd-stranding", target=CPU_HEAVY)
+    cpu_only = PodDemand("c", cpu_milli=8_000)
+    before = scores(state, cpu_only, chosen)
+    state.add_node(node("b", 2, cpu=8_000))
+    fresh = scores(state, cpu_only, "fgd-stranding", target=CPU_HEAVY)
+    assert scores(state, cpu_only, chosen) == fresh
+    assert fresh[0] < before[0]
+
+
 def test_fgd_stranding_keeps_pods_that_may_run_anywhere_off_the_gpus_restricted_pods_need(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

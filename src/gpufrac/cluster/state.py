@@ -30,6 +30,7 @@ class PlacementRefused(ValueError):
 class ClusterState:
     def __init__(self, nodes: Iterable[NodeSpec] = ()) -> None:
         self.serial = next(_serials)  # with `version`, identifies a node's state for plugin caches
+        self.node_changes = 0  # counts nodes added, redefined or removed: what the cluster's capacity is
         self.names: list[str] = []
         self.index: dict[str, int] = {}
         self.models: list[str] = [""]
@@ -150,6 +151,7 @@ class ClusterState:
             self.gpu_healthy[row, gpu.index] = gpu.healthy
         self.uuids[row] = [gpu.uuid for gpu in gpus]
         self.version[row] += 1
+        self.node_changes += 1
 
     def remove_node(self, name: str) -> list[Placement]:
         """Take a node out; its pods are released and returned, since they no longer run anywhere."""
@@ -157,6 +159,7 @@ class ClusterState:
         released = [self.release(pod) for pod in sorted(self.pods_on[row])]
         self.active[row] = False
         self.version[row] += 1
+        self.node_changes += 1
         return released
 
     def set_gpu_health(self, name: str, gpu: int, *, healthy: bool) -> None:

@@ -84,6 +84,10 @@ class NodeMemo:
             return entry, (entry["version"] != state.version).nonzero()[0]
         return entry, (entry["version"][rows] != state.version[rows]).nonzero()[0]
 
+    def clear(self) -> None:
+        """Forget every entry: for a plugin whose values also read something other than the node."""
+        self._entries.clear()
+
     def _stale_width(self, entry: dict[str, np.ndarray], width: int) -> bool:
         """Nodes with more GPUs than any before widen the state's GPU arrays, and so every per-GPU field."""
         return any(entry[name].shape[1] != width for name in self._per_gpu)
