@@ -9,18 +9,18 @@ with the node agent's `gpufrac.io/gpus` annotation and Ready conditions, Pods as
 (`gpu-fraction`, `nvidia.com/gpu`, the env ConfigMap's name), and the engine reads them through
 `scheduler.objects`, as the scheduler does, so every figure is for the scheduler's own inputs.
 
-(a) Decision latency. One fill with `binpack` (the scheduler's default) decides every arrival through
-`placement.engine.decide` on a `ClusterState` and applies what fits; its times are binpack's. Filling the
-cluster once per policy would take hours on a shared 2-core machine, so at each fill level (every quarter
-of the arrivals, and the end) every policy, built once for the whole fill as a scheduler builds it,
+(a) Decision latency. One fill with `binpack` (a cheap policy: the fill only sets the stage) decides every
+arrival through `placement.engine.decide` on a `ClusterState` and applies what fits; its times are binpack's.
+Filling the cluster once per policy would take hours on a shared 2-core machine, so at each fill level (every
+quarter of the arrivals, and the end) every policy, built once for the whole fill as a scheduler builds it,
 decides the next `--decisions` arrivals, applying each placement and releasing them all afterwards. Before
 that it decides one pod of each shape among them, untimed and not applied: a running scheduler's per-shape
-memos already hold every node but the few its last decisions changed, while the fill changed thousands
-since the last probe. A policy's very first decision fills its memos for every node (fgd: the
-fragmentation of every node) and is reported apart as `cold`; a scheduler pays it once per policy rebuild
-(fgd: every 10 minutes). `--decisions 0` fills the cluster once per policy instead. Wall time
-and CPU time (`time.thread_time`) are taken around each `decide`: on a machine shared with other work the
-wall time includes waiting for a core, the CPU time does not.
+memos already hold every node but the few its last decisions changed, while the fill changed thousands since
+the last probe. A policy's very first decision fills its memos for every node (fgd: the fragmentation of every
+node) and is reported apart as `cold`; a scheduler pays it once per policy rebuild (fgd: every 10 minutes).
+`--decisions 0` fills the cluster once per policy instead. Wall time and CPU time (`time.thread_time`) are
+taken around each `decide`: on a machine shared with other work the wall time includes waiting for a core, the
+CPU time does not.
 
 (b) The scheduler's memory and a relist. The bound pods are binpack's placements, with the annotations
 `objects.bind_plan` writes; arrivals that did not fit are listed pending (the openb pods ask 10.5 cores on

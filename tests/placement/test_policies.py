@@ -570,6 +570,10 @@ def test_fgd_stranding_counts_cpu_only_pods_in_a_gpus_feed_when_cpu_is_oversubsc
     assert fgd_stranding.cpu_pressure(CPU_HEAVY, state) == pytest.approx(8 / 7)
     assert fgd_stranding.feed_rate(CPU_HEAVY, state) == 16_000
     assert fgd_stranding.cpu_pressure(workload((Shape(cpu_milli=8_000, gpus=0, milli=0), 1.0)), state) == 0
+    no_cpu_for_gpus = workload(
+        (Shape(cpu_milli=0, gpus=1, milli=1000), 0.5), (Shape(cpu_milli=80_000, gpus=0, milli=0), 0.5)
+    )
+    assert fgd_stranding.feed_rate(no_cpu_for_gpus, state) == 0
 
 
 def test_fgd_stranding_rescores_every_node_when_a_node_change_changes_how_much_cpu_a_gpu_needs() -> None:

@@ -105,7 +105,7 @@ def feed_rate(workload: Workload, state: ClusterState) -> float:
     over what its GPU pods ask. There the CPU-only pods must take cores beside GPUs whatever the placement,
     so a GPU is fed only if its node keeps cores for them too."""
     rate = cpu_per_gpu(workload)
-    if cpu_pressure(workload, state) <= 1:
+    if rate <= 0 or cpu_pressure(workload, state) <= 1:  # GPU pods that ask no CPU strand nothing
         return rate
     gpu = workload.gpus * workload.milli > 0
     return rate * float(workload.weights @ workload.cpu) / float(workload.weights[gpu] @ workload.cpu[gpu])
