@@ -151,7 +151,12 @@ def _fits(value: object, shape: Any) -> bool:
             return False  # a Mapping of another type is rare: `_check` judges it
         if str in shape:
             inner = shape[str]
-            for key, item in value.items():  # noqa: SIM110 (a loop: all() over a generator is slower here)
+            if inner is str:  # labels and annotations, the most items of an object: no call per item
+                for key, item in value.items():  # noqa: SIM110 (a loop: all() over a generator is slower)
+                    if type(key) is not str or type(item) is not str:
+                        return False
+                return True
+            for key, item in value.items():  # noqa: SIM110 (as above)
                 if type(key) is not str or not _fits(item, inner):
                     return False
             return True
