@@ -25,6 +25,7 @@ from .reviews import (
     mutated,
     pod,
     request,
+    review,
     share_pods,
     validate,
 )
@@ -489,3 +490,39 @@ def test_messages_quote_a_huge_value_briefly() -> None:
     with pytest.raises(exchange.MalformedReview) as caught:
         exchange.read_review(json.dumps(body).encode())
     assert len(str(caught.value)) < 120
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "where"),
+    [
+        ("shareProcessNamespace", "true", "object.spec.shareProcessNamespace is not a boolean"),
+        (
+            "initContainers",
+            [{"name": "init", "resources": {"requests": ["gpufrac.io/gpu-memory"]}}],
+            "object.spec.initContainers[0].resources.requests is not an object",
+        ),
+        (
+            "ephemeralContainers",
+            [{"name": "debug", "resources": "gpufrac.io/gpu-memory"}],
+            "object.spec.ephemeralContainers[0].resources is not an object",
+        ),
+    ],
+)
+def test_a_field_only_one_rule_reads_is_type_checked_too(kind: str, value: object, where: str) -> None:
+    """`shareProcessNamespace` (read beside an sm-sharing share) and the resources of containers the
+    contract does not read (read for `gpufrac.io/gpu-memory`) were read as absent when of the wrong type."""
+    obj = mutated(pod(SM))
+    obj["spec"][kind] = value
+    assert where in denial(obj, "malformed")
+
+
+@pytest.mark.parametrize("group", [7, None, [], {"group": ""}])
+def test_a_resource_group_of_the_wrong_type_is_malformed_not_another_resource(group: object) -> None:
+    """A pod review whose `resource.group` is not a string was read as the resource `pods.<group>`,
+    which no rule guards, and allowed."""
+    obj = mutated(pod({"gpu-fraction": "0.5"}))
+    container(obj)["securityContext"] = {"privileged": True}
+    body = review(obj)
+    body["request"]["resource"]["group"] = group
+    with pytest.raises(exchange.MalformedReview, match=r'"request\.resource\.group" is not a string'):
+        exchange.read_review(json.dumps(body).encode())
