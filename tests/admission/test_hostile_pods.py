@@ -213,6 +213,29 @@ def test_an_ephemeral_container_is_held_to_the_rules_of_a_gpu_pod(fields: dict[s
     assert allowed(ephemeral({"env": [{"name": "A", "value": "1"}]})[1], **review)
 
 
+@pytest.mark.parametrize("shape", ["EphemeralContainers", "Pod"])
+def test_an_ephemeral_container_may_not_join_an_sm_sharing_shares_processes(shape: str) -> None:
+    """`kubectl debug --target` puts the ephemeral container in the target's process namespace, where the
+    share's /proc/<pid>/root reaches the MPS pipes: what shareProcessNamespace is refused for. Kubernetes
+    1.20 sends the pod's metadata without its containers, later versions the pod."""
+
+    def debug(obj: dict[str, Any], target: str) -> exchange.Decision:
+        before = copy.deepcopy(obj)
+        if shape == "EphemeralContainers":
+            before = {"kind": shape, "metadata": obj["metadata"], "ephemeralContainers": []}
+        after = copy.deepcopy(before)
+        added = {"name": "debug", "image": "busybox", "targetContainerName": target}
+        after.get("spec", after).setdefault("ephemeralContainers", []).append(added)
+        return validate(after, operation="UPDATE", sub_resource="ephemeralcontainers", old=before)
+
+    sm = mutated(pod(SM, ("app", "side")))
+    denied = debug(sm, "app")
+    assert not denied.allowed and denied.rule == "privileged", denied.message
+    assert 'ephemeral container "debug" targets "app", an sm-sharing share' in denied.message
+    assert debug(sm, "side").allowed
+    assert debug(mutated(pod({"gpu-fraction": "0.5"})), "app").allowed
+
+
 # Host paths and the MPS volume.
 
 

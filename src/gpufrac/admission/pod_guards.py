@@ -5,7 +5,7 @@ The guards, each on every kind of container (`containers`, `initContainers`, `ep
 - scheduler-owned keys, and contract keys changed after create (by `pods/status` too);
 - GPU variables by any route the webhook can see (`gpu_env`);
 - privilege in a pod that holds GPUs from gpufrac: `privileged`, the `SYS_ADMIN` capability, `hostPID`,
-  `hostIPC`;
+  `hostIPC`; beside an sm-sharing share, `shareProcessNamespace` or an ephemeral container targeting it;
 - references to another pod's or container's env ConfigMap (`envFrom`, `valueFrom`, volumes);
 - a queue label naming a queue closed to the pod's namespace (where the webhook watches Queues);
 - GPU pods for gpufrac that skipped the mutation;
@@ -179,8 +179,9 @@ def _untrusted_sm_sharing(pod: Mapping[str, Any], asked: contract.PodGpuRequest)
 def _validate_ephemeral(obj: Mapping[str, Any], policy: settings.Policy) -> exchange.Decision:
     """Ephemeral containers added through `pods/ephemeralcontainers` (`kubectl debug`), judged by the
     rules on containers. kube-apiserver v1.20 sends an EphemeralContainers object, which does not say
-    whether the pod holds GPUs: the rules then assume that it does."""
-    gpus = _Gpus(None, frozenset(), frozenset(), _base(obj))
+    whether the pod holds GPUs: the rules then assume that it does. It carries the pod's metadata, so its
+    sm-sharing shares are known (`_sm_sharing_named`)."""
+    gpus = _Gpus(None, frozenset(), _sm_sharing_named(obj), _base(obj))
     if "spec" in obj:  # later versions send the pod
         asked = _contract(obj, placement=False)
         if isinstance(asked, exchange.Decision):
@@ -192,8 +193,39 @@ def _validate_ephemeral(obj: Mapping[str, Any], policy: settings.Policy) -> exch
         or _privileged(obj, gpus, kinds)
         or _foreign_env_configmaps(obj, gpus, kinds)
         or _mounts(obj, gpus, kinds)
+        or _targets(obj, gpus)
         or exchange.ALLOW
     )
+
+
+def _sm_sharing_named(obj: Mapping[str, Any]) -> frozenset[str]:
+    """The containers whose compute-mode key says sm-sharing: the pod's sm-sharing shares, since the
+    mutation writes the key on every share (and the contract's default is time-slicing)."""
+    return frozenset(
+        split[0]
+        for key, value in shapes.annotations_of(obj).items()
+        if isinstance(key, str)
+        and (split := keys.split_container_key(key)) is not None
+        and key == keys.container_key(split[0], keys.COMPUTE_MODE)
+        and value == contract.ComputeMode.SM_SHARING.value
+    )
+
+
+def _targets(obj: Mapping[str, Any], gpus: _Gpus) -> exchange.Decision | None:
+    """An ephemeral container that targets an sm-sharing share (`kubectl debug --target`) joins its process
+    namespace, where the share's /proc/<pid>/root reaches the MPS pipes only the share may mount: the
+    reason shareProcessNamespace is refused beside one."""
+    for kind, container in shapes.containers_by_list(obj):
+        target = shapes.as_str(container.get("targetContainerName"))
+        if kind == "ephemeralContainers" and target in gpus.sm_sharing:
+            return exchange.deny(
+                "privileged",
+                f'ephemeral container "{brief(shapes.as_str(container.get("name")))}" targets '
+                f'"{brief(target)}", an sm-sharing share, whose processes reach the MPS pipes through '
+                "/proc/<pid>/root, though only the share may mount them; debug without --target, or a copy "
+                "of the pod (kubectl debug --copy-to)",
+            )
+    return None
 
 
 def _gpus(pod: Mapping[str, Any], asked: contract.PodGpuRequest, policy: settings.Policy) -> _Gpus:

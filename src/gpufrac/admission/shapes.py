@@ -31,6 +31,7 @@ _NAME = {"name": str}
 _RESOURCES = {"requests": Mapping, "limits": Mapping}
 _CONTAINER: dict[str, Any] = {
     "name": str,
+    "targetContainerName": str,
     "env": [
         {
             "name": str,
