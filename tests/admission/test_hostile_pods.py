@@ -236,6 +236,24 @@ def test_an_ephemeral_container_may_not_join_an_sm_sharing_shares_processes(shap
     assert debug(mutated(pod({"gpu-fraction": "0.5"})), "app").allowed
 
 
+# Devices asked of the container runtime by annotation.
+
+
+@pytest.mark.parametrize("key", ["cdi.k8s.io/gpu", "cdi.k8s.io/nvidia_devices0"])
+def test_a_cdi_device_annotation_is_denied_on_create_and_on_update(key: str) -> None:
+    """Runtimes that pass `cdi.k8s.io/*` pod annotations through (Kata's NVIDIA GPU runtime classes,
+    containerd with `pod_annotations`) inject the CDI devices they name: a GPU by annotation, as by
+    NVIDIA_VISIBLE_DEVICES."""
+    for base in (pod({}), mutated(pod({"gpu-fraction": "0.5"}))):
+        asking = copy.deepcopy(base)
+        asking["metadata"]["annotations"][key] = "nvidia.com/gpu=all"
+        assert f"{key}=" in denial(asking, "device-annotation")
+        for sub_resource in ("", "status"):
+            update: dict[str, Any] = {"operation": "UPDATE", "sub_resource": sub_resource, "old": base}
+            assert denial(asking, "device-annotation", **update)
+        assert allowed(asking, operation="UPDATE", old=asking)  # a pod from before the webhook may be updated
+
+
 # Host paths and the MPS volume.
 
 

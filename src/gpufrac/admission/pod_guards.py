@@ -3,7 +3,8 @@ guards of the threat model.
 
 The guards, each on every kind of container (`containers`, `initContainers`, `ephemeralContainers`):
 - scheduler-owned keys, and contract keys changed after create (by `pods/status` too);
-- GPU variables by any route the webhook can see (`gpu_env`);
+- GPU variables by any route the webhook can see (`gpu_env`), and CDI device annotations, which a runtime
+  may honour as it honours the variables;
 - privilege in a pod that holds GPUs from gpufrac: `privileged`, the `SYS_ADMIN` capability, `hostPID`,
   `hostIPC`; beside an sm-sharing share, `shareProcessNamespace` or an ephemeral container targeting it;
 - references to another pod's or container's env ConfigMap (`envFrom`, `valueFrom`, volumes);
@@ -36,6 +37,10 @@ ALL_KINDS = ("containers", "initContainers", "ephemeralContainers")
 # The NVIDIA runtime reads a volume mounted below this path in a container as a request for the GPU the
 # mount is named after (`accept-nvidia-visible-devices-as-volume-mounts`); `host_paths.canonical` form.
 DEVICE_REQUEST_PATH = "/run/nvidia-container-devices"
+# The pod annotations that ask the container runtime for devices, CDI's: a runtime that passes them through
+# (Kata's NVIDIA GPU runtime classes set containerd's `pod_annotations` to `cdi.k8s.io/*`) injects the devices
+# they name, GPUs included, whatever gpufrac gave the pod.
+CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 # The capabilities a container of a GPU pod may add: Pod Security's "baseline" list. Any other can reach
 # past the device rules that keep the node's other GPUs out (SYS_ADMIN remounts the cgroup filesystem,
 # SYS_MODULE loads kernel code, SYS_RAWIO and DAC_READ_SEARCH read the host), so the rule is an allowlist:
@@ -128,6 +133,7 @@ def _validate_new_pod(
     return (
         (None if trusted_namespace else _untrusted_sm_sharing(pod, asked))
         or _scheduler_owned(pod, user, policy)
+        or _device_annotations(pod, None)
         or _reserved_env(pod, ALL_KINDS)
         or _capped_env(pod, asked)
         or _privileged(pod, gpus, ALL_KINDS)
@@ -249,6 +255,8 @@ def _validate_pod_update(
     moved = _queue_change(request)
     if moved is not None and not trusted:
         return moved
+    if not trusted and (devices := _device_annotations(request.object, request.old_object)):
+        return devices
     new = _guarded_annotations(request.object)
     old = _guarded_annotations(request.old_object)
     changed = sorted(key for key in new.keys() | old.keys() if new.get(key) != old.get(key))
@@ -309,6 +317,25 @@ def _scheduler_owned(pod: Mapping[str, Any], user: str, policy: settings.Policy)
         f"{brief(key)}={json.dumps(_text(value))}: is written by the gpufrac scheduler at bind "
         f"({policy.scheduler_identity}) and {what}; {exchange.who(user)} may not set it; remove it",
     )
+
+
+def _device_annotations(
+    pod: Mapping[str, Any] | None, old: Mapping[str, Any] | None
+) -> exchange.Decision | None:
+    """A CDI annotation (`CDI_ANNOTATION_PREFIX`) set or changed since `old`: it can grant GPUs as
+    NVIDIA_VISIBLE_DEVICES can, by a route the webhook sees. One the pod already had (made before the
+    webhook) is the watchdog's, as an image's variables are; removing one only narrows."""
+    before = shapes.annotations_of(old)
+    for key, value in shapes.annotations_of(pod).items():
+        if isinstance(key, str) and key.startswith(CDI_ANNOTATION_PREFIX) and before.get(key) != value:
+            return exchange.deny(
+                "device-annotation",
+                f"{brief(key)}={json.dumps(_text(value))}: asks the container runtime for CDI devices, "
+                "which can be GPUs gpufrac did not give; GPUs come only from gpufrac: remove the annotation "
+                f"and ask for a share with {keys.GPU_FRACTION} or {keys.GPU_MEMORY}, or whole GPUs with "
+                f"{keys.GPU_RESOURCE}",
+            )
+    return None
 
 
 def _reserved_env(pod: Mapping[str, Any], kinds: Collection[str]) -> exchange.Decision | None:
