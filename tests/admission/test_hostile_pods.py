@@ -25,6 +25,7 @@ from .reviews import (
     mutated,
     pod,
     request,
+    review,
     share_pods,
     validate,
 )
@@ -210,6 +211,47 @@ def test_an_ephemeral_container_is_held_to_the_rules_of_a_gpu_pod(fields: dict[s
         assert "in a pod that may hold GPUs" in message
     assert allowed(after, user=SCHEDULER, **review)
     assert allowed(ephemeral({"env": [{"name": "A", "value": "1"}]})[1], **review)
+
+
+@pytest.mark.parametrize("shape", ["EphemeralContainers", "Pod"])
+def test_an_ephemeral_container_may_not_join_an_sm_sharing_shares_processes(shape: str) -> None:
+    """`kubectl debug --target` puts the ephemeral container in the target's process namespace, where the
+    share's /proc/<pid>/root reaches the MPS pipes: what shareProcessNamespace is refused for. Kubernetes
+    1.20 sends the pod's metadata without its containers, later versions the pod."""
+
+    def debug(obj: dict[str, Any], target: str) -> exchange.Decision:
+        before = copy.deepcopy(obj)
+        if shape == "EphemeralContainers":
+            before = {"kind": shape, "metadata": obj["metadata"], "ephemeralContainers": []}
+        after = copy.deepcopy(before)
+        added = {"name": "debug", "image": "busybox", "targetContainerName": target}
+        after.get("spec", after).setdefault("ephemeralContainers", []).append(added)
+        return validate(after, operation="UPDATE", sub_resource="ephemeralcontainers", old=before)
+
+    sm = mutated(pod(SM, ("app", "side")))
+    denied = debug(sm, "app")
+    assert not denied.allowed and denied.rule == "privileged", denied.message
+    assert 'ephemeral container "debug" targets "app", an sm-sharing share' in denied.message
+    assert debug(sm, "side").allowed
+    assert debug(mutated(pod({"gpu-fraction": "0.5"})), "app").allowed
+
+
+# Devices asked of the container runtime by annotation.
+
+
+@pytest.mark.parametrize("key", ["cdi.k8s.io/gpu", "cdi.k8s.io/nvidia_devices0"])
+def test_a_cdi_device_annotation_is_denied_on_create_and_on_update(key: str) -> None:
+    """Runtimes that pass `cdi.k8s.io/*` pod annotations through (Kata's NVIDIA GPU runtime classes,
+    containerd with `pod_annotations`) inject the CDI devices they name: a GPU by annotation, as by
+    NVIDIA_VISIBLE_DEVICES."""
+    for base in (pod({}), mutated(pod({"gpu-fraction": "0.5"}))):
+        asking = copy.deepcopy(base)
+        asking["metadata"]["annotations"][key] = "nvidia.com/gpu=all"
+        assert f"{key}=" in denial(asking, "device-annotation")
+        for sub_resource in ("", "status"):
+            update: dict[str, Any] = {"operation": "UPDATE", "sub_resource": sub_resource, "old": base}
+            assert denial(asking, "device-annotation", **update)
+        assert allowed(asking, operation="UPDATE", old=asking)  # a pod from before the webhook may be updated
 
 
 # Host paths and the MPS volume.
@@ -489,3 +531,39 @@ def test_messages_quote_a_huge_value_briefly() -> None:
     with pytest.raises(exchange.MalformedReview) as caught:
         exchange.read_review(json.dumps(body).encode())
     assert len(str(caught.value)) < 120
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "where"),
+    [
+        ("shareProcessNamespace", "true", "object.spec.shareProcessNamespace is not a boolean"),
+        (
+            "initContainers",
+            [{"name": "init", "resources": {"requests": ["gpufrac.io/gpu-memory"]}}],
+            "object.spec.initContainers[0].resources.requests is not an object",
+        ),
+        (
+            "ephemeralContainers",
+            [{"name": "debug", "resources": "gpufrac.io/gpu-memory"}],
+            "object.spec.ephemeralContainers[0].resources is not an object",
+        ),
+    ],
+)
+def test_a_field_only_one_rule_reads_is_type_checked_too(kind: str, value: object, where: str) -> None:
+    """`shareProcessNamespace` (read beside an sm-sharing share) and the resources of containers the
+    contract does not read (read for `gpufrac.io/gpu-memory`) were read as absent when of the wrong type."""
+    obj = mutated(pod(SM))
+    obj["spec"][kind] = value
+    assert where in denial(obj, "malformed")
+
+
+@pytest.mark.parametrize("group", [7, None, [], {"group": ""}])
+def test_a_resource_group_of_the_wrong_type_is_malformed_not_another_resource(group: object) -> None:
+    """A pod review whose `resource.group` is not a string was read as the resource `pods.<group>`,
+    which no rule guards, and allowed."""
+    obj = mutated(pod({"gpu-fraction": "0.5"}))
+    container(obj)["securityContext"] = {"privileged": True}
+    body = review(obj)
+    body["request"]["resource"]["group"] = group
+    with pytest.raises(exchange.MalformedReview, match=r'"request\.resource\.group" is not a string'):
+        exchange.read_review(json.dumps(body).encode())

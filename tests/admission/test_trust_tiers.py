@@ -80,3 +80,13 @@ def test_a_bound_pods_fault_domain_cannot_be_changed_by_a_tenant() -> None:
     decision = validate(moved, operation="UPDATE", old=bound)
     assert not decision.allowed and decision.rule == "contract-change"
     assert keys.FAULT_DOMAIN_ANNOTATION in decision.message
+
+
+def test_a_capped_sm_sharing_share_is_left_for_validation_to_refuse_not_rewritten() -> None:
+    """Made time-slicing, a share's compute cap breaks the contract (only MPS holds a cap): the mutation
+    raised, and the tenant saw an internal error. It leaves the pod as it is, and validation says why."""
+    capped = pod({**SM, keys.container_key("app", keys.COMPUTE_PERCENTAGE): "30"})
+    decision = mutate(capped, REWRITE, trusted_namespace=False)
+    assert decision.allowed and decision.patch == ()
+    refused = validate(capped, REWRITE, trusted_namespace=False)
+    assert not refused.allowed and refused.rule == "untrusted-sm-sharing"

@@ -115,6 +115,8 @@ def read_review(body: bytes) -> Request:
     if not isinstance(resource, dict) or not isinstance(resource.get("resource"), str):
         raise MalformedReview('"request.resource.resource" is missing', uid)
     group = resource.get("group", "")
+    if not isinstance(group, str):  # read as another resource, no rule would guard the object
+        raise MalformedReview('"request.resource.group" is not a string', uid)
     user_info = request.get("userInfo", {})
     user = user_info.get("username", "") if isinstance(user_info, dict) else None
     if not isinstance(user, str):

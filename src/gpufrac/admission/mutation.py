@@ -77,7 +77,10 @@ def mutate(
         {"op": "add", "path": "/spec/schedulerName", "value": policy.scheduler_name}
     ]
     if not trusted_namespace and policy.untrusted_sm_sharing is settings.UntrustedSmSharing.TIME_SLICING:
-        pod, asked, rewrite = _without_sm_sharing(pod, asked, request.namespace)
+        try:
+            pod, asked, rewrite = _without_sm_sharing(pod, asked, request.namespace)
+        except contract.ContractError:  # a compute cap, which time-slicing cannot hold: validation says so
+            return exchange.ALLOW
         patch += rewrite
     configmap_base = configmap_name if policy.env_delivery == contract.EnvDelivery.CONFIGMAP else None
     patch += _annotation_patch(pod, asked, configmap_base)
@@ -92,7 +95,9 @@ def _without_sm_sharing(
     pod: Mapping[str, Any], asked: contract.PodGpuRequest, namespace: str
 ) -> tuple[Mapping[str, Any], contract.PodGpuRequest, list[dict[str, Any]]]:
     """The pod with each sm-sharing share made time-slicing (its compute-mode key set, which the contract
-    reads first), what it then asks for, and the patch that does it; the pod as it was when none asks."""
+    reads first), what it then asks for, and the patch that does it; the pod as it was when none asks.
+    Raises `ContractError` where the rewritten pod breaks the contract: a share with a compute cap, which
+    only sm-sharing can hold, is not silently made uncapped."""
     rewritten = sm_sharing_containers(asked)
     if not rewritten:
         return pod, asked, []

@@ -3,9 +3,10 @@ guards of the threat model.
 
 The guards, each on every kind of container (`containers`, `initContainers`, `ephemeralContainers`):
 - scheduler-owned keys, and contract keys changed after create (by `pods/status` too);
-- GPU variables by any route the webhook can see (`gpu_env`);
+- GPU variables by any route the webhook can see (`gpu_env`), and CDI device annotations, which a runtime
+  may honour as it honours the variables;
 - privilege in a pod that holds GPUs from gpufrac: `privileged`, the `SYS_ADMIN` capability, `hostPID`,
-  `hostIPC`;
+  `hostIPC`; beside an sm-sharing share, `shareProcessNamespace` or an ephemeral container targeting it;
 - references to another pod's or container's env ConfigMap (`envFrom`, `valueFrom`, volumes);
 - a queue label naming a queue closed to the pod's namespace (where the webhook watches Queues);
 - GPU pods for gpufrac that skipped the mutation;
@@ -36,6 +37,10 @@ ALL_KINDS = ("containers", "initContainers", "ephemeralContainers")
 # The NVIDIA runtime reads a volume mounted below this path in a container as a request for the GPU the
 # mount is named after (`accept-nvidia-visible-devices-as-volume-mounts`); `host_paths.canonical` form.
 DEVICE_REQUEST_PATH = "/run/nvidia-container-devices"
+# The pod annotations that ask the container runtime for devices, CDI's: a runtime that passes them through
+# (Kata's NVIDIA GPU runtime classes set containerd's `pod_annotations` to `cdi.k8s.io/*`) injects the devices
+# they name, GPUs included, whatever gpufrac gave the pod.
+CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 # The capabilities a container of a GPU pod may add: Pod Security's "baseline" list. Any other can reach
 # past the device rules that keep the node's other GPUs out (SYS_ADMIN remounts the cgroup filesystem,
 # SYS_MODULE loads kernel code, SYS_RAWIO and DAC_READ_SEARCH read the host), so the rule is an allowlist:
@@ -128,6 +133,7 @@ def _validate_new_pod(
     return (
         (None if trusted_namespace else _untrusted_sm_sharing(pod, asked))
         or _scheduler_owned(pod, user, policy)
+        or _device_annotations(pod, None)
         or _reserved_env(pod, ALL_KINDS)
         or _capped_env(pod, asked)
         or _privileged(pod, gpus, ALL_KINDS)
@@ -179,8 +185,9 @@ def _untrusted_sm_sharing(pod: Mapping[str, Any], asked: contract.PodGpuRequest)
 def _validate_ephemeral(obj: Mapping[str, Any], policy: settings.Policy) -> exchange.Decision:
     """Ephemeral containers added through `pods/ephemeralcontainers` (`kubectl debug`), judged by the
     rules on containers. kube-apiserver v1.20 sends an EphemeralContainers object, which does not say
-    whether the pod holds GPUs: the rules then assume that it does."""
-    gpus = _Gpus(None, frozenset(), frozenset(), _base(obj))
+    whether the pod holds GPUs: the rules then assume that it does. It carries the pod's metadata, so its
+    sm-sharing shares are known (`_sm_sharing_named`)."""
+    gpus = _Gpus(None, frozenset(), _sm_sharing_named(obj), _base(obj))
     if "spec" in obj:  # later versions send the pod
         asked = _contract(obj, placement=False)
         if isinstance(asked, exchange.Decision):
@@ -192,8 +199,39 @@ def _validate_ephemeral(obj: Mapping[str, Any], policy: settings.Policy) -> exch
         or _privileged(obj, gpus, kinds)
         or _foreign_env_configmaps(obj, gpus, kinds)
         or _mounts(obj, gpus, kinds)
+        or _targets(obj, gpus)
         or exchange.ALLOW
     )
+
+
+def _sm_sharing_named(obj: Mapping[str, Any]) -> frozenset[str]:
+    """The containers whose compute-mode key says sm-sharing: the pod's sm-sharing shares, since the
+    mutation writes the key on every share (and the contract's default is time-slicing)."""
+    return frozenset(
+        split[0]
+        for key, value in shapes.annotations_of(obj).items()
+        if isinstance(key, str)
+        and (split := keys.split_container_key(key)) is not None
+        and key == keys.container_key(split[0], keys.COMPUTE_MODE)
+        and value == contract.ComputeMode.SM_SHARING.value
+    )
+
+
+def _targets(obj: Mapping[str, Any], gpus: _Gpus) -> exchange.Decision | None:
+    """An ephemeral container that targets an sm-sharing share (`kubectl debug --target`) joins its process
+    namespace, where the share's /proc/<pid>/root reaches the MPS pipes only the share may mount: the
+    reason shareProcessNamespace is refused beside one."""
+    for kind, container in shapes.containers_by_list(obj):
+        target = shapes.as_str(container.get("targetContainerName"))
+        if kind == "ephemeralContainers" and target in gpus.sm_sharing:
+            return exchange.deny(
+                "privileged",
+                f'ephemeral container "{brief(shapes.as_str(container.get("name")))}" targets '
+                f'"{brief(target)}", an sm-sharing share, whose processes reach the MPS pipes through '
+                "/proc/<pid>/root, though only the share may mount them; debug without --target, or a copy "
+                "of the pod (kubectl debug --copy-to)",
+            )
+    return None
 
 
 def _gpus(pod: Mapping[str, Any], asked: contract.PodGpuRequest, policy: settings.Policy) -> _Gpus:
@@ -217,6 +255,8 @@ def _validate_pod_update(
     moved = _queue_change(request)
     if moved is not None and not trusted:
         return moved
+    if not trusted and (devices := _device_annotations(request.object, request.old_object)):
+        return devices
     new = _guarded_annotations(request.object)
     old = _guarded_annotations(request.old_object)
     changed = sorted(key for key in new.keys() | old.keys() if new.get(key) != old.get(key))
@@ -277,6 +317,25 @@ def _scheduler_owned(pod: Mapping[str, Any], user: str, policy: settings.Policy)
         f"{brief(key)}={json.dumps(_text(value))}: is written by the gpufrac scheduler at bind "
         f"({policy.scheduler_identity}) and {what}; {exchange.who(user)} may not set it; remove it",
     )
+
+
+def _device_annotations(
+    pod: Mapping[str, Any] | None, old: Mapping[str, Any] | None
+) -> exchange.Decision | None:
+    """A CDI annotation (`CDI_ANNOTATION_PREFIX`) set or changed since `old`: it can grant GPUs as
+    NVIDIA_VISIBLE_DEVICES can, by a route the webhook sees. One the pod already had (made before the
+    webhook) is the watchdog's, as an image's variables are; removing one only narrows."""
+    before = shapes.annotations_of(old)
+    for key, value in shapes.annotations_of(pod).items():
+        if isinstance(key, str) and key.startswith(CDI_ANNOTATION_PREFIX) and before.get(key) != value:
+            return exchange.deny(
+                "device-annotation",
+                f"{brief(key)}={json.dumps(_text(value))}: asks the container runtime for CDI devices, "
+                "which can be GPUs gpufrac did not give; GPUs come only from gpufrac: remove the annotation "
+                f"and ask for a share with {keys.GPU_FRACTION} or {keys.GPU_MEMORY}, or whole GPUs with "
+                f"{keys.GPU_RESOURCE}",
+            )
+    return None
 
 
 def _reserved_env(pod: Mapping[str, Any], kinds: Collection[str]) -> exchange.Decision | None:

@@ -28,8 +28,10 @@ class Malformed(ValueError):
 # The fields the rules read, and their types: a dict is an object with these fields, a one-item list a
 # list of that item, `Mapping` any object (annotations), a type that type. Absent fields are fine.
 _NAME = {"name": str}
+_RESOURCES = {"requests": Mapping, "limits": Mapping}
 _CONTAINER: dict[str, Any] = {
     "name": str,
+    "targetContainerName": str,
     "env": [
         {
             "name": str,
@@ -40,6 +42,7 @@ _CONTAINER: dict[str, Any] = {
     "envFrom": [{"prefix": str, "configMapRef": _NAME, "secretRef": _NAME}],
     "securityContext": {"privileged": bool, "capabilities": {"add": [str]}},
     "volumeMounts": [{"name": str, "mountPath": str}],
+    "resources": _RESOURCES,
 }
 _METADATA = {"name": str, "generateName": str, "annotations": Mapping, "labels": Mapping}
 _LISTS = {kind: [_CONTAINER] for kind in _CONTAINER_LISTS}
@@ -49,6 +52,7 @@ _POD_SPEC: dict[str, Any] = {
     "nodeName": str,
     "hostPID": bool,
     "hostIPC": bool,
+    "shareProcessNamespace": bool,
     "volumes": [
         {
             "name": str,
