@@ -11,16 +11,23 @@ import numpy as np
 from gpufrac.cluster.model import Assignment, Placement, PodDemand, Unschedulable, whole_assignments
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement import exact
+from gpufrac.placement.cache import Hashed
 from gpufrac.placement.filters import is_simple
 from gpufrac.placement.fit import Fit, find_fit
 from gpufrac.placement.framework import Policy
 
 
 def decide(
-    state: ClusterState, pod: PodDemand, policy: Policy, *, rows: np.ndarray | None = None
+    state: ClusterState,
+    pod: PodDemand,
+    policy: Policy,
+    *,
+    rows: np.ndarray | None = None,
+    shape: Hashed | None = None,
 ) -> Placement | Unschedulable:
-    """Where `pod` goes among `rows` (default: every active node). The caller applies the result."""
-    fit = find_fit(state, pod, rows=rows, memo=policy.fits)
+    """Where `pod` goes among `rows` (default: every active node). The caller applies the result. `shape`:
+    the pod's `Hashed(shape_key(pod))`, from a caller that keeps one per kind of pod (`find_fit`)."""
+    fit = find_fit(state, pod, rows=rows, memo=policy.fits, shape=shape)
     if not is_simple(pod):
         return exact.decide(state, fit)
     if len(fit.rows) == 0:

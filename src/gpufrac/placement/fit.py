@@ -94,7 +94,12 @@ def fit_memo() -> NodeMemo:
 
 
 def find_fit(
-    state: ClusterState, pod: PodDemand, *, rows: np.ndarray | None = None, memo: NodeMemo | None = None
+    state: ClusterState,
+    pod: PodDemand,
+    *,
+    rows: np.ndarray | None = None,
+    memo: NodeMemo | None = None,
+    shape: Hashed | None = None,
 ) -> Fit:
     """Feasible nodes for `pod` among `rows` (default: all active nodes), and rejections by reason.
 
@@ -102,9 +107,13 @@ def find_fit(
     under the first filter that rejects it. With a `memo` (from `fit_memo`, kept across one state's
     decisions) only the nodes that changed since the last pod of the same shape are filtered again, since
     a verdict depends on nothing but the node and the pod's shape.
+
+    `shape` is `Hashed(shape_key(pod))`, made here unless the caller keeps one per kind of pod: making it
+    costs more than a decision's memo lookups, and the memos find a key they hold faster when it is the
+    same object (the simulator replays thousands of pods of a few hundred kinds).
     """
     rows = state.active.nonzero()[0] if rows is None else rows
-    shape = Hashed(shape_key(pod))
+    shape = shape or Hashed(shape_key(pod))
     if memo is None:
         verdicts = _judge(Candidates(state, pod, rows))
         return Fit(state, pod, rows[verdicts == PASSED], verdicts, shape)

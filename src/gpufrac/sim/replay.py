@@ -19,7 +19,7 @@ import numpy as np
 from gpufrac.cluster.model import Placement, PodDemand
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement import defrag
-from gpufrac.placement.cache import shape_key
+from gpufrac.placement.cache import Hashed, shape_key
 from gpufrac.placement.engine import decide
 from gpufrac.placement.fragmentation import cluster_fragmentation, fragmentation_memo
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
@@ -117,16 +117,22 @@ def replay(
     failures: dict[int, dict[str, int]] = {}
     dropped: Counter[str] = Counter()
     demands = [pod.demand() for pod in pods]
+    # One shape key per kind of pod (the drawn copies repeat the trace's pods), made once: see `find_fit`.
+    kinds: dict[tuple[object, ...], Hashed] = {}
+    shapes = [
+        kinds.setdefault(_kind(pod), Hashed(shape_key(demand)))
+        for pod, demand in zip(pods, demands, strict=True)
+    ]
     decision_seconds = np.zeros(len(pods))
     arrived_milli = used_milli = 0
     bucket = -1
     measured = fragmentation_memo()
     mover = _Mover(state, chosen, move_budget, workload)
     moves: dict[int, MoveTally] = {}
-    for i, (pod, demand) in enumerate(zip(pods, demands, strict=True)):
+    for i, (pod, demand, shape) in enumerate(zip(pods, demands, shapes, strict=True)):
         arrived_milli += pod.gpu_demand_milli
         tick = time.perf_counter()
-        outcome = decide(state, demand, chosen)
+        outcome = decide(state, demand, chosen, shape=shape)
         decision_seconds[i] = time.perf_counter() - tick
         if not isinstance(outcome, Placement):
             outcome = mover.make_room(demand, arrivals=i + 1) or outcome
@@ -223,6 +229,11 @@ class _Mover:
         self.moves += len(moves)
         if moves:
             self.hopeless.clear()
+
+
+def _kind(pod: TracePod) -> tuple[object, ...]:
+    """What of a trace pod its engine shape depends on: everything but its name and times."""
+    return (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_spec)
 
 
 def main_reason(reasons: dict[str, int]) -> str:
