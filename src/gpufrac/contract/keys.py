@@ -8,6 +8,7 @@ What neither defines (a compute cap) is gpufrac's own, under `gpufrac.io/`, neve
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
 
 # KAI-compatible pod annotations: one share per pod, for one container.
@@ -119,6 +120,9 @@ def container_key(container: str, suffix: str) -> str:
     return f"{prefix}{container}.{suffix}"
 
 
+# The keys a relist reads are few ("nvidia.com/container.main.gpus.devices" on thousands of pods), and a
+# key's family never changes: the readers below are memoized, within a bound a flood of keys cannot pass.
+@functools.lru_cache(maxsize=4096)
 def container_prefix(key: str) -> str | None:
     """The per-container family `key` is in (`nvidia.com/container.` or `gpufrac.io/container.`), if any."""
     if not key.startswith(_FAMILY_PREFIXES):  # most keys: one C call, no loop
@@ -126,6 +130,7 @@ def container_prefix(key: str) -> str | None:
     return next(prefix for prefix in CONTAINER_FAMILIES if key.startswith(prefix))
 
 
+@functools.lru_cache(maxsize=4096)
 def split_container_key(key: str) -> tuple[str, str] | None:
     """`(container, suffix)` for a key under either per-container family, None for any other key.
 
@@ -139,6 +144,7 @@ def split_container_key(key: str) -> tuple[str, str] | None:
     return container, suffix
 
 
+@functools.lru_cache(maxsize=4096)
 def is_devices_key(key: str) -> bool:
     """True for `nvidia.com/container.<c>.gpus.devices`, the key that grants GPUs (and nothing spelled like
     it under another family)."""
