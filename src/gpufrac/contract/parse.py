@@ -483,6 +483,8 @@ def _resource_text(container: str, amounts: Mapping[object, object]) -> str | No
 
 
 def _mapping(value: object, where: str) -> Mapping[object, object]:
+    if type(value) is dict:  # a JSON object: the exact-type test is far cheaper than the ABC's
+        return value
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -491,6 +493,8 @@ def _mapping(value: object, where: str) -> Mapping[object, object]:
 
 
 def _sequence(value: object, where: str) -> Sequence[object]:
+    if type(value) is list:  # a JSON array, as `_mapping`
+        return value
     if value is None:
         return ()
     if not isinstance(value, Sequence) or isinstance(value, str):

@@ -17,10 +17,9 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from fractions import Fraction
 from typing import Any
 
 from gpufrac import contract
@@ -70,13 +69,13 @@ def pod_uid(pod: Obj) -> str:
     return text_field(pod, "metadata", "uid") or pod_key(pod)
 
 
-def _amount(value: object, where: str, unit: Fraction) -> int:
-    """A resource quantity in whole `unit`s, rounded up; 0 when absent."""
+def _amount(value: object, where: str, units: Callable[[str], int]) -> int:
+    """A resource quantity in whole units (`units` reads a text), rounded up; 0 when absent."""
     if value is None or value == "":
         return 0
     text = str(value)
     try:
-        amount = _units(text, unit)
+        amount = units(text)
     except ValueError as error:
         raise contract.ContractError(where, text, str(error)) from None
     if not 0 <= amount <= MAX_AMOUNT:
@@ -84,18 +83,23 @@ def _amount(value: object, where: str, unit: Fraction) -> int:
     return amount
 
 
+# A relist reads the same few quantity texts ("100m", "16Gi") thousands of times: each is parsed once.
 @functools.lru_cache(maxsize=4096)
-def _units(text: str, unit: Fraction) -> int:
-    """A relist reads the same few quantity texts ("100m", "16Gi") thousands of times: parsed once each."""
-    return math.ceil(contract.parse_quantity(text) / unit)
+def _milli_units(text: str) -> int:
+    return math.ceil(contract.parse_quantity(text) * 1000)
+
+
+@functools.lru_cache(maxsize=4096)
+def _mib_units(text: str) -> int:
+    return math.ceil(contract.parse_quantity(text) / 2**20)
 
 
 def cpu_milli(quantity: object, where: str = "cpu") -> int:
-    return _amount(quantity, where, Fraction(1, 1000))
+    return _amount(quantity, where, _milli_units)
 
 
 def memory_mib(quantity: object, where: str = "memory") -> int:
-    return _amount(quantity, where, Fraction(2**20))
+    return _amount(quantity, where, _mib_units)
 
 
 # ---- shapes -----------------------------------------------------------------------------------------------
