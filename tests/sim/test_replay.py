@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from gpufrac.cluster.invariants import violations
 from gpufrac.cluster.model import GpuSpec, NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState
+from gpufrac.placement.cache import Hashed, shape_key
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, PolicyContext
 from gpufrac.placement.workload import Shape, Workload
@@ -262,3 +263,13 @@ def test_the_mover_tidies_every_so_many_arrivals_and_keeps_moves_for_a_pod_that_
         mover.placed(demand, arrivals=arrivals if name == "b" else 1)
     assert mover.moves == moved and state.placements["a"].node == ("n1" if moved else "n0")
     assert mover.moved_gpus == pytest.approx(0.3 * moved)
+
+
+def test_pods_of_one_kind_share_one_shape_key_and_only_they_do() -> None:
+    """The replay hands `decide` one shape key per kind of trace pod: each must be the pod's own shape, so
+    that no two shapes share the memos' entries."""
+    pods = replay.arrival_order(trace.load(), np.random.default_rng(0), inflation=1.3)
+    demands = [pod.demand() for pod in pods]
+    keys = replay._shape_keys(pods, demands)
+    assert all(key == Hashed(shape_key(demand)) for key, demand in zip(keys, demands, strict=True))
+    assert len({id(key) for key in keys}) == len({shape_key(demand) for demand in demands})

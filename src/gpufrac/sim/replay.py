@@ -117,12 +117,7 @@ def replay(
     failures: dict[int, dict[str, int]] = {}
     dropped: Counter[str] = Counter()
     demands = [pod.demand() for pod in pods]
-    # One shape key per kind of pod (the drawn copies repeat the trace's pods), made once: see `find_fit`.
-    kinds: dict[tuple[object, ...], Hashed] = {}
-    shapes = [
-        kinds.setdefault(_kind(pod), Hashed(shape_key(demand)))
-        for pod, demand in zip(pods, demands, strict=True)
-    ]
+    shapes = _shape_keys(pods, demands)
     decision_seconds = np.zeros(len(pods))
     arrived_milli = used_milli = 0
     bucket = -1
@@ -231,9 +226,17 @@ class _Mover:
             self.hopeless.clear()
 
 
-def _kind(pod: TracePod) -> tuple[object, ...]:
-    """What of a trace pod its engine shape depends on: everything but its name and times."""
-    return (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_spec)
+def _shape_keys(pods: list[TracePod], demands: list[PodDemand]) -> list[Hashed]:
+    """Each pod's `Hashed(shape_key(demand))`, one object per kind of pod (the drawn copies repeat the
+    trace's pods), made once: see `find_fit`. A trace pod's shape is everything but its name and times."""
+    kinds: dict[tuple[object, ...], Hashed] = {}
+    keys = []
+    for pod, demand in zip(pods, demands, strict=True):
+        kind = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_spec)
+        if kind not in kinds:
+            kinds[kind] = Hashed(shape_key(demand))
+        keys.append(kinds[kind])
+    return keys
 
 
 def main_reason(reasons: dict[str, int]) -> str:
