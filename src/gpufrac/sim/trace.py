@@ -7,6 +7,7 @@ as far as a half-finished replay.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
 from collections.abc import Callable, Sequence
@@ -54,13 +55,7 @@ class TracePod:
 
     def demand(self) -> PodDemand:
         """The engine's view: whole GPUs for gpu_milli 1000, otherwise one time-sliced share."""
-        whole: tuple[WholeGpuRequest, ...] = ()
-        shares: tuple[ShareRequest, ...] = ()
-        if self.num_gpu and self.gpu_milli >= 1000:
-            whole = (WholeGpuRequest("main", self.num_gpu),)
-        elif self.num_gpu:
-            portion = Portion(Fraction(self.gpu_milli, 1000))
-            shares = (ShareRequest("main", request=portion, limit=portion, num_devices=self.num_gpu),)
+        whole, shares = _gpu_requests(self.num_gpu, self.gpu_milli)
         return PodDemand(
             self.name,
             cpu_milli=self.cpu_milli,
@@ -69,6 +64,20 @@ class TracePod:
             shares=shares,
             models=self.gpu_spec,
         )
+
+
+@functools.lru_cache(maxsize=1024)
+def _gpu_requests(
+    num_gpu: int, gpu_milli: int
+) -> tuple[tuple[WholeGpuRequest, ...], tuple[ShareRequest, ...]]:
+    """A trace pod's GPU requests, made once per size: a replay turns thousands of pods of a few dozen sizes
+    into demands, and equal requests that are one object compare at once (the memos' shape keys)."""
+    if num_gpu and gpu_milli >= 1000:
+        return (WholeGpuRequest("main", num_gpu),), ()
+    if num_gpu:
+        portion = Portion(Fraction(gpu_milli, 1000))
+        return (), (ShareRequest("main", request=portion, limit=portion, num_devices=num_gpu),)
+    return (), ()
 
 
 @dataclass(frozen=True, slots=True)
