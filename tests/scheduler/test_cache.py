@@ -6,6 +6,7 @@ Every case ends with what the engine would see (`gpu_free`) and which pods the c
 from __future__ import annotations
 
 import copy
+import gc
 from typing import Any
 
 import pytest
@@ -107,6 +108,28 @@ def test_a_relist_drops_pods_that_are_gone_or_finished_and_keeps_a_same_named_su
     cache.sync_pods([pending_successor, with_status(half_share("done"), phase="Succeeded")])
     assert gpu_free(cache, "n1") == [GPU_MIB, GPU_MIB]
     assert cache.state.placements == {} and cache.bound == {} and cache.names == {}
+
+
+def test_a_relist_pauses_the_cycle_collector_only_while_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collector waits while a list is taken in, runs again after (a failure too), and stays off for a
+    caller that had turned it off."""
+    cache = cache_with_n1()
+    seen: list[bool] = []
+    account = cache._account_bound
+    monkeypatch.setattr(cache, "_account_bound", lambda *a: (seen.append(gc.isenabled()), account(*a)))
+    assert gc.isenabled()
+    cache.sync_pods([half_share("p")])
+    assert seen == [False] and gc.isenabled()
+    monkeypatch.setattr(cache, "add_node", lambda node: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        cache.sync_nodes([n1()])
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        cache.sync_pods([half_share("p")])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_pods_on_an_unseen_node_wait_for_it_and_count_again_when_it_returns() -> None:

@@ -12,6 +12,7 @@ Pure bookkeeping, no I/O: the loop and `gpufrac top` feed it API objects, and te
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -86,7 +87,10 @@ class SchedulerCache:
 
     def sync_nodes(self, nodes: Iterable[Obj]) -> None:
         """A full list: nodes missing from it are gone."""
-        listed = list(nodes)
+        with _collector_paused():
+            self._sync_nodes(list(nodes))
+
+    def _sync_nodes(self, listed: list[Obj]) -> None:
         seen = {objects.name_of(node) for node in listed}
         for name in [name for name in self.nodes if name not in seen]:
             self.remove_node(name)
@@ -209,7 +213,10 @@ class SchedulerCache:
 
     def sync_pods(self, pods: Iterable[Obj]) -> None:
         """A full list: accounted pods missing from it or finished are gone; bound ones are added."""
-        listed = list(pods)
+        with _collector_paused():
+            self._sync_pods(list(pods))
+
+    def _sync_pods(self, listed: list[Obj]) -> None:
         uids = {objects.pod_uid(pod) for pod in listed}
         waiting = [uid for held in (*self.unplaced.values(), *self.misfits.values()) for uid in held]
         for uid in [*self.state.placements, *waiting]:
@@ -450,6 +457,22 @@ class SchedulerCache:
 
 
 _HOLD_CODES = {hold: code for code, hold in enumerate(Hold)}
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """A full list brings hundreds of thousands of long-lived objects (the listed objects, their placements),
+    and while they arrive Python's cycle collector walks the whole heap again and again: a fifth of a
+    10,000-node relist (`benchmarks/scale.py`). They hold no reference cycles, so the collector can wait
+    until the list is in; it runs as usual after. Left as it was if something else paused it."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _same_shape(current: NodeSpec, new: NodeSpec) -> bool:
