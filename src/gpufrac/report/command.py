@@ -13,8 +13,7 @@ from gpufrac.sim import output
 
 
 def run(*, kubeconfig: Path | None, out: Path, metrics: Sequence[str], prometheus: str | None) -> None:
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: a file, not a folder; pass a folder for the report")
+    output.check_out(out)
     console = Console(stderr=True)
     sources = [*metrics, *([prometheus] if prometheus else [])]
     with output.progress(console, "report", transient=True) as progress:
