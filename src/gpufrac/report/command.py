@@ -14,6 +14,10 @@ from gpufrac.sim import output
 
 def run(*, kubeconfig: Path | None, out: Path, metrics: Sequence[str], prometheus: str | None) -> None:
     output.check_out(out)
+    for url in metrics:
+        collect.check_url(url, option="--metrics")
+    if prometheus is not None:
+        collect.check_url(prometheus, option="--prometheus")
     console = Console(stderr=True)
     sources = [*metrics, *([prometheus] if prometheus else [])]
     with output.progress(console, "report", transient=True) as progress:
