@@ -52,6 +52,29 @@ def test_generate_certs_into_files(tmp_path: Path) -> None:
     assert (tmp_path / "tls.key").stat().st_mode & 0o777 == 0o600
 
 
+def test_generate_certs_writes_all_files_or_none(tmp_path: Path) -> None:
+    """A key that cannot be written must not leave a new certificate without it (a webhook restarted on the
+    pair would fail to load it), and a key file that was world-readable must not receive the new key."""
+    (tmp_path / "tls.crt").write_text("old certificate\n")
+    under_a_file = tmp_path / "tls.crt" / "tls.key"
+    failed = gpufrac(
+        "webhook", "--generate-certs", "--hosts", "x", "--tls-cert", str(tmp_path / "new.crt"), "--tls-key",
+        str(under_a_file),
+    )  # fmt: skip
+    assert failed.returncode == 2 and failed.stderr.startswith("gpufrac: cannot write the certificate files")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["tls.crt"]
+    key = tmp_path / "tls.key"
+    key.write_text("old key\n")
+    key.chmod(0o644)
+    done = gpufrac(
+        "webhook", "--generate-certs", "--hosts", "x", "--tls-cert", str(tmp_path / "tls.crt"), "--tls-key",
+        str(key),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert key.read_bytes().startswith(b"-----BEGIN") and key.stat().st_mode & 0o777 == 0o600
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["tls.crt", "tls.key"]
+
+
 def test_one_line_errors() -> None:
     for args, message in [
         ((), "gpufrac: the webhook serves HTTPS only: pass --tls-cert and --tls-key (or --generate-certs)\n"),

@@ -92,6 +92,12 @@ def test_the_table_names_every_strategy(tmp_path: Path) -> None:
         (["--policy", "random"], 'gpufrac: --policy "random": the planner needs a deterministic policy'),
         (["--seeds", "9-1"], "gpufrac: --seeds"),
         (["--reference-gb", "0"], "gpufrac: --reference-gb 0.0: must be a positive number of GB"),
+        # Finite, yet a monthly cost of Infinity (not JSON) and MiB past any int: refused like the rest.
+        (
+            ["--price-per-gpu-hour", "1e308"],
+            "gpufrac: --price-per-gpu-hour 1e+308: must be a price, 0 or more",
+        ),
+        (["--reference-gb", "1e308"], "gpufrac: --reference-gb 1e+308: must be a positive number of GB"),
     ],
 )
 def test_bad_options_get_one_line(tmp_path: Path, args: list[str], message: str) -> None:

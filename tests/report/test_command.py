@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ..scheduler.test_cli import UNREACHABLE, gpufrac
 
 
@@ -45,3 +47,24 @@ def test_an_out_folder_that_is_a_file_is_one_line(tmp_path: Path) -> None:
 def test_out_is_required() -> None:
     result = gpufrac("report")
     assert result.returncode == 2 and "--out" in one_line(result.stderr)
+
+
+@pytest.mark.parametrize(
+    ("option", "url"),
+    [
+        ("--metrics", "node-1:9400/metrics"),
+        ("--metrics", "ftp://node-1/metrics"),
+        ("--prometheus", "http://"),
+    ],
+)
+def test_a_source_that_is_not_a_url_is_one_line_before_the_cluster_is_read(
+    tmp_path: Path, option: str, url: str
+) -> None:
+    """A typo in a flag, unlike an agent that is down, is refused: the report would otherwise be written
+    with every share "not measured" and exit 0."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE)
+    result = gpufrac("report", "--kubeconfig", str(kubeconfig), "--out", str(tmp_path / "out"), option, url)
+    assert result.returncode == 2
+    assert one_line(result.stderr).startswith(f"gpufrac: {option} {url}: not an http:// or https:// URL")
+    assert not (tmp_path / "out").exists()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -41,6 +44,50 @@ def test_an_unreachable_api_server_is_one_line_naming_the_server(command: str, t
     assert result.returncode == 2
     assert "cannot reach the Kubernetes API server at https://127.0.0.1:1" in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture(
+    params=[(404, "text/html"), (404, None), (200, "text/html")], ids=["404-html", "404-bare", "200-html"]
+)
+def not_kubernetes(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A web server that is not an API server (a wrong port, a proxy's page): its URL."""
+    status, content_type = request.param
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            if content_type:
+                self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", "13")
+            self.end_headers()
+            self.wfile.write(b"<html></html>")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("command", ["scheduler", "top"])
+def test_a_server_that_is_not_kubernetes_is_one_line(
+    command: str, not_kubernetes: str, tmp_path: Path
+) -> None:
+    """lightkube reads such answers with a KeyError (no Content-Type), an HTTPStatusError (HTML) or a JSON
+    DecodeError (a page): each must be the one line an unreachable server gets, not a traceback."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE.replace("https://127.0.0.1:1", not_kubernetes))
+    result = gpufrac(command, "--kubeconfig", str(kubeconfig))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]  # the scheduler logs its requests before it
+    assert last.startswith(
+        f"gpufrac: cannot reach the Kubernetes API server at {not_kubernetes} (it answered"
+    )
+    assert "not a Kubernetes API server" in last
 
 
 def test_a_broken_kubeconfig_and_bad_options_are_one_line(tmp_path: Path) -> None:

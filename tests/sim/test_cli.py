@@ -117,6 +117,31 @@ def test_bad_options_exit_2_with_one_line(tiny: tuple[Path, Path], args: tuple[s
     assert_one_line_error(simulate("--nodes", nodes, "--pods", pods, *args), says)
 
 
+@pytest.mark.parametrize("where", ["a-file", "a-file/report"])
+def test_an_out_that_cannot_be_a_folder_is_refused_before_the_replay(
+    tiny: tuple[Path, Path], tmp_path: Path, where: str
+) -> None:
+    """Refused up front, not after the replay (which may have taken an hour): a line of its own."""
+    nodes, pods = tiny
+    (tmp_path / "a-file").write_text("kept\n")
+    result = simulate("--nodes", nodes, "--pods", pods, "--seeds", "1", "--out", tmp_path / where)
+    assert_one_line_error(result, f"--out {tmp_path / where}", "not a folder")
+    assert (tmp_path / "a-file").read_text() == "kept\n"
+
+
+def test_a_report_that_cannot_be_written_leaves_no_part_of_it(
+    tiny: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A folder where report.html goes fails the last file: the others must not be left looking whole."""
+    nodes, pods = tiny
+    out = tmp_path / "report"
+    (out / "report.html").mkdir(parents=True)
+    result = simulate("--nodes", nodes, "--pods", pods, "--seeds", "1", "--workers", "1", "--out", out)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"gpufrac: --out {out}: cannot write the report")
+    assert [path.name for path in out.iterdir()] == ["report.html"]
+
+
 def test_a_missing_file_exits_2(tmp_path: Path) -> None:
     missing = tmp_path / "absent.csv"
     assert_one_line_error(simulate("--pods", missing, "--seeds", "1"), str(missing), "no such file")

@@ -108,6 +108,12 @@ MALFORMED_PODS = [
     pytest.param(
         [PODS_HEADER, "p,1,1,1,1001,,,"], ":2:", "gpu_milli", "between 1 and 1000", id="above-one-gpu"
     ),
+    pytest.param(
+        [PODS_HEADER, f"p,{10**30},1,1,500,,,"], ":2:", "cpu_milli", "at most", id="cpu-beyond-int64"
+    ),
+    pytest.param(
+        [PODS_HEADER, "p,1,1,1000000000,1000,,,"], ":2:", "num_gpu", "at most", id="gpus-beyond-a-node"
+    ),
     pytest.param([PODS_HEADER, " ,1,1,1,500,,,"], ":2:", "name", "empty", id="empty-name"),
     pytest.param([PODS_HEADER, "p,1,1,1,500,,soon,"], ":2:", "creation_time", "seconds", id="bad-time"),
     pytest.param(
@@ -146,6 +152,9 @@ def test_a_malformed_pod_list_names_file_line_and_column(
         ([NODES_HEADER, "n,1000,1000,2,"], ':2: column model="": a node with GPUs needs a model'),
         ([NODES_HEADER, "n,1000,1000,two,T4"], ':2: column gpu="two": must be a whole number'),
         ([NODES_HEADER, "n,1000,-1,2,T4"], ':2: column memory_mib="-1": must not be negative'),
+        # A node of a hundred million GPUs would be built GPU by GPU; a number past int64 breaks the arrays.
+        ([NODES_HEADER, "n,1000,1000,100000000,T4"], ':2: column gpu="100000000": must be at most 64'),
+        ([NODES_HEADER, f"n,{10**30},1000,2,T4"], f':2: column cpu_milli="{10**30}": must be at most'),
         (["sn,cpu_milli,gpu", "n,1,1"], ":1: missing column(s) memory_mib, model"),
         ([NODES_HEADER], ": no nodes"),
     ],

@@ -85,10 +85,29 @@ def _check_context(single: Any, source: str) -> None:
 def async_client(config: lightkube.KubeConfig, *, field_manager: str = "gpufrac") -> lightkube.AsyncClient:
     """A client for `config`; the certificates it names are read here, so a bad one is a `UserError`."""
     try:
-        return lightkube.AsyncClient(config=config, field_manager=field_manager)
+        client = lightkube.AsyncClient(config=config, field_manager=field_manager)
     except (ConfigError, OSError, ValueError) as error:  # ssl.SSLError is an OSError
         source = config.fname or SERVICE_ACCOUNT_DIR
         raise UserError(f"{source}: cannot use its credentials ({error}); fix the paths it names") from None
+    client._client._client.event_hooks["response"].append(_must_be_kubernetes)
+    return client
+
+
+class NotKubernetes(httpx2.RemoteProtocolError):
+    """An answer no Kubernetes API server gives: the server URL points at something else."""
+
+
+async def _must_be_kubernetes(response: httpx2.Response) -> None:
+    """Refuse an answer that is not JSON before lightkube reads it: it would fail with a KeyError (no
+    Content-Type), an HTTPStatusError (an HTML error page) or a DecodeError (a 200 page), tracebacks all.
+    As a transport error it is what every caller already handles: one line, or a retry in a long loop."""
+    content_type = response.headers.get("content-type", "")
+    if "json" not in content_type:
+        answer = f"{response.status_code} {response.reason_phrase}".strip()
+        raise NotKubernetes(
+            f"it answered {answer} with {content_type or 'no Content-Type'}: not a Kubernetes API server",
+            request=response.request,
+        )
 
 
 def unreachable(error: Exception, config: lightkube.KubeConfig) -> UserError:

@@ -23,6 +23,7 @@ def run(
     **options: Any,
 ) -> None:
     """`options` are the other fields of `Settings`, as the command line gives them."""
+    output.check_out(out)
     settings = Settings(
         strategies=planner.parse_strategies(strategies),
         seeds=tuple(experiment.parse_seeds(seeds)),

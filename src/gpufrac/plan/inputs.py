@@ -8,7 +8,6 @@ the MIG models take theirs from the MIG table.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -25,6 +24,8 @@ GPU_MEMORY_GB = MODEL_MEMORY_GB | {model: gb for model, (gb, _) in mig.MIG_MODEL
 
 NODE_ORDER_STREAM = 2  # the seed's random streams, kept apart so that one use never shifts another
 POD_ORDER_STREAM = 3
+# The largest GPU sold holds 141 GB; far past that, a portion's MiB outgrow the engine's int64 arrays.
+MAX_REFERENCE_GB = 10_000
 
 
 def retarget(nodes: Sequence[NodeSpec], model: str | None) -> list[NodeSpec]:
@@ -54,8 +55,11 @@ def prepare_pods(
     whichever GPU the pod lands on. `drop_models` drops GPU-model constraints, which a retargeted cluster
     could never satisfy.
     """
-    if reference_gb is not None and not (math.isfinite(reference_gb) and reference_gb > 0):
-        raise UserError(f"--reference-gb {reference_gb}: must be a positive number of GB, such as 16")
+    if reference_gb is not None and not 0 < reference_gb <= MAX_REFERENCE_GB:  # NaN fails both
+        raise UserError(
+            f"--reference-gb {reference_gb}: must be a positive number of GB, at most {MAX_REFERENCE_GB:g}, "
+            "such as 16"
+        )
     prepared = []
     for pod in pods:
         if reference_gb is not None and pod.shares:

@@ -6,7 +6,6 @@ summary, which the table, `plan.json`, the charts and `plan.html` are all drawn 
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections import Counter
@@ -25,6 +24,11 @@ from gpufrac.sim.trace import Trace, TracePod
 
 ORDER = tuple(STRATEGIES)  # registration order: how `all` runs them and the report lists them
 HOURS_PER_MONTH = 730  # 8760 hours a year / 12
+
+
+# A GPU-hour costs a few currency units; past a million, GPUs x price x 730 hours reaches Infinity, which
+# --format json cannot carry (its `Infinity` is not JSON).
+MAX_PRICE_PER_GPU_HOUR = 1e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +61,11 @@ class Settings:
             raise UserError(f"--trusted-share {self.trusted_share}: must be a portion between 0 and 1")
         if not 1 <= self.fault_domains <= 10_000:
             raise UserError(f"--fault-domains {self.fault_domains}: must be 1 to 10000 tenants")
-        if not (math.isfinite(self.price_per_gpu_hour) and self.price_per_gpu_hour >= 0):
-            raise UserError(f"--price-per-gpu-hour {self.price_per_gpu_hour}: must be a price, 0 or more")
+        if not 0 <= self.price_per_gpu_hour <= MAX_PRICE_PER_GPU_HOUR:  # NaN fails both
+            raise UserError(
+                f"--price-per-gpu-hour {self.price_per_gpu_hour}: must be a price, 0 or more, at most "
+                f"{MAX_PRICE_PER_GPU_HOUR:g}"
+            )
         pool.check_workers(self.workers)
 
 

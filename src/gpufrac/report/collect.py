@@ -16,6 +16,7 @@ from typing import Any
 import httpx2
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpufrac.errors import UserError
 from gpufrac.kubeapi import client as kube_client
 from gpufrac.report.analysis import ShareSample, Source, Usage
 
@@ -24,6 +25,19 @@ BREACHES = "gpufrac_watchdog_breaches"  # counters: the samples are named <famil
 ACTIONS = "gpufrac_watchdog_actions"
 MAX_BODY_BYTES = 32 * 1024 * 1024  # an agent with thousands of shares writes a few MiB
 TIMEOUT_SECONDS = 10.0
+EXAMPLE_URLS = {"--metrics": "http://node-1:9400/metrics", "--prometheus": "http://prometheus:9090"}
+
+
+def check_url(url: str, *, option: str) -> None:
+    """Refuse, before anything is read, a source that no request could reach: an unreachable agent is a
+    warning (the report is still worth having), but a typo in a flag would be the same warning every time."""
+    try:
+        parsed = httpx2.URL(url)
+    except httpx2.InvalidURL:
+        parsed = None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+        example = EXAMPLE_URLS.get(option, "http://node-1:9400/metrics")
+        raise UserError(f"{option} {url}: not an http:// or https:// URL; pass one such as {example}")
 
 
 def read_cluster(kubeconfig: Path | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -100,7 +114,8 @@ def _get(http: httpx2.Client, url: str, **options: Any) -> str:
 
 
 def _problem(error: Exception) -> str:
-    return str(error) or type(error).__name__
+    """The error's first line: httpx adds a second (a link to MDN) that would break the warning's one."""
+    return str(error).strip().split("\n", 1)[0] or type(error).__name__
 
 
 def http_client() -> httpx2.Client:

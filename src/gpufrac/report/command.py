@@ -13,8 +13,11 @@ from gpufrac.sim import output
 
 
 def run(*, kubeconfig: Path | None, out: Path, metrics: Sequence[str], prometheus: str | None) -> None:
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: a file, not a folder; pass a folder for the report")
+    output.check_out(out)
+    for url in metrics:
+        collect.check_url(url, option="--metrics")
+    if prometheus is not None:
+        collect.check_url(prometheus, option="--prometheus")
     console = Console(stderr=True)
     sources = [*metrics, *([prometheus] if prometheus else [])]
     with output.progress(console, "report", transient=True) as progress:

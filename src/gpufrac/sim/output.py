@@ -8,6 +8,7 @@ report that looks whole; plots travel as PNG bytes so that an HTML page can embe
 from __future__ import annotations
 
 import base64
+import errno
 import html
 import io
 import json
@@ -29,17 +30,37 @@ from rich.table import Table
 from gpufrac.errors import UserError
 
 
+def check_out(out: Path | None) -> None:
+    """Refuse an `--out` that can never be a folder (a file, or a path under one) before the long work that
+    would be thrown away when it came to be written, not after."""
+    if out is None:
+        return
+    existing = next((path for path in (out, *out.absolute().parents) if path.exists()), None)
+    if existing is not None and not existing.is_dir():
+        where = "" if existing == out else f" ({existing} is a file)"
+        raise UserError(f"--out {out}: a file, not a folder{where}; pass a folder for the report")
+
+
 def write_files(out: Path, files: Mapping[str, bytes]) -> list[Path]:
-    """Each file in `out` (created if need be), each replaced in one step; the paths written."""
+    """Each file in `out` (created if need be); the paths written.
+
+    All or none: every file is written under a temporary name first and renamed only once all are, so a
+    failure (a full disk, a folder where a file goes) leaves `out` as it was, never part of a new report
+    beside part of an old one."""
     out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, content in files.items():
-        path = out / name
-        partial = path.with_name(f".{name}.partial")
-        partial.write_bytes(content)
+    partials = {out / name: out / f".{name}.partial" for name in files}
+    try:
+        for (path, partial), content in zip(partials.items(), files.values(), strict=True):
+            if path.is_dir():  # found now, so that no rename below fails half way
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+            partial.write_bytes(content)
+    except OSError:
+        for partial in partials.values():
+            partial.unlink(missing_ok=True)
+        raise
+    for path, partial in partials.items():
         os.replace(partial, path)
-        written.append(path)
-    return written
+    return list(partials)
 
 
 def png(figure: Figure) -> bytes:

@@ -65,6 +65,7 @@ def run(
     move_budget: str | None = None,
     tenants: Path | None = None,
 ) -> None:
+    output.check_out(out)
     if tenants is not None:
         given = {"--traces": traces, "--trace-dir": trace_dir, "--inflation": inflation}
         given |= {"--move-budget": move_budget, "--workers": workers}

@@ -20,6 +20,7 @@ from typing import TypeVar
 from gpufrac import reading
 from gpufrac.cluster.model import GpuSpec, NodeSpec, PodDemand
 from gpufrac.contract.model import Portion, ShareRequest, WholeGpuRequest
+from gpufrac.contract.node_inventory import MAX_GPUS_PER_NODE
 from gpufrac.errors import UserError
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -31,6 +32,11 @@ POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 MIB_PER_GB = 1000
 MODEL_MEMORY_GB = {"P100": 16, "T4": 16, "V100M16": 16, "V100M32": 32, "A10": 24, "G2": 32, "G3": 32}
 DEFAULT_MEMORY_GB = 16
+
+# The most CPU (milli) or memory (MiB) one row may give: far beyond any machine (a billion cores, an EiB),
+# small enough that a 64 MiB trace of them adds up in the engine's int64 and the bound's LP accepts them
+# (HiGHS refuses coefficients from 1e15). Python's ints would otherwise carry a typo of thirty digits on.
+MAX_AMOUNT = 2**40
 
 # A hundred times the bundled pod list: more is not a trace a replay could finish with.
 MAX_TRACE_BYTES = 64 * reading.MIB
@@ -108,7 +114,7 @@ def load_nodes(path: Path) -> list[NodeSpec]:
     nodes = []
     for line, row in _rows(path, NODE_COLUMNS):
         cell = _Cells(path, line, row)
-        count = cell.integer("gpu")
+        count = cell.integer("gpu", maximum=MAX_GPUS_PER_NODE)
         model = row["model"].strip()
         if count and not model:
             raise cell.error("model", "a node with GPUs needs a model")
@@ -125,7 +131,7 @@ def load_pods(path: Path) -> list[TracePod]:
     pods = []
     for line, row in _rows(path, POD_COLUMNS):
         cell = _Cells(path, line, row)
-        num_gpu, gpu_milli = cell.integer("num_gpu"), cell.integer("gpu_milli")
+        num_gpu, gpu_milli = cell.integer("num_gpu", maximum=MAX_GPUS_PER_NODE), cell.integer("gpu_milli")
         if num_gpu and not 0 < gpu_milli <= 1000:
             raise cell.error("gpu_milli", "must be between 1 and 1000 for a pod with GPUs")
         spec = frozenset(model for model in (row.get("gpu_spec") or "").split("|") if model) or None
@@ -203,10 +209,14 @@ class _Cells:
             raise self.error(column, "must not be empty")
         return value
 
-    def integer(self, column: str) -> int:
+    def integer(self, column: str, *, maximum: int = MAX_AMOUNT) -> int:
+        """A whole number from 0 to `maximum`: a node's GPUs are built one by one, and every amount ends in
+        an int64 array, so a huge one is refused here rather than hanging or overflowing the replay."""
         value = self._parse(column, int, "must be a whole number")
         if value < 0:
             raise self.error(column, "must not be negative")
+        if value > maximum:
+            raise self.error(column, f"must be at most {maximum}")
         return value
 
     def optional_time(self, column: str) -> float | None:
