@@ -81,12 +81,22 @@ def PortOption(help: str) -> Any:
     return typer.Option(min=0, max=65535, help=help)
 
 
+def _folder(text: str) -> Path:
+    """A folder to write a report to. An empty value (an unset variable in a script) would mean this folder,
+    a report written where nobody asked for it: refused."""
+    if not text.strip():
+        raise typer.BadParameter("empty; name the folder for the report (. for this one)")
+    return Path(text)
+
+
 # The options `simulate` and `plan` share, defined once; each command keeps its own defaults.
 NodesOption = Annotated[Path | None, typer.Option(help="Node list CSV (openb format); default: bundled.")]
 PodsOption = Annotated[Path | None, typer.Option(help="Pod list CSV (openb format); default: bundled.")]
 SeedsOption = Annotated[str, typer.Option(help="Seeds: ranges and lists, e.g. 42-51 or 1,5,9.")]
 WorkersOption = Annotated[int, typer.Option(help="Worker processes (default: one per CPU).")]
-OutOption = Annotated[Path | None, typer.Option(help="Write the results, charts and an HTML report here.")]
+OutOption = Annotated[
+    Path | None, typer.Option(parser=_folder, help="Write the results, charts and an HTML report here.")
+]
 FormatOption = Annotated[Literal["table", "json"], typer.Option("--format")]
 
 
@@ -361,7 +371,9 @@ def top(
 @app.command()
 @one_line_errors
 def report(
-    out: Annotated[Path, typer.Option(help="Write report.json, CSV tables, charts and index.html here.")],
+    out: Annotated[
+        Path, typer.Option(parser=_folder, help="Write report.json, CSV tables, charts and index.html here.")
+    ],
     kubeconfig: Annotated[
         Path | None, typer.Option(help="Kubeconfig file; default: in-cluster config.")
     ] = None,

@@ -34,6 +34,13 @@ def test_an_unreachable_api_server_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_an_empty_out_is_refused_not_taken_for_this_folder(tmp_path: Path) -> None:
+    """An unset variable in a script: the report must not land in whatever folder the script runs in."""
+    result = gpufrac("report", "--kubeconfig", str(tmp_path / "absent"), "--out", "")
+    assert result.returncode == 2
+    assert "--out': empty; name the folder for the report" in one_line(result.stderr)
+
+
 def test_an_out_folder_that_is_a_file_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "out").write_text("")
     result = gpufrac("report", "--kubeconfig", str(tmp_path / "absent"), "--out", str(tmp_path / "out"))

@@ -110,6 +110,11 @@ def test_a_broken_csv_is_one_line_naming_file_and_line(tiny: tuple[Path, Path]) 
         (("--inflation", "0"), "--inflation"),
         (("--workers", "-1"), "--workers"),
         (("--move-budget", "lots"), "--move-budget"),
+        # An empty value (an unset variable in a script) is not the default: it must not run the sweep.
+        (("--policies", ""), "none given"),
+        (("--seeds", ""), '--seeds ""'),
+        (("--move-budget", ""), '--move-budget ""'),
+        (("--out", ""), "--out': empty"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(tiny: tuple[Path, Path], args: tuple[str, ...], says: str) -> None:

@@ -76,8 +76,8 @@ def run(
             tenants=tenants,
             nodes=nodes,
             pods=pods,
-            policy=_one(experiment.parse_policies(policies or "binpack"), "--policies", "binpack"),
-            seed=_one(experiment.parse_seeds(seeds or "42"), "--seeds", "42"),
+            policy=_one(experiment.parse_policies(_given(policies, "binpack")), "--policies", "binpack"),
+            seed=_one(experiment.parse_seeds(_given(seeds, "42")), "--seeds", "42"),
             out=out,
             output_format=output_format,
         )
@@ -95,10 +95,10 @@ def run(
     if traces is None and trace_dir is not None:
         raise UserError("--trace-dir: only read with --traces, e.g. --traces all")
     pool.check_workers(workers)
-    policies = policies or "all"
+    policies = _given(policies, "all")
     chosen = list(POLICIES) if policies == "all" else experiment.parse_policies(policies)
-    seed_list = experiment.parse_seeds(seeds or "42-44")
-    budgets = experiment.parse_move_budgets(move_budget or "0")
+    seed_list = experiment.parse_seeds(_given(seeds, "42-44"))
+    budgets = experiment.parse_move_budgets(_given(move_budget, "0"))
     loaded = [trace.load(nodes, pods)] if traces is None else load_traces(traces, trace_dir, nodes)
     console = Console(stderr=True)
     with output.progress(console, "replaying", transient=output_format == "json") as progress:
@@ -126,6 +126,12 @@ def run(
             lambda folder, overview: report.write_traces(folder, overview, runs),
         )
     output.deliver(document, table=table, write=write, out=out, output_format=output_format, console=console)
+
+
+def _given(value: str | None, default: str) -> str:
+    """An option's value, or its default when it was not given. An empty value is not the default: it is
+    refused by the option's parser, so that an unset variable in a script does not run the whole sweep."""
+    return default if value is None else value
 
 
 def _simulate_one(
