@@ -7,6 +7,7 @@ The program is run as `gpufrac` runs it (`cli.main`), in this process: stderr is
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,16 @@ def test_a_bad_certificate_file_is_one_line(
     path = str(files[kind])
     code, err = run(capsys, "webhook", "--tls-cert", path, "--tls-key", path, "--port", "0")
     assert_one_line(code, err, f"--tls-cert {path}", "cannot load them")
+
+
+@pytest.mark.parametrize(("level", "quiet"), [("info", True), ("warning", True), ("debug", False)])
+def test_the_http_clients_request_lines_stay_out_of_the_log_but_at_debug(
+    level: str, quiet: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under lightkube, the HTTP client logs every request at info: on a busy cluster, thousands a minute."""
+    for name in cli.HTTP_CLIENT_LOGGERS:
+        monkeypatch.setattr(logging.getLogger(name), "level", logging.NOTSET)
+    cli.setup_logging(level)
+    assert [logging.getLogger(name).level == logging.WARNING for name in cli.HTTP_CLIENT_LOGGERS] == [
+        quiet
+    ] * len(cli.HTTP_CLIENT_LOGGERS)

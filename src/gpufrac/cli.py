@@ -401,6 +401,10 @@ def parse_labels(text: str, *, option: str) -> dict[str, str]:
     return labels
 
 
+# The HTTP client lightkube speaks through, and its transport: quiet below --log-level debug.
+HTTP_CLIENT_LOGGERS = ("httpx2", "httpcore2")
+
+
 def setup_logging(level: str) -> None:
     """One log format for every long-running command, with the level checked before anything starts."""
     import logging
@@ -408,6 +412,11 @@ def setup_logging(level: str) -> None:
     if level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise UserError(f"--log-level {level}: choose debug, info, warning or error")
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The HTTP client under lightkube logs every request at info, thousands a minute on a busy cluster, which
+    # would bury gpufrac's own lines; they stay for --log-level debug.
+    if level.upper() != "DEBUG":
+        for client in HTTP_CLIENT_LOGGERS:
+            logging.getLogger(client).setLevel(logging.WARNING)
 
 
 # One value for the webhook, which counts fractions in gpufrac.io/gpu-memory, and the agent, which advertises
