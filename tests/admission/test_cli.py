@@ -58,18 +58,30 @@ def test_generate_certs_writes_all_files_or_none(tmp_path: Path) -> None:
     (tmp_path / "tls.crt").write_text("old certificate\n")
     under_a_file = tmp_path / "tls.crt" / "tls.key"
     failed = gpufrac(
-        "webhook", "--generate-certs", "--hosts", "x", "--tls-cert", str(tmp_path / "new.crt"), "--tls-key",
+        "webhook",
+        "--generate-certs",
+        "--hosts",
+        "x",
+        "--tls-cert",
+        str(tmp_path / "new.crt"),
+        "--tls-key",
         str(under_a_file),
-    )  # fmt: skip
+    )
     assert failed.returncode == 2 and failed.stderr.startswith("gpufrac: cannot write the certificate files")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["tls.crt"]
     key = tmp_path / "tls.key"
     key.write_text("old key\n")
     key.chmod(0o644)
     done = gpufrac(
-        "webhook", "--generate-certs", "--hosts", "x", "--tls-cert", str(tmp_path / "tls.crt"), "--tls-key",
+        "webhook",
+        "--generate-certs",
+        "--hosts",
+        "x",
+        "--tls-cert",
+        str(tmp_path / "tls.crt"),
+        "--tls-key",
         str(key),
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     assert key.read_bytes().startswith(b"-----BEGIN") and key.stat().st_mode & 0o777 == 0o600
     assert sorted(path.name for path in tmp_path.iterdir()) == ["tls.crt", "tls.key"]
@@ -137,3 +149,35 @@ def test_serves_https_until_sigterm(tmp_path: Path) -> None:
         _, stderr = server.communicate(timeout=30)
     assert server.returncode == 0, stderr
     assert "validate denied CREATE pods kube-system/p for user 'tenant' (rule scheduler-owned)" in stderr
+
+
+def test_an_address_it_cannot_listen_on_is_one_line_naming_host_and_port(tmp_path: Path) -> None:
+    """A mistyped --host is not a busy port: the line names both."""
+    files = {name: str(tmp_path / name) for name in ("tls.crt", "tls.key", "ca.crt")}
+    made = gpufrac(
+        "webhook",
+        "--generate-certs",
+        "--hosts",
+        "localhost",
+        "--tls-cert",
+        files["tls.crt"],
+        "--tls-key",
+        files["tls.key"],
+        "--ca-cert",
+        files["ca.crt"],
+    )
+    assert made.returncode == 0, made.stderr
+    failed = gpufrac(
+        "webhook",
+        "--host",
+        "192.0.2.1",
+        "--port",
+        "0",
+        "--tls-cert",
+        files["tls.crt"],
+        "--tls-key",
+        files["tls.key"],
+    )
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr
+    line = failed.stderr.strip().splitlines()[-1]
+    assert line.startswith("gpufrac: --host 192.0.2.1 --port 0: cannot listen") and "free port" in line

@@ -264,7 +264,10 @@ async def serve(
         try:
             await site.start()
         except OSError as error:
-            raise UserError(f"cannot listen on {host}:{port} ({error}); pick another --port") from None
+            raise UserError(
+                f"--host {host} --port {port}: cannot listen ({error}); give an address of this machine and a "
+                "free port"
+            ) from None
         for address in runner.addresses:
             (listening or _print_address)(address[0], address[1])
         reload = asyncio.create_task(_reload_certificates(context, tls_cert, tls_key))
