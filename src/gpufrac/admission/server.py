@@ -265,8 +265,8 @@ async def serve(
             await site.start()
         except OSError as error:
             raise UserError(
-                f"--host {host} --port {port}: cannot listen ({error}); give an address of this machine and a "
-                "free port"
+                f"--host {host} --port {port}: cannot listen ({error}); "
+                "give an address of this machine and a free port"
             ) from None
         for address in runner.addresses:
             (listening or _print_address)(address[0], address[1])
