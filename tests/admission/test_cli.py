@@ -12,6 +12,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from gpufrac import cli, contract
 from gpufrac.admission import certs, settings
 
@@ -181,3 +183,28 @@ def test_an_address_it_cannot_listen_on_is_one_line_naming_host_and_port(tmp_pat
     assert failed.returncode == 2 and "Traceback" not in failed.stderr
     line = failed.stderr.strip().splitlines()[-1]
     assert line.startswith("gpufrac: --host 192.0.2.1 --port 0: cannot listen") and "free port" in line
+
+
+@pytest.mark.parametrize(
+    "host", ["bad host!!", "-leading.svc", "a..b", "x\nsubjectAltName = DNS:evil", "a" * 254]
+)
+def test_a_host_that_is_no_dns_name_or_ip_is_one_line_and_nothing_is_written(
+    tmp_path: Path, host: str
+) -> None:
+    """Hosts go into openssl's config file: only DNS names and IP addresses pass."""
+    failed = gpufrac(
+        "webhook",
+        "--generate-certs",
+        "--hosts",
+        host,
+        "--tls-cert",
+        str(tmp_path / "tls.crt"),
+        "--tls-key",
+        str(tmp_path / "tls.key"),
+    )
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr
+    assert failed.stderr.strip().splitlines() == [
+        f"gpufrac: --hosts {host!r}: not a DNS name or an IP address; give names such as "
+        "gpufrac-webhook.gpufrac-system.svc, separated by commas"
+    ]
+    assert list(tmp_path.iterdir()) == []

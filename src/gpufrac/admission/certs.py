@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import ipaddress
+import re
 import secrets
 import shutil
 import subprocess
@@ -37,6 +38,10 @@ DEFAULT_DAYS = 3650
 RENEW_DAYS = 90
 # The TLS Secret's keys for a Bundle's fields, in their order.
 SECRET_KEYS = ("ca.crt", "tls.crt", "tls.key")
+# A host name the certificate may name: dot-separated labels of letters, digits and inner hyphens (the first
+# may be `*`), 253 characters at most. Hosts go into openssl's config file, so nothing else may pass.
+_LABEL = r"[A-Za-z0-9](?:[-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
+_DNS_NAME = re.compile(rf"(?=.{{1,253}}$)(?:\*|{_LABEL})(?:\.{_LABEL})*")
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,12 @@ def generate(hosts: Sequence[str], *, days: int = DEFAULT_DAYS) -> Bundle:
     """A new CA and a serving certificate for `hosts` (DNS names or IP addresses), both EC P-256."""
     if not hosts:
         raise UserError("a serving certificate needs at least one host name or IP address")
+    for host in hosts:
+        if not (_is_ip(host) or _DNS_NAME.fullmatch(host)):
+            raise UserError(
+                f"--hosts {host!r}: not a DNS name or an IP address; give names such as "
+                "gpufrac-webhook.gpufrac-system.svc, separated by commas"
+            )
     with tempfile.TemporaryDirectory(prefix="gpufrac-certs-") as folder:
         work = Path(folder)
         config = work / "openssl.cnf"
