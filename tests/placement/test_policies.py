@@ -561,14 +561,14 @@ CPU_HEAVY = workload(
 
 def test_fgd_stranding_counts_cpu_only_pods_in_a_gpus_feed_when_cpu_is_oversubscribed() -> None:
     """40 cores for 2 GPUs: 32 cores asked at full GPU allocation, pressure 0.8, and a GPU is fed by the GPU
-    pods' 8 cores. With another 2 GPUs on 16 cores, 64 are asked of 56 (8/7): the CPU-only pods' cores then
-    come out of the GPUs' nodes, so a GPU needs 16."""
+    pods' 8 cores. With another 2 GPUs on 16 cores, 64 are asked of 56 (pressure 8/7): the CPU-only pods'
+    cores then come out of the GPUs' nodes, so a GPU needs their 8 too, times the pressure: 16 x 8/7."""
     state = ClusterState([node("a", 2, cpu=40_000)])
     assert fgd_stranding.cpu_pressure(CPU_HEAVY, state) == pytest.approx(0.8)
     assert fgd_stranding.feed_rate(CPU_HEAVY, state) == 8_000
     state.add_node(node("b", 2, cpu=16_000))
     assert fgd_stranding.cpu_pressure(CPU_HEAVY, state) == pytest.approx(8 / 7)
-    assert fgd_stranding.feed_rate(CPU_HEAVY, state) == 16_000
+    assert fgd_stranding.feed_rate(CPU_HEAVY, state) == pytest.approx(16_000 * 8 / 7)
     assert fgd_stranding.cpu_pressure(workload((Shape(cpu_milli=8_000, gpus=0, milli=0), 1.0)), state) == 0
     no_cpu_for_gpus = workload(
         (Shape(cpu_milli=0, gpus=1, milli=1000), 0.5), (Shape(cpu_milli=80_000, gpus=0, milli=0), 0.5)

@@ -10,12 +10,12 @@ whole-number scoring.
 
 Where the workload asks more CPU than the cluster has once its GPUs are all requested (`cpu_pressure` over
 1: openb's cpu250 at 1.06; the other 16 traces 0.70 to 0.96), its CPU-only pods must take cores beside
-GPUs wherever they land, so a GPU is fed only by the CPU the whole workload asks per GPU (`feed_rate`: the
-median times all pods' CPU over the GPU pods'; 1.68 times on cpu250). On cpu250, seeds 42-51: 94.43
-against 93.20 with the median alone (FGD 93.10); on seeds 52-61, never used to choose, 94.49 (FGD 93.13).
-Fixed multiples of the median (1.2, 1.5, 2, 2.5) gave 93.62, 93.83, 94.08 and 94.19 on cpu250 but lost on
-cpu100 and cpu200 (95.53 to 95.83 against 95.98), where the CPU-only pods fit in the cores the GPU pods
-leave; the whole workload's rate on every trace cost the default trace 0.23 (95.75).
+GPUs wherever they land, so a GPU is fed only by the CPU the whole workload asks per GPU, times the
+pressure (`feed_rate`: the median times all pods' CPU over the GPU pods', 1.68 on cpu250, times 1.06). On
+cpu250, seeds 42-51: 94.66 against 93.20 with the median alone (FGD 93.10); without the pressure factor
+94.43. Fixed multiples of the median (1.2, 1.5, 2, 2.5) gave 93.62, 93.83, 94.08 and 94.19 on cpu250 but
+lost on cpu100 and cpu200 (95.53 to 95.83 against 95.98), where the CPU-only pods fit in the cores the GPU
+pods leave; the whole workload's rate on every trace cost the default trace 0.23 (95.75).
 
 Steering by CPU has a cost where pods may run only on some GPU models (the openb gpuspec traces): the T4
 nodes have 52 cores per GPU, so they never strand, and the term sends pods that may run anywhere onto them,
@@ -102,13 +102,16 @@ def cpu_pressure(workload: Workload, state: ClusterState) -> float:
 def feed_rate(workload: Workload, state: ClusterState) -> float:
     """The milli-CPU a free GPU needs beside it not to count as stranded: `cpu_per_gpu`, and where the
     workload asks more CPU than the cluster has (`cpu_pressure` above 1), that times the CPU all its pods ask
-    over what its GPU pods ask. There the CPU-only pods must take cores beside GPUs whatever the placement,
-    so a GPU is fed only if its node keeps cores for them too."""
+    over what its GPU pods ask, times the pressure. There the CPU-only pods must take cores beside GPUs
+    whatever the placement, so a GPU is fed only if its node keeps cores for them too, and the more the
+    cores are oversubscribed, the more a free GPU needs beside it."""
     rate = cpu_per_gpu(workload)
-    if rate <= 0 or cpu_pressure(workload, state) <= 1:  # GPU pods that ask no CPU strand nothing
+    pressure = cpu_pressure(workload, state)
+    if rate <= 0 or pressure <= 1:  # GPU pods that ask no CPU strand nothing
         return rate
     gpu = workload.gpus * workload.milli > 0
-    return rate * float(workload.weights @ workload.cpu) / float(workload.weights[gpu] @ workload.cpu[gpu])
+    everyone = float(workload.weights @ workload.cpu) / float(workload.weights[gpu] @ workload.cpu[gpu])
+    return rate * everyone * pressure
 
 
 def stranded_milli(free_milli: np.ndarray, cpu_free: np.ndarray, cpu_per_gpu: float) -> np.ndarray:
