@@ -31,6 +31,7 @@ from lightkube.resources.admissionregistration_v1 import (
 from lightkube.resources.core_v1 import Secret
 from lightkube.types import PatchType
 
+from gpufrac import writing
 from gpufrac.errors import UserError
 
 DEFAULT_DAYS = 3650
@@ -123,28 +124,12 @@ def still_valid(bundle: Bundle, hosts: Sequence[str], *, min_days: int = RENEW_D
 
 
 def write(bundle: Bundle, *, cert: Path, key: Path, ca: Path | None = None) -> None:
-    """Write the bundle's files, all or none; the key readable by its owner only.
-
-    Each file goes to a new temporary file beside it (the key's made 0600 before any byte is in it, even
-    where an old key file was readable by all) and they are renamed only once all are written: a failure
-    leaves no new certificate without its key, which a webhook restarted on them could not load."""
-    files = [(cert, bundle.cert, 0o644), (key, bundle.key, 0o600)]
+    """Write the bundle's files, all or none (`writing.write_all`): a failure leaves no new certificate
+    without its key, which a webhook restarted on them could not load. The key is readable by its owner only,
+    from its first byte, even where an old key file was readable by all."""
+    files: list[tuple[Path, bytes, int | None]] = [(cert, bundle.cert, 0o644), (key, bundle.key, 0o600)]
     files += [(ca, bundle.ca, 0o644)] if ca is not None else []
-    partials: list[tuple[Path, Path]] = []
-    try:
-        for path, content, mode in files:
-            partial = path.with_name(f".{path.name}.partial")
-            partials.append((partial, path))
-            partial.unlink(missing_ok=True)  # a leftover, perhaps with looser permissions
-            with partial.open("xb") as handle:
-                partial.chmod(mode)
-                handle.write(content)
-    except OSError:
-        for partial, _ in partials:
-            partial.unlink(missing_ok=True)
-        raise
-    for partial, path in partials:
-        partial.replace(path)
+    writing.write_all(files)
 
 
 async def install(

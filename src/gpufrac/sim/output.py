@@ -8,11 +8,9 @@ report that looks whole; plots travel as PNG bytes so that an HTML page can embe
 from __future__ import annotations
 
 import base64
-import errno
 import html
 import io
 import json
-import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -27,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpufrac import writing
 from gpufrac.errors import UserError
 
 
@@ -42,25 +41,11 @@ def check_out(out: Path | None) -> None:
 
 
 def write_files(out: Path, files: Mapping[str, bytes]) -> list[Path]:
-    """Each file in `out` (created if need be); the paths written.
-
-    All or none: every file is written under a temporary name first and renamed only once all are, so a
-    failure (a full disk, a folder where a file goes) leaves `out` as it was, never part of a new report
-    beside part of an old one."""
+    """Each file in `out` (created if need be), all or none (`writing.write_all`); the paths written."""
     out.mkdir(parents=True, exist_ok=True)
-    partials = {out / name: out / f".{name}.partial" for name in files}
-    try:
-        for (path, partial), content in zip(partials.items(), files.values(), strict=True):
-            if path.is_dir():  # found now, so that no rename below fails half way
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-            partial.write_bytes(content)
-    except OSError:
-        for partial in partials.values():
-            partial.unlink(missing_ok=True)
-        raise
-    for path, partial in partials.items():
-        os.replace(partial, path)
-    return list(partials)
+    paths = [out / name for name in files]
+    writing.write_all([(path, content, None) for path, content in zip(paths, files.values(), strict=True)])
+    return paths
 
 
 def png(figure: Figure) -> bytes:
