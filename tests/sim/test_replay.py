@@ -265,11 +265,11 @@ def test_the_mover_tidies_every_so_many_arrivals_and_keeps_moves_for_a_pod_that_
     assert mover.moved_gpus == pytest.approx(0.3 * moved)
 
 
-def test_pods_of_one_kind_share_one_shape_key_and_only_they_do() -> None:
-    """The replay hands `decide` one shape key per kind of trace pod: each must be the pod's own shape, so
-    that no two shapes share the memos' entries."""
+def test_pods_of_one_shape_share_one_shape_key_and_only_they_do() -> None:
+    """The replay hands `decide` one shape key object per shape: each must be the pod's own shape, so that
+    no two shapes share the memos' entries."""
     pods = replay.arrival_order(trace.load(), np.random.default_rng(0), inflation=1.3)
     demands = [pod.demand() for pod in pods]
-    keys = replay._shape_keys(pods, demands)
+    keys = replay._shape_keys(demands)
     assert all(key == Hashed(shape_key(demand)) for key, demand in zip(keys, demands, strict=True))
     assert len({id(key) for key in keys}) == len({shape_key(demand) for demand in demands})

@@ -117,7 +117,7 @@ def replay(
     failures: dict[int, dict[str, int]] = {}
     dropped: Counter[str] = Counter()
     demands = [pod.demand() for pod in pods]
-    shapes = _shape_keys(pods, demands)
+    shapes = _shape_keys(demands)
     decision_seconds = np.zeros(len(pods))
     arrived_milli = used_milli = 0
     bucket = -1
@@ -226,17 +226,11 @@ class _Mover:
             self.hopeless.clear()
 
 
-def _shape_keys(pods: list[TracePod], demands: list[PodDemand]) -> list[Hashed]:
-    """Each pod's `Hashed(shape_key(demand))`, one object per kind of pod (the drawn copies repeat the
-    trace's pods), made once: see `find_fit`. A trace pod's shape is everything but its name and times."""
-    kinds: dict[tuple[object, ...], Hashed] = {}
-    keys = []
-    for pod, demand in zip(pods, demands, strict=True):
-        kind = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_spec)
-        if kind not in kinds:
-            kinds[kind] = Hashed(shape_key(demand))
-        keys.append(kinds[kind])
-    return keys
+def _shape_keys(demands: list[PodDemand]) -> list[Hashed]:
+    """Each pod's `Hashed(shape_key(demand))`, one object for all pods of a shape (the drawn copies repeat
+    the trace's pods): the memos then find the key they hold by identity, see `find_fit`."""
+    interned: dict[Hashed, Hashed] = {}
+    return [interned.setdefault(key, key) for key in (Hashed(shape_key(demand)) for demand in demands)]
 
 
 def main_reason(reasons: dict[str, int]) -> str:
