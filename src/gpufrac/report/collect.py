@@ -36,8 +36,9 @@ def check_url(url: str, *, option: str) -> None:
     except httpx2.InvalidURL:
         parsed = None
     if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
-        example = EXAMPLE_URLS.get(option, "http://node-1:9400/metrics")
-        raise UserError(f"{option} {url}: not an http:// or https:// URL; pass one such as {example}")
+        raise UserError(
+            f"{option} {url}: not an http:// or https:// URL; pass one such as {EXAMPLE_URLS[option]}"
+        )
 
 
 def read_cluster(kubeconfig: Path | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
