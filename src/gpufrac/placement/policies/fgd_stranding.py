@@ -9,45 +9,25 @@ this policy adds `STRANDING_WEIGHT` × the growth of that stranded share to FGD'
 whole-number scoring.
 
 Where the workload asks more CPU than the cluster has once its GPUs are all requested (`cpu_pressure` over
-1: openb's cpu250 at 1.06; the other 16 traces 0.70 to 0.96), its CPU-only pods must take cores beside
-GPUs wherever they land, so a GPU is fed only by the CPU the whole workload asks per GPU, times the
-pressure (`feed_rate`: the median times all pods' CPU over the GPU pods', 1.68 on cpu250, times 1.06). On
-cpu250, seeds 42-51: 94.66 against 93.20 with the median alone (FGD 93.10); without the pressure factor
-94.43. Fixed multiples of the median (1.2, 1.5, 2, 2.5) gave 93.62, 93.83, 94.08 and 94.19 on cpu250 but
-lost on cpu100 and cpu200 (95.53 to 95.83 against 95.98), where the CPU-only pods fit in the cores the GPU
-pods leave; the whole workload's rate on every trace cost the default trace 0.23 (95.75).
+1), its CPU-only pods must take cores beside GPUs wherever they land, so a GPU is fed only by the CPU the
+whole workload asks per GPU, times the pressure (`feed_rate`).
 
-Steering by CPU has a cost where pods may run only on some GPU models (the openb gpuspec traces): the T4
-nodes have 52 cores per GPU, so they never strand, and the term sends pods that may run anywhere onto them,
-while T4-only pods are 12% of the demand (gpuspec25: 90.9 against FGD's 94.0, seed 42). So taking a GPU of
-model m also costs `MODEL_NEED_WEIGHT` × the pod's milli-GPU × `model_need`: how much of m's GPUs the
-workload's model-restricted pods need, relative to m's share of the cluster (0 for every model on a
-workload without restricted pods).
+Steering by CPU has a cost where pods may run only on some GPU models: nodes with many cores per GPU never
+strand, and the term would send pods that may run anywhere onto the models the restricted pods need. So
+taking a GPU of model m also costs `MODEL_NEED_WEIGHT` × the pod's milli-GPU × `model_need`: how much of
+m's GPUs the workload's model-restricted pods need, relative to m's share of the cluster.
 
 FGD's fragmentation measure counts a partly used GPU's free share h as lost to each shape larger than h,
 weighted by how often the shape arrives, so it sees no difference between a hole some common share will
-fill later and one nothing but a rare small share ever fills: a 320-milli share lands in the 530-milli hole
-beside a 470 (leaving 210 that only the rare 160s fit) rather than beside another 320. So a share also
-costs `HOLE_WEIGHT` × the growth of its GPU's `expected_waste`: the share of that GPU expected to stay
-unused, if pods keep arriving in the workload's proportions and each share that fits is put there.
+fill later and one nothing but a rare small share ever fills. So a share also costs `HOLE_WEIGHT` × the
+growth of its GPU's `expected_waste`: the share of that GPU expected to stay unused, if pods keep arriving
+in the workload's proportions and each share that fits is put there.
 
 FGD's integer rounding and its ties are kept on purpose (finer scores lose about 0.4 points); among equal
 scores the pod takes the GPU it leaves the least free share on (best fit), then the fixed node order, as
-FGD.
-
-Frozen constants, chosen on the default openb trace, seeds 42-51, and not tuned per trace
-(`MODEL_NEED_WEIGHT` = 4 is `STRANDING_WEIGHT`'s, untuned: it does not move the default trace);
-`STRANDING_WEIGHT` = 4 and `CPU_PERCENTILE` = 50 (the median; the reference measured +0.15 at the 10th
-percentile against +0.7 at the median). Weights 1, 2, 3 and 4 gave 95.87, 95.88, 95.88 and 95.89 there
-(FGD 95.27). Memory as a second feed, at its median per GPU, measured no gain (seeds 42-46), so it is left
-out. With the hole term (`HOLE_WEIGHT` = 1, `HOLE_END_RATE` = 0.02, per arriving pod): 95.975. The rate
-and weight were compared with a first form of `expected_waste` that gave a free GPU the waste of being
-filled by shares too (whole-GPU shapes ending it): end rates 0.01, 0.02, 0.03, 0.05 and 0.1 gave 95.97,
-95.98, 95.93, 95.98 and 95.95 at weight 1; weights 0.5, 1, 1.5 gave 95.90, 95.98, 95.96 at rate 0.02 (2 at
-0.05: 95.98). That form sent a share to an empty GPU rather than into a hole where shares are all small, so
-a free GPU now counts 0 (95.975, the same within the seeds' spread). Breaking ties by the least growth of
-the waste instead of the least leftover gave the same (95.98); tie-breaking whole-GPU or CPU-only pods by
-the node's CPU or GPUs left, or coarser FGD scores, did not gain (95.78-95.90).
+FGD. The constants are frozen, chosen on the default openb trace, seeds 42-51 (the CPU-pressure rule on the
+cpu traces, the same seeds), never per trace: the README ("Beyond FGD") gives what each term gains and the
+alternatives measured.
 """
 
 from __future__ import annotations
