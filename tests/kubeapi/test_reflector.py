@@ -199,3 +199,10 @@ async def test_a_list_the_handler_fails_on_is_listed_again(
         await task
     assert len(lists) == 2 and len(client.list_calls) == 2
     assert "Pod list: handling it failed; listing again" in caplog.text
+
+
+async def test_a_day_of_errors_in_a_row_keeps_the_capped_backoff(sleeps: list[float]) -> None:
+    """Doubling without a bound overflowed a float after 1024 failures in a row (eight hours of an API
+    server that refuses, at the 30 s cap), and the reflector stopped."""
+    await play([[]], [[transport_error()] for _ in range(1100)])
+    assert len(sleeps) == 1100 and set(sleeps[10:]) == {30.0}

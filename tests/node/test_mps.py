@@ -134,5 +134,5 @@ def test_a_missing_program_fails_cleanly(daemon: Daemon) -> None:
 
 
 def test_backoff() -> None:
-    assert [mps.backoff(n) for n in (1, 2, 3, 4, 7, 8, 20)] == [1, 2, 4, 8, 60, 60, 60]
+    assert [mps.backoff(n) for n in (1, 2, 3, 4, 7, 8, 20, 2000)] == [1, 2, 4, 8, 60, 60, 60, 60]
     assert DaemonSpec("x", Path("p"), Path("l")).commands() == []

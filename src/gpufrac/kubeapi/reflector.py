@@ -17,6 +17,7 @@ from typing import Any, cast
 import lightkube
 from lightkube import ApiError
 
+from gpufrac import retrying
 from gpufrac.kubeapi.client import TRANSPORT_ERRORS
 
 log = logging.getLogger("gpufrac.reflector")
@@ -45,7 +46,7 @@ async def reflect(
                 objects = [item.to_dict() async for item in listing]
                 if not _deliver_list(on_list, kind, objects):
                     failures += 1
-                    await asyncio.sleep(min(max_backoff, 0.2 * 2**failures))
+                    await asyncio.sleep(retrying.doubling(failures, first=0.2, ceiling=max_backoff))
                     continue  # list again: the handler rebuilds everything from a full list
                 version = listing.resourceVersion
             # An async generator (lightkube's is): closed at once when a failed event breaks out of it.
@@ -74,7 +75,7 @@ async def reflect(
         except TRANSPORT_ERRORS as error:
             failures += 1
             log.warning("%s watch: connection lost (%s); reconnecting", kind, error)
-        await asyncio.sleep(min(max_backoff, 0.2 * 2**failures))
+        await asyncio.sleep(retrying.doubling(failures, first=0.2, ceiling=max_backoff))
 
 
 def _deliver(on_event: Handler, kind: str, event: str, body: dict[str, Any]) -> bool:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpufrac import retrying
 from gpufrac.node import procfs
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ class DaemonSpec:
 
 def backoff(failures: int, *, initial: float = 1.0, ceiling: float = 60.0) -> float:
     """Seconds before start number `failures + 1`: 1, 2, 4, ... up to a minute."""
-    return min(ceiling, initial * 2 ** max(0, failures - 1))
+    return retrying.doubling(max(0, failures - 1), first=initial, ceiling=ceiling)
 
 
 @dataclass
