@@ -13,7 +13,7 @@ from typing import Any, TypeVar, cast
 
 import httpx2
 import lightkube
-from lightkube.core.exceptions import ConfigError
+from lightkube.core.exceptions import ConfigError, NotReadyError
 from lightkube.resources.core_v1 import Node, Pod
 
 from gpufrac import reading
@@ -123,6 +123,10 @@ def unreachable(error: Exception, config: lightkube.KubeConfig) -> UserError:
 TRANSPORT_ERRORS = (httpx2.TransportError,)
 # Everything a request can fail with: the API server's answer, or no answer at all.
 API_ERRORS = (lightkube.ApiError, *TRANSPORT_ERRORS)
+# What lightkube raises on JSON it cannot read as the objects asked for: malformed or of the wrong shape
+# (msgspec's DecodeError, a ValueError), an object without metadata in a watch (AttributeError), a list
+# without a resourceVersion (NotReadyError). No API server sends these; a proxy that cuts a stream does.
+UNREADABLE_ANSWERS = (ValueError, AttributeError, NotReadyError)
 
 
 async def list_nodes_and_pods(kubeconfig: Path | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -1,9 +1,9 @@
 """List, then watch from the list's resourceVersion; relist on 410 Gone; reconnect with backoff.
 
-The scheduler's view of nodes and pods is only as good as this loop, so it never gives up: an API error
-or a dropped connection is logged and retried. A handler that fails is never raised into the scheduler;
-since the event it failed on cannot be skipped without losing what it said, the loop lists again (after a
-backoff), and the list handler rebuilds its view from the full set.
+The scheduler's view of nodes and pods is only as good as this loop, so it never gives up: an API error,
+a dropped connection or an answer that cannot be read is logged and retried. A handler that fails is never
+raised into the scheduler; since the event it failed on cannot be skipped without losing what it said, the
+loop lists again (after a backoff), and the list handler rebuilds its view from the full set.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import lightkube
 from lightkube import ApiError
 
 from gpufrac import retrying
-from gpufrac.kubeapi.client import TRANSPORT_ERRORS
+from gpufrac.kubeapi.client import TRANSPORT_ERRORS, UNREADABLE_ANSWERS
 
 log = logging.getLogger("gpufrac.reflector")
 
@@ -75,6 +75,13 @@ async def reflect(
         except TRANSPORT_ERRORS as error:
             failures += 1
             log.warning("%s watch: connection lost (%s); reconnecting", kind, error)
+        except UNREADABLE_ANSWERS as error:
+            # What the unreadable part said is lost, and where the stream stood with it: a list says all.
+            failures += 1
+            version = None
+            log.warning(
+                "%s watch: an answer that is not Kubernetes API data (%s); listing again", kind, error
+            )
         await asyncio.sleep(retrying.doubling(failures, first=0.2, ceiling=max_backoff))
 
 
