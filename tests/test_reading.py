@@ -5,6 +5,8 @@ a hang or a huge allocation. The cases are the ones `gpufrac validate` once fail
 from __future__ import annotations
 
 import os
+import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -168,6 +170,39 @@ def test_validate_on_any_bytes_gives_problems_or_one_line(
 def test_a_date_is_read_as_its_text(date: str) -> None:
     """As Kubernetes reads YAML (through JSON, which has no dates); PyYAML would raise on impossible ones."""
     assert reading.load_yaml(f"a: {date}\n", name="t.yaml") == {"a": date.removeprefix("!!timestamp ")}
+
+
+def test_a_file_swapped_for_a_pipe_after_a_look_at_it_is_refused_without_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone who can write the folder (a tenant, in the MPS pipe directory) swaps a file for a pipe
+    between a check of the path and its opening: what counts is the file opened, and it never waits."""
+    fifo = tmp_path / "f.yaml"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(Path, "stat", lambda self, **_: os.stat(__file__))  # the look, before the swap
+    refusals: list[UserError] = []
+
+    def attempt() -> None:
+        try:
+            reading.read_text(fifo, limit=9)
+        except UserError as error:
+            refusals.append(error)
+
+    read = threading.Thread(target=attempt, daemon=True)
+    read.start()
+    read.join(timeout=10)
+    if read.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY))  # the writer the open waits for, so the thread ends
+        pytest.fail("reading waited for a writer")
+    assert [str(error) for error in refusals] == [f"{fifo}: is a pipe or socket, not a file; pass a file"]
+
+
+def test_a_socket_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(path))
+        with pytest.raises(UserError, match="is a pipe or socket, not a file"):
+            reading.read_text(path, limit=100)
 
 
 def test_a_pipe_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ is a `UserError` naming the file and the fix.
 
 from __future__ import annotations
 
+import errno
+import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,17 +47,20 @@ def read_text(path: Path, *, limit: int, what: str = "") -> str:
     role of the file in messages (`--kubeconfig`)."""
     label = f"{what} {path}".strip()
     try:
-        mode = path.stat().st_mode
-        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
-            # Opening a pipe waits for a writer, and may wait for ever.
-            raise UserError(f"{label}: is a pipe or socket, not a file; pass a file")
-        with path.open("rb") as handle:
+        # Opening a pipe waits for a writer, and may wait for ever; opened without waiting, it is refused for
+        # what the open file is, not for what the path was a moment before (a file someone swaps for a pipe).
+        handle = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")
+        with handle:
+            if stat.S_ISFIFO(os.fstat(handle.fileno()).st_mode):
+                raise _not_a_file(label)
             data = handle.read(limit + 1)
     except FileNotFoundError:
         raise UserError(f"{label}: no such file; check the path") from None
     except IsADirectoryError:
         raise UserError(f"{label}: is a folder; pass a file") from None
     except OSError as error:
+        if error.errno == errno.ENXIO:  # what opening a socket answers
+            raise _not_a_file(label) from None
         raise UserError(f"{label}: cannot read it ({error.strerror}); check its permissions") from None
     if len(data) > limit:
         raise UserError(f"{label}: more than {_size(limit)}; pass a smaller file (or split it)")
@@ -187,6 +192,10 @@ def _invalid(error: yaml.YAMLError, name: str) -> UserError:
         line = error.problem_mark.line + 1 if error.problem_mark else 1
         return UserError(f"{name}:{line}: not valid YAML: {error.problem}")
     return UserError(f"{name}: not valid YAML: {str(error).splitlines()[0]}")
+
+
+def _not_a_file(label: str) -> UserError:
+    return UserError(f"{label}: is a pipe or socket, not a file; pass a file")
 
 
 def _size(limit: int) -> str:

@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import lightkube
+import msgspec
 import pytest
+from lightkube.core.exceptions import NotReadyError
 from lightkube.resources.core_v1 import Node, Pod
 
 from gpufrac.kubeapi import reflector
@@ -199,3 +201,38 @@ async def test_a_list_the_handler_fails_on_is_listed_again(
         await task
     assert len(lists) == 2 and len(client.list_calls) == 2
     assert "Pod list: handling it failed; listing again" in caplog.text
+
+
+async def test_an_answer_that_cannot_be_decoded_is_listed_again_not_raised(
+    sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    """What lightkube raises on JSON it cannot read as the object asked for (a truncated watch line from a
+    proxy, an object without metadata) and on a list without a resourceVersion: the reflector lists again
+    (where the broken stream stood is unknown) instead of stopping, and the scheduler with it."""
+    client, seen = await play(
+        [
+            NotReadyError("resourceVersion", "only available after the iteration started"),
+            [pod("a")],
+            [pod("b")],
+            [pod("c")],
+        ],
+        [
+            [
+                ("ADDED", versioned(pod("b"), "5")),
+                msgspec.DecodeError("JSON is malformed: invalid character"),
+            ],
+            [AttributeError("'NoneType' object has no attribute 'resourceVersion'")],
+        ],
+    )
+    assert len(client.list_calls) == 4
+    assert client.watch_versions[:3] == ["list-2", "list-3", "list-4"]
+    assert [[body["metadata"]["name"] for body in listed] for listed in seen.lists] == [["a"], ["b"], ["c"]]
+    assert sleeps[:3] == [0.4, 0.4, 0.8]
+    assert "Pod watch: an answer that is not Kubernetes API data (JSON is malformed" in caplog.text
+
+
+async def test_a_day_of_errors_in_a_row_keeps_the_capped_backoff(sleeps: list[float]) -> None:
+    """Doubling without a bound overflowed a float after 1024 failures in a row (eight hours of an API
+    server that refuses, at the 30 s cap), and the reflector stopped."""
+    await play([[]], [[transport_error()] for _ in range(1100)])
+    assert len(sleeps) == 1100 and set(sleeps[10:]) == {30.0}

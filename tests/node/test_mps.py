@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -133,6 +134,33 @@ def test_a_missing_program_fails_cleanly(daemon: Daemon) -> None:
     sup.stop()
 
 
+@pytest.mark.parametrize(
+    "plant",
+    [
+        pytest.param(lambda path: path.write_text("\u00b2"), id="a digit int() refuses"),
+        pytest.param(lambda path: path.write_text("9" * 5000), id="5000 digits"),
+        pytest.param(os.mkfifo, id="a pipe no one writes"),
+    ],
+)
+def test_a_pid_file_a_tenant_planted_is_no_pid(tmp_path: Path, plant: Callable[[Path], object]) -> None:
+    """The pid file is in the pipe directory, which sm-sharing tenants mount and can write: what it holds
+    must not fail the supervisor's step (and the agent's tick with it, so the watchdog never judges again)
+    nor hang it. The daemon counts as not running, and a start is tried."""
+    spec = DaemonSpec("sm-sharing", pipe_directory=tmp_path / "pipe", log_directory=tmp_path / "log")
+    spec.pipe_directory.mkdir()
+    pid_file = spec.pipe_directory / mps.PID_FILE
+    plant(pid_file)
+    sup = Supervisor([spec], program=str(tmp_path / "no-such-program"))
+    stepped = threading.Thread(target=sup.step, args=(0,), daemon=True)
+    stepped.start()
+    stepped.join(timeout=10)
+    if stepped.is_alive():
+        os.close(os.open(pid_file, os.O_WRONLY))  # the writer the read waits for, so the thread ends
+        stepped.join()
+        pytest.fail("the supervisor's step hung on the pid file")
+    assert "No such file" in sup.daemons["sm-sharing"].last_error
+
+
 def test_backoff() -> None:
-    assert [mps.backoff(n) for n in (1, 2, 3, 4, 7, 8, 20)] == [1, 2, 4, 8, 60, 60, 60]
+    assert [mps.backoff(n) for n in (1, 2, 3, 4, 7, 8, 20, 2000)] == [1, 2, 4, 8, 60, 60, 60, 60]
     assert DaemonSpec("x", Path("p"), Path("l")).commands() == []

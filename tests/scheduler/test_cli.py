@@ -47,20 +47,29 @@ def test_an_unreachable_api_server_is_one_line_naming_the_server(command: str, t
 
 
 @pytest.fixture(
-    params=[(404, "text/html"), (404, None), (200, "text/html")], ids=["404-html", "404-bare", "200-html"]
+    params=[
+        (404, "text/html", b"<html></html>"),
+        (404, None, b"<html></html>"),
+        (200, "text/html", b"<html></html>"),
+        (200, "application/json", b"[1, 2]"),
+        (404, "application/json", b'"no such path"'),
+        (500, "application/json", b"Internal Server Error"),
+    ],
+    ids=["404-html", "404-bare", "200-html", "200-json-array", "404-json-string", "500-not-json"],
 )
 def not_kubernetes(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A web server that is not an API server (a wrong port, a proxy's page): its URL."""
-    status, content_type = request.param
+    """A web server that is not an API server (a wrong port, a proxy's page, another service's JSON API):
+    its URL."""
+    status, content_type, body = request.param
 
     class Answer(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             self.send_response(status)
             if content_type:
                 self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", "13")
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(b"<html></html>")
+            self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
             pass
@@ -77,8 +86,9 @@ def not_kubernetes(request: pytest.FixtureRequest) -> Iterator[str]:
 def test_a_server_that_is_not_kubernetes_is_one_line(
     command: str, not_kubernetes: str, tmp_path: Path
 ) -> None:
-    """lightkube reads such answers with a KeyError (no Content-Type), an HTTPStatusError (HTML) or a JSON
-    DecodeError (a page): each must be the one line an unreachable server gets, not a traceback."""
+    """lightkube reads such answers with a KeyError (no Content-Type), an HTTPStatusError (HTML), or a
+    DecodeError (a page, or JSON that is not an object): each must be the one line an unreachable server
+    gets, not a traceback."""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(UNREACHABLE.replace("https://127.0.0.1:1", not_kubernetes))
     result = gpufrac(command, "--kubeconfig", str(kubeconfig))

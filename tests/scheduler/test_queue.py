@@ -96,6 +96,20 @@ def test_backoff_doubles_up_to_its_cap_and_forget_resets_it() -> None:
     assert queue.next_ready_in() == 1.0
 
 
+def test_a_pod_that_waits_for_days_stays_in_the_queue() -> None:
+    """A pod parked over a thousand times (a day of waiting for room, retried every minute) still gets its
+    capped backoff: doubling without a bound overflowed a float, and the pod, popped but never parked
+    again, was never tried again."""
+    clock = FakeClock()
+    queue = make(clock)
+    for _ in range(1100):
+        queue.park("p", priority=0, created=1.0)
+        clock.advance(100.0)
+        assert queue.pop() == "p"
+    queue.park("p", priority=0, created=1.0)
+    assert "p" in queue and queue.next_ready_in() == 68.0
+
+
 def test_forget_drops_a_pod_wherever_it_waits() -> None:
     queue = make(FakeClock())
     queue.add("active", priority=0, created=1.0)

@@ -13,7 +13,7 @@ from typing import Any, TypeVar, cast
 
 import httpx2
 import lightkube
-from lightkube.core.exceptions import ConfigError
+from lightkube.core.exceptions import ConfigError, NotReadyError
 from lightkube.resources.core_v1 import Node, Pod
 
 from gpufrac import reading
@@ -111,11 +111,15 @@ async def _must_be_kubernetes(response: httpx2.Response) -> None:
 
 
 def unreachable(error: Exception, config: lightkube.KubeConfig) -> UserError:
-    """The message for an API server that cannot be reached at all."""
+    """The message for an API server that cannot be reached at all, or answers what no API server sends (JSON
+    of another service: an `UNREADABLE_ANSWERS` error). A timeout's error says nothing: its kind is named."""
     single = config.get()
     server = f" at {single.cluster.server}" if single is not None else ""
+    reason = str(error) or type(error).__name__
+    if isinstance(error, UNREADABLE_ANSWERS):
+        reason = f"it answered JSON that is not Kubernetes API data ({reason}): not a Kubernetes API server"
     return UserError(
-        f"cannot reach the Kubernetes API server{server} ({error}); check the kubeconfig and network"
+        f"cannot reach the Kubernetes API server{server} ({reason}); check the kubeconfig and network"
     )
 
 
@@ -123,6 +127,10 @@ def unreachable(error: Exception, config: lightkube.KubeConfig) -> UserError:
 TRANSPORT_ERRORS = (httpx2.TransportError,)
 # Everything a request can fail with: the API server's answer, or no answer at all.
 API_ERRORS = (lightkube.ApiError, *TRANSPORT_ERRORS)
+# What lightkube raises on JSON it cannot read as the objects asked for: malformed or of the wrong shape
+# (msgspec's DecodeError, a ValueError), an object without metadata in a watch (AttributeError), a list
+# without a resourceVersion (NotReadyError). No API server sends these; a proxy that cuts a stream does.
+UNREADABLE_ANSWERS = (ValueError, AttributeError, NotReadyError)
 
 
 async def list_nodes_and_pods(kubeconfig: Path | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -133,7 +141,7 @@ async def list_nodes_and_pods(kubeconfig: Path | None) -> tuple[list[dict[str, A
     try:
         nodes = [node.to_dict() async for node in client.list(Node)]
         pods = [pod.to_dict() async for pod in client.list(Pod, namespace=lightkube.ALL_NS)]
-    except TRANSPORT_ERRORS as error:
+    except (*TRANSPORT_ERRORS, *UNREADABLE_ANSWERS) as error:
         raise unreachable(error, config) from None
     except lightkube.ApiError as error:
         raise UserError(f"the API server refused to list nodes and pods: {error.status.message}") from None
@@ -149,7 +157,7 @@ async def list_objects(kubeconfig: Path | None, resource: type[Any]) -> list[dic
     client = async_client(config)
     try:
         return [item.to_dict() async for item in client.list(resource)]
-    except TRANSPORT_ERRORS as error:
+    except (*TRANSPORT_ERRORS, *UNREADABLE_ANSWERS) as error:
         raise unreachable(error, config) from None
     except lightkube.ApiError as error:
         name = resource._api_info.plural

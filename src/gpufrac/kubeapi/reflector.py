@@ -1,9 +1,9 @@
 """List, then watch from the list's resourceVersion; relist on 410 Gone; reconnect with backoff.
 
-The scheduler's view of nodes and pods is only as good as this loop, so it never gives up: an API error
-or a dropped connection is logged and retried. A handler that fails is never raised into the scheduler;
-since the event it failed on cannot be skipped without losing what it said, the loop lists again (after a
-backoff), and the list handler rebuilds its view from the full set.
+The scheduler's view of nodes and pods is only as good as this loop, so it never gives up: an API error,
+a dropped connection or an answer that cannot be read is logged and retried. A handler that fails is never
+raised into the scheduler; since the event it failed on cannot be skipped without losing what it said, the
+loop lists again (after a backoff), and the list handler rebuilds its view from the full set.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any, cast
 import lightkube
 from lightkube import ApiError
 
-from gpufrac.kubeapi.client import TRANSPORT_ERRORS
+from gpufrac import retrying
+from gpufrac.kubeapi.client import TRANSPORT_ERRORS, UNREADABLE_ANSWERS
 
 log = logging.getLogger("gpufrac.reflector")
 
@@ -45,7 +46,7 @@ async def reflect(
                 objects = [item.to_dict() async for item in listing]
                 if not _deliver_list(on_list, kind, objects):
                     failures += 1
-                    await asyncio.sleep(min(max_backoff, 0.2 * 2**failures))
+                    await asyncio.sleep(retrying.doubling(failures, first=0.2, ceiling=max_backoff))
                     continue  # list again: the handler rebuilds everything from a full list
                 version = listing.resourceVersion
             # An async generator (lightkube's is): closed at once when a failed event breaks out of it.
@@ -74,7 +75,14 @@ async def reflect(
         except TRANSPORT_ERRORS as error:
             failures += 1
             log.warning("%s watch: connection lost (%s); reconnecting", kind, error)
-        await asyncio.sleep(min(max_backoff, 0.2 * 2**failures))
+        except UNREADABLE_ANSWERS as error:
+            # What the unreadable part said is lost, and where the stream stood with it: a list says all.
+            failures += 1
+            version = None
+            log.warning(
+                "%s watch: an answer that is not Kubernetes API data (%s); listing again", kind, error
+            )
+        await asyncio.sleep(retrying.doubling(failures, first=0.2, ceiling=max_backoff))
 
 
 def _deliver(on_event: Handler, kind: str, event: str, body: dict[str, Any]) -> bool:

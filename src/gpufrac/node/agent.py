@@ -533,9 +533,13 @@ class Agent:
                         "GPU process %d is not in %s (ended, or no hostPID)", process.pid, self.proc.root
                     )
                     continue
-                if info.pid in own or info.ppid in own:
-                    continue  # an MPS control daemon or the MPS server it started
-                if self._own_container is not None and info.container_id == self._own_container:
+                if info.container_id == self._own_container and (
+                    self._own_container is not None or info.pid in own or info.ppid in own
+                ):
+                    # The agent's own: its container's processes, or (an agent outside any container, or
+                    # in one it cannot name) the MPS daemons and the servers they started. Their pids come
+                    # from the pipe directory, which sm-sharing tenants mount and can write, so a pid
+                    # there never exempts a process in another container.
                     continue
                 found.append(
                     watchdog.Process(

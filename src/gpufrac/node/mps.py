@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpufrac import reading, retrying
+from gpufrac.errors import UserError
 from gpufrac.node import procfs
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 PID_FILE = "nvidia-cuda-mps-control.pid"
 COMMAND_TIMEOUT_S = 10.0
 PID_WAIT_S = 5.0
+MAX_PID_FILE_BYTES = 64  # a pid has at most 7 digits (Linux's pid_max is 2**22)
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ class DaemonSpec:
 
 def backoff(failures: int, *, initial: float = 1.0, ceiling: float = 60.0) -> float:
     """Seconds before start number `failures + 1`: 1, 2, 4, ... up to a minute."""
-    return min(ceiling, initial * 2 ** max(0, failures - 1))
+    return retrying.doubling(max(0, failures - 1), first=initial, ceiling=ceiling)
 
 
 @dataclass
@@ -229,11 +232,14 @@ class Supervisor:
 
     @staticmethod
     def _read_pid(spec: DaemonSpec) -> int | None:
+        """The pid in the daemon's pid file, or None. The file is in the pipe directory, which sm-sharing
+        tenants mount and can write, so it is read within bounds, never waited on (a pipe), and holds
+        ASCII digits only (`isdigit` also holds for '²', which `int` refuses)."""
         try:
-            text = (spec.pipe_directory / PID_FILE).read_text().strip()
-        except OSError:
+            text = reading.read_text(spec.pipe_directory / PID_FILE, limit=MAX_PID_FILE_BYTES).strip()
+        except UserError:
             return None
-        return int(text) if text.isdigit() else None
+        return int(text) if text.isascii() and text.isdigit() else None
 
 
 def _tail(text: str) -> str:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpufrac import retrying
 from gpufrac.contract.queues import DEFAULT_QUEUE
 
 
@@ -104,7 +105,9 @@ class SchedulingQueue:
 
     def _wait(self, key: str, waiting: _Waiting) -> None:
         attempts = self._attempts[key] = self._attempts.get(key, 0) + 1
-        waiting.ready_at = self._clock() + min(self._max, self._initial * 2 ** (attempts - 1))
+        waiting.ready_at = self._clock() + retrying.doubling(
+            attempts - 1, first=self._initial, ceiling=self._max
+        )
         self._waiting[key] = waiting
 
     def cluster_changed(self) -> None:
