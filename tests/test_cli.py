@@ -165,6 +165,37 @@ def test_a_bad_kubeconfig_is_one_line(
     assert_one_line(code, err, says if "reach" in says else f"{kubeconfig}: {says}")
 
 
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (("top",), "cannot reach the Kubernetes API server at"),
+        (("report", "--out", "report"), "cannot reach the Kubernetes API server at"),
+        (("webhook", "--generate-certs", "--hosts", "h", "--secret", "ns/s"), "cannot reach"),
+        (
+            ("agent", "--node-name", "n", "--once", "--mps-control", "", "--nvml", "fake:/nonexistent"),
+            "cannot read Node n",
+        ),
+    ],
+    ids=lambda value: value[0] if isinstance(value, tuple) else "",
+)
+def test_a_server_that_is_not_kubernetes_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    not_kubernetes: str,
+    command: tuple[str, ...],
+    says: str,
+) -> None:
+    """A kubeconfig that points at another web service (a page, another JSON API): the one line an
+    unreachable server gets, from every command that talks to the API server."""
+    monkeypatch.chdir(tmp_path)
+    kubeconfig = tmp_path / "kubeconfig"
+    config = KUBECONFIG.format(current="current-context: c", cluster="c")
+    kubeconfig.write_text(config.replace("https://127.0.0.1:1", not_kubernetes))
+    code, err = run(capsys, *command, "--kubeconfig", str(kubeconfig))
+    assert_one_line(code, err, says)
+
+
 CONTEXTS = {
     "no user": ("{cluster: c}", "https://127.0.0.1:1", "its current context names no user"),
     "not a URL": ("{cluster: c, user: u}", "http://[::1", "is not a URL"),

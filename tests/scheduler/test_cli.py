@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -44,42 +41,6 @@ def test_an_unreachable_api_server_is_one_line_naming_the_server(command: str, t
     assert result.returncode == 2
     assert "cannot reach the Kubernetes API server at https://127.0.0.1:1" in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
-
-
-@pytest.fixture(
-    params=[
-        (404, "text/html", b"<html></html>"),
-        (404, None, b"<html></html>"),
-        (200, "text/html", b"<html></html>"),
-        (200, "application/json", b"[1, 2]"),
-        (404, "application/json", b'"no such path"'),
-        (500, "application/json", b"Internal Server Error"),
-    ],
-    ids=["404-html", "404-bare", "200-html", "200-json-array", "404-json-string", "500-not-json"],
-)
-def not_kubernetes(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A web server that is not an API server (a wrong port, a proxy's page, another service's JSON API):
-    its URL."""
-    status, content_type, body = request.param
-
-    class Answer(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(status)
-            if content_type:
-                self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.mark.parametrize("command", ["scheduler", "top"])

@@ -270,7 +270,7 @@ def run(
                     hosts=hosts,
                     webhook_configurations=webhook_configurations,
                 )
-        except kube_client.TRANSPORT_ERRORS as error:
+        except kube_client.NO_API_SERVER as error:
             raise kube_client.unreachable(error, config) from None
         except lightkube.ApiError as error:
             raise UserError(f"the API server refused: {error.status.message}") from None

@@ -131,6 +131,10 @@ API_ERRORS = (lightkube.ApiError, *TRANSPORT_ERRORS)
 # (msgspec's DecodeError, a ValueError), an object without metadata in a watch (AttributeError), a list
 # without a resourceVersion (NotReadyError). No API server sends these; a proxy that cuts a stream does.
 UNREADABLE_ANSWERS = (ValueError, AttributeError, NotReadyError)
+# What shows that no Kubernetes API server answered: no answer at all, or one no API server sends.
+NO_API_SERVER = (*TRANSPORT_ERRORS, *UNREADABLE_ANSWERS)
+# Everything reading objects can fail with: `API_ERRORS`, or an answer that cannot be read as them.
+READ_ERRORS = (*API_ERRORS, *UNREADABLE_ANSWERS)
 
 
 async def list_nodes_and_pods(kubeconfig: Path | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -141,7 +145,7 @@ async def list_nodes_and_pods(kubeconfig: Path | None) -> tuple[list[dict[str, A
     try:
         nodes = [node.to_dict() async for node in client.list(Node)]
         pods = [pod.to_dict() async for pod in client.list(Pod, namespace=lightkube.ALL_NS)]
-    except (*TRANSPORT_ERRORS, *UNREADABLE_ANSWERS) as error:
+    except NO_API_SERVER as error:
         raise unreachable(error, config) from None
     except lightkube.ApiError as error:
         raise UserError(f"the API server refused to list nodes and pods: {error.status.message}") from None
@@ -157,7 +161,7 @@ async def list_objects(kubeconfig: Path | None, resource: type[Any]) -> list[dic
     client = async_client(config)
     try:
         return [item.to_dict() async for item in client.list(resource)]
-    except (*TRANSPORT_ERRORS, *UNREADABLE_ANSWERS) as error:
+    except NO_API_SERVER as error:
         raise unreachable(error, config) from None
     except lightkube.ApiError as error:
         name = resource._api_info.plural

@@ -52,7 +52,7 @@ from lightkube.types import PatchType
 from gpufrac.contract import memory_resource, node_inventory
 from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement
 from gpufrac.kubeapi import events, eviction
-from gpufrac.kubeapi.client import API_ERRORS
+from gpufrac.kubeapi.client import API_ERRORS, READ_ERRORS
 from gpufrac.node import bursts, inventory, procfs, watchdog
 from gpufrac.node.exporter import Exporter, GpuView, Observation
 from gpufrac.node.kubelet.device_plugin import DevicePluginError
@@ -358,7 +358,7 @@ class Agent:
         name = self.settings.node_name
         try:
             return (await self.client.get(Node, name)).to_dict()
-        except API_ERRORS as error:
+        except READ_ERRORS as error:
             problems.append(f"cannot read Node {name} ({error}); inventory and readiness not published")
             log.error("%s this interval", problems[-1])
             return None
@@ -517,7 +517,7 @@ class Agent:
         try:
             fields: dict[str, Any] = {"spec.nodeName": self.settings.node_name}
             return [pod.to_dict() async for pod in self.client.list(Pod, namespace="*", fields=fields)]
-        except API_ERRORS as error:
+        except READ_ERRORS as error:
             problems.append(f"cannot list the pods on this node ({error}); the watchdog did not judge")
             log.error("%s this interval", problems[-1])
             return None

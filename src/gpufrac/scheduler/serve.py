@@ -47,7 +47,7 @@ async def serve(
         await client.get(Node, "gpufrac-connectivity-check")
     except ApiError:
         pass  # answered: reachable (404 or 403 both prove it)
-    except (*kube_client.TRANSPORT_ERRORS, *kube_client.UNREADABLE_ANSWERS) as error:
+    except kube_client.NO_API_SERVER as error:
         raise kube_client.unreachable(error, kube) from None
     scheduler = Scheduler(client, config, leading=False)
     runner = web.AppRunner(http_app(scheduler.metrics, ready=lambda: scheduler.ready))
