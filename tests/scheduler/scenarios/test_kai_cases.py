@@ -155,6 +155,21 @@ GPU_MEMORY = [
         evicted={"a2": RECLAIMED, "a3": RECLAIMED},
     ),
     Scenario(
+        "KAI fraction reclaim: shares adding up to exactly the GPU quota are within it, and reclaim",
+        nodes=TWO_ONE_GPU_NODES,
+        queues={"a": {"gpus": {"overQuotaWeight": 0}}, "b": {"gpus": {"quota": 1}}},
+        running={
+            "b1": Run("n1:0", mib=2000, queue="b"),
+            "b2": Run("n1:0", mib=4000, queue="b"),
+            "b3": Run("n1:0", mib=3000, queue="b"),
+            "a1": Run("n1:0", mib=1000, queue="a"),
+            "a2": Run("n2:0", queue="a"),
+        },
+        pending={"b4": Ask(mib=1000, queue="b")},
+        binds={"b4": "n1:0"},
+        evicted={"a1": RECLAIMED},
+    ),
+    Scenario(
         "KAI GPU-memory reclaim: none past the reclaiming queue's quota",
         nodes={"n1": Node()},
         queues={"a": {"gpuMemory": {"quota": "5000Mi"}}, "b": {"gpuMemory": {"quota": "5000Mi"}}},
