@@ -81,14 +81,15 @@ def reclaiming(
 ) -> set[Resource]:
     """The resources a pod asks for (`wanted`) that its queue has a quota of, when the queue's use with the
     pod stays within every such quota: those it may reclaim from queues over their fair share. Empty
-    otherwise."""
+    otherwise. Within up to rounding: shares count as float parts of their GPUs, and parts that make the
+    quota exactly (0.2 + 0.4 + 0.3 + 0.1 of one GPU) can add up to a hair over it."""
     guaranteed = {
         resource: amount
         for resource, amount in wanted.items()
         if amount > 0 and spec.entitlement(resource).quota > 0
     }
     within = all(
-        usage.get(resource, 0.0) + amount <= spec.entitlement(resource).quota
+        usage.get(resource, 0.0) + amount <= spec.entitlement(resource).quota + _EPSILON
         for resource, amount in guaranteed.items()
     )
     return set(guaranteed) if within else set()
