@@ -218,6 +218,16 @@ SCENARIOS = [
         evicted={"y1": RECLAIMED},
     ),
     Scenario(
+        "quotas past the cluster shrink in proportion: the queue holding both GPUs gives one back",
+        nodes={"n1": Node(gpus=2)},
+        queues={"a": {"gpus": {"quota": 2}}, "b": {"gpus": {"quota": 2}}},
+        running={"a1": Run("n1:0", queue="a"), "a2": Run("n1:1", queue="a")},
+        pending={"b1": Ask(gpus=1, queue="b"), "b2": Ask(gpus=1, queue="b")},
+        binds={"b1": "n1"},
+        evicted={"a1": RECLAIMED},
+        waiting={"b2": ""},
+    ),
+    Scenario(
         "shares count as the part of a GPU they take: a whole-GPU quota reclaims from a queue of shares",
         nodes=TWO_NODES,
         queues={"a": {"gpus": {"quota": 1}}, "b": {}},
