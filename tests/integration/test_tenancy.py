@@ -124,12 +124,13 @@ async def test_nothing_is_evicted_for_a_gang_that_could_not_run_whole(
     team_b: str,
     gpu_nodes: fakenodes.GpuNodes,
 ) -> None:
-    """Team a's gang of three may reclaim from team b, which borrowed all four GPUs, but two of b's pods are
-    of a protected priority: evicting the other two would not let the gang run, so neither is evicted
-    until one protected pod ends; then the gang's room is made at once and it runs whole."""
+    """Team a's gang of three may reclaim from team b, which borrowed two of the four GPUs; team c holds the
+    other two with pods of a protected priority, within its quota (such pods run only there), so they are
+    never evicted: evicting b's two would not let the gang run, so neither is evicted until one protected
+    pod ends; then the gang's room is made at once and it runs whole."""
     await install_crd(admin_client, "queues.gpufrac.io")
     made = []
-    for name, quota in (("team-a", 3), ("team-b", 1)):
+    for name, quota in (("team-a", 3), ("team-b", 0), ("team-c", 2)):
         body = {"metadata": {"name": name}, "spec": {"resources": {"gpus": {"quota": quota}}}}
         made.append(await admin_client.create(QUEUE_RESOURCE.from_dict(body)))
     try:
@@ -137,9 +138,9 @@ async def test_nothing_is_evicted_for_a_gang_that_could_not_run_whole(
             await gpu_nodes.create(gpus=1)
         await pod_group(admin_client, namespace, "train", minMember=3, queue="team-a")
         async with running_scheduler(scheduler_client, **SETTINGS) as scheduler:
-            for name, priority_class in (("b0", "gpufrac-test-critical"), ("b1", "gpufrac-test-critical")):
-                body = whole(name, team_b, priority_class).to_dict()
-                body["metadata"]["labels"] = {queues.QUEUE_LABEL: "team-b"}
+            for name in ("c0", "c1"):
+                body = whole(name, team_b, "gpufrac-test-critical").to_dict()
+                body["metadata"]["labels"] = {queues.QUEUE_LABEL: "team-c"}
                 await admin_client.create(Pod.from_dict(body))
             for name in ("b2", "b3"):
                 await admin_client.create(team_pod(name, team_b, queues.QUEUE_LABEL, "team-b"))
@@ -150,10 +151,10 @@ async def test_nothing_is_evicted_for_a_gang_that_could_not_run_whole(
                 await scheduling_message(admin_client, name, namespace, "free")
             assert not leaving(await pods_of(admin_client, team_b))
             assert scheduler.metrics.evictions.labels("reclaim", "evicted")._value.get() == 0
-            await admin_client.delete(Pod, "b0", namespace=team_b, grace_period=0)
+            await admin_client.delete(Pod, "c0", namespace=team_b, grace_period=0)
             await wait_bound(admin_client, namespace, 3)
             assert scheduler.metrics.evictions.labels("reclaim", "evicted")._value.get() == 2
         assert leaving(await pods_of(admin_client, team_b)) == {"b2", "b3"}
     finally:
-        for name in ("team-a", "team-b"):
+        for name in ("team-a", "team-b", "team-c"):
             await admin_client.delete(QUEUE_RESOURCE, name)

@@ -69,6 +69,18 @@ def test_a_queue_reclaims_only_resources_it_has_a_quota_of() -> None:
     assert tenancy.reclaiming(both, {MEMORY: 8001.0}, {MEMORY: 8000.0, GPUS: 1.0}) == set()
 
 
+def test_a_pod_never_evicted_holds_only_what_its_queue_is_guaranteed() -> None:
+    spec = queue(gpus=2, cpu=4000)
+    assert tenancy.unguaranteed(spec, {GPUS: 1.0}, {GPUS: 1.0, Resource.CPU: 500.0}) is None
+    assert tenancy.unguaranteed(spec, {GPUS: 1.5}, {GPUS: 1.0}) is GPUS  # past the quota with the pod
+    assert tenancy.unguaranteed(spec, {Resource.CPU: 3800.0}, {Resource.CPU: 500.0}) is Resource.CPU
+    assert tenancy.unguaranteed(queue(), {}, {Resource.CPU: 500.0}) is None  # no GPUs: no quota needed
+    assert tenancy.unguaranteed(queue(), {}, {GPUS: 0.5, MEMORY: 8000.0}) is GPUS  # no GPU quota at all
+    memory_only = queue(gpuMemory=16_000)  # a share is held to the GPU quota its queue has
+    assert tenancy.unguaranteed(memory_only, {MEMORY: 8000.0}, {GPUS: 0.5, MEMORY: 8000.0}) is None
+    assert tenancy.unguaranteed(memory_only, {MEMORY: 8001.0}, {GPUS: 0.5, MEMORY: 8000.0}) is MEMORY
+
+
 def test_a_victim_is_offered_only_from_a_surplus_over_the_fair_share() -> None:
     usage, share = {GPUS: 5.0, MEMORY: 1000.0}, {GPUS: 3.0, MEMORY: 0.0}
     assert tenancy.surplus_covers(usage, share, {GPUS: 2.0}, {GPUS})

@@ -52,6 +52,8 @@ class Resource(StrEnum):
     MEMORY = "memory"  # MiB
 
 
+GPU_RESOURCES = (Resource.GPUS, Resource.GPU_MEMORY)  # the two ways a queue counts GPUs
+
 _UNIT = {
     Resource.GPU_MEMORY: Fraction(2**20),
     Resource.GPUS: Fraction(1),

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from gpufrac.cluster.model import Placement, PodDemand, resolve_mib
 from gpufrac.cluster.state import ClusterState
-from gpufrac.contract.queues import QueueSpec, Resource
+from gpufrac.contract.queues import GPU_RESOURCES, QueueSpec, Resource
 from gpufrac.placement.fairshare import starvation
 
 Amounts = dict[Resource, float]
@@ -76,23 +76,45 @@ def add(total: dict[Resource, float], amounts: Mapping[Resource, float], sign: f
         total[resource] = total.get(resource, 0.0) + sign * amount
 
 
+def past_quota(
+    spec: QueueSpec, usage: Mapping[Resource, float], wanted: Mapping[Resource, float]
+) -> Resource | None:
+    """The first resource a pod asks for (`wanted`) that its queue has a quota of and whose quota the queue's
+    use with the pod would pass; None when it stays within every such quota. Within up to rounding: shares
+    count as float parts of their GPUs, and parts that make the quota exactly (0.2 + 0.4 + 0.3 + 0.1 of one
+    GPU) can add up to a hair over it."""
+    for resource, amount in wanted.items():
+        quota = spec.entitlement(resource).quota
+        if amount > 0 and quota > 0 and usage.get(resource, 0.0) + amount > quota + _EPSILON:
+            return resource
+    return None
+
+
 def reclaiming(
     spec: QueueSpec, usage: Mapping[Resource, float], wanted: Mapping[Resource, float]
 ) -> set[Resource]:
     """The resources a pod asks for (`wanted`) that its queue has a quota of, when the queue's use with the
-    pod stays within every such quota: those it may reclaim from queues over their fair share. Empty
-    otherwise. Within up to rounding: shares count as float parts of their GPUs, and parts that make the
-    quota exactly (0.2 + 0.4 + 0.3 + 0.1 of one GPU) can add up to a hair over it."""
-    guaranteed = {
-        resource: amount
-        for resource, amount in wanted.items()
-        if amount > 0 and spec.entitlement(resource).quota > 0
+    pod stays within every such quota (`past_quota`): those it may reclaim from queues over their fair
+    share. Empty otherwise."""
+    if past_quota(spec, usage, wanted) is not None:
+        return set()
+    return {
+        resource for resource, amount in wanted.items() if amount > 0 and spec.entitlement(resource).quota > 0
     }
-    within = all(
-        usage.get(resource, 0.0) + amount <= spec.entitlement(resource).quota + _EPSILON
-        for resource, amount in guaranteed.items()
-    )
-    return set(guaranteed) if within else set()
+
+
+def unguaranteed(
+    spec: QueueSpec, usage: Mapping[Resource, float], wanted: Mapping[Resource, float]
+) -> Resource | None:
+    """For a pod no eviction may take back (non-preemptible): the resource it would hold beyond what its
+    queue is guaranteed, or None. Borrowed, such a pod could never be reclaimed, and the queue that lent
+    would never get its quota back; so, as KAI Scheduler runs non-preemptible workloads, it runs only within
+    its queue's quota: every quota it asks for must hold (`past_quota`), and a pod asking for GPUs needs its
+    queue to have a quota of GPUs (`gpus` or `gpuMemory`) at all."""
+    gpu = [resource for resource in GPU_RESOURCES if wanted.get(resource, 0.0) > 0]
+    if gpu and not any(spec.entitlement(resource).quota > 0 for resource in gpu):
+        return gpu[0]
+    return past_quota(spec, usage, wanted)
 
 
 def surplus_covers(

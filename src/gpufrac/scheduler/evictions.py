@@ -221,4 +221,5 @@ def together(demands: list[PodDemand]) -> PodDemand:
         memory_mib=sum(demand.memory_mib for demand in demands),
         whole=tuple(item for demand in demands for item in demand.whole),
         shares=tuple(share for demand in demands for share in demand.shares),
+        priority=max(demand.priority for demand in demands),
     )

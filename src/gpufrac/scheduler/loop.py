@@ -121,6 +121,7 @@ class Scheduler:
             clock=clock,
             pod_groups=self.gangs.index if config.gangs else None,
             in_flight=lambda: self.mover.in_flight(),
+            protected_priority=config.protected_priority if config.preemption else None,
         )
         if config.queues:
             self.synced["queues"] = False

@@ -47,8 +47,12 @@ class Tenants:
         clock: Callable[[], float] = time.monotonic,
         pod_groups: Index[PodGroupSpec] | None = None,
         in_flight: Callable[[], tuple[Mapping[str, Placement], Collection[str]]] = lambda: ({}, ()),
+        protected_priority: int | None = None,
     ) -> None:
         self.report, self.refresh, self.clock = report, refresh, clock
+        # Pods at or above it are never evicted, so they run within their queue's quota (`past_limit`);
+        # None: no pod is reclaimed (preemption off), so none is held to its quota either.
+        self.protected_priority = protected_priority
         self.in_flight = in_flight  # rooms promised to pending pods by uid, and the pods evicted for them
         self.pod_groups = pod_groups  # a PodGroup's queue is its members' queue
         self.specs: dict[str, QueueSpec] = fairshare.with_default({})
@@ -145,16 +149,33 @@ class Tenants:
 
     def past_limit(self, tenant: str, demand: PodDemand, freeing: Iterable[Placement] = ()) -> str | None:
         """Why the pod may not be placed: with it (and without the queue's pods `freeing`), its queue or one
-        above it would pass a limit; None when every limit holds. A share asked as a fraction counts on the
-        cluster's median GPU, as in fair shares."""
-        asked = tenancy.asked(demand, self._reference)
+        above it would pass a limit, or, for a pod never evicted, its queue's quota
+        (`tenancy.unguaranteed`); None when it may. A share asked as a fraction counts on the cluster's
+        median GPU, as in fair shares."""
+        wanted = tenancy.asked(demand, self._reference)
+        freed: Amounts = {}
         for placement in freeing:
-            tenancy.add(asked, tenancy.held(placement, self._state), -1.0)
+            tenancy.add(freed, tenancy.held(placement, self._state))
+        asked = dict(wanted)
+        tenancy.add(asked, freed, -1.0)
         past = fairshare.past_limit(self.specs, self.held, tenant, asked)
-        if past is None:
+        if past is not None:
+            queue, over, limit = past
+            return f"queue {queue} would pass its {over.value} limit ({limit}{_UNIT_TEXT[over]})"
+        protected, spec = self.protected_priority, self.specs.get(tenant)
+        if protected is None or demand.priority < protected or spec is None:
             return None
-        queue, resource, limit = past
-        return f"queue {queue} would pass its {resource.value} limit ({limit}{_UNIT_TEXT[resource]})"
+        usage = dict(self.usage.get(tenant, {}))
+        tenancy.add(usage, freed, -1.0)
+        resource = tenancy.unguaranteed(spec, usage, wanted)
+        if resource is None:
+            return None
+        quota = f"{spec.entitlement(resource).quota}{_UNIT_TEXT[resource]}"
+        return (
+            f"queue {tenant} would pass its {resource.value} quota ({quota}) with a pod of priority "
+            f"{demand.priority}, which is never evicted and so runs only on what its queue is guaranteed; "
+            f"give queue {tenant} a larger quota, or the pod a priority below {protected}"
+        )
 
     def reclaiming(self, tenant: str, demand: PodDemand) -> set[Resource]:
         """The resources the pod asks for that its queue may reclaim (`tenancy.reclaiming`)."""

@@ -313,7 +313,8 @@ FRACTIONS = [
         binds={"s1": "n1:1"},
     ),
     Scenario(
-        "KAI fractions: 0.6, 0.5, 0.5 and 0.3 beside a 0.5 on two GPUs: the second 0.5 waits",
+        "KAI fractions: 0.6, 0.5, 0.5 and 0.3 beside a 0.5 on two GPUs: the second 0.5 waits (and, never "
+        "evicted, it would pass its queue's quota)",
         nodes=TWO_GPU_NODE,
         queues={"a": {"gpus": {"quota": 2}}},
         running={"s0": Run("n1:0", mib=5000, queue="a", priority=BUILD)},
@@ -324,7 +325,7 @@ FRACTIONS = [
             "s4": Ask(mib=3000, queue="a", priority=BUILD),
         },
         binds={"s1": "n1:1", "s2": "n1:0", "s4": "n1:1"},
-        waiting={"s3": "0/1 nodes are available"},
+        waiting={"s3": "queue a would pass its gpus quota (2) with a pod of priority 100"},
     ),
     Scenario(
         "KAI fractions: a gang of three half shares past its parent queue's GPU limit binds none",

@@ -12,6 +12,9 @@ from .driver import MOVED, PREEMPTED, SM, Ask, Node, Run, Scenario, cases, check
 ONE_GPU = {"n1": Node()}
 TWO_NODES = {"n1": Node(), "n2": Node()}
 WHOLE = Ask(gpus=1, priority=10)
+# A pod never evicted (priority 100 or more) runs only within its queue's quota: these give it one.
+DEFAULT_QUOTA_1 = {"default": {"gpus": {"quota": 1}}}
+A_QUOTA_1 = {"a": {"gpus": {"quota": 1}}}
 
 SCENARIOS = [
     Scenario(
@@ -39,6 +42,7 @@ SCENARIOS = [
     Scenario(
         "a protected priority (100, KAI's non-preemptible) is never preempted",
         nodes=ONE_GPU,
+        queues=DEFAULT_QUOTA_1,
         running={"critical": Run("n1:0", priority=100)},
         pending={"p": Ask(gpus=1, priority=1000)},
         waiting={"p": ""},
@@ -46,6 +50,7 @@ SCENARIOS = [
     Scenario(
         "just below the protected priority is preempted",
         nodes=ONE_GPU,
+        queues=DEFAULT_QUOTA_1,
         running={"important": Run("n1:0", priority=99)},
         pending={"p": Ask(gpus=1, priority=1000)},
         binds={"p": "n1"},
@@ -352,6 +357,54 @@ SCENARIOS = [
         pending={"high": Ask(gpus=1, priority=10)},
         binds={"high": "n2"},
         evicted={"hour-old": PREEMPTED},
+    ),
+    Scenario(
+        "a pod never evicted runs only within its queue's quota: it does not borrow the idle GPU",
+        nodes=TWO_NODES,
+        queues=A_QUOTA_1,
+        running={"a1": Run("n1:0", queue="a", priority=100)},
+        pending={"a2": Ask(gpus=1, queue="a", priority=100)},
+        waiting={"a2": "queue a would pass its gpus quota (1) with a pod of priority 100"},
+    ),
+    Scenario(
+        "the same pod below the protected priority borrows the idle GPU",
+        nodes=TWO_NODES,
+        queues=A_QUOTA_1,
+        running={"a1": Run("n1:0", queue="a")},
+        pending={"a2": Ask(gpus=1, queue="a", priority=99)},
+        binds={"a2": "n2"},
+    ),
+    Scenario(
+        "a pod never evicted in a queue without a GPU quota waits, saying how to give it one",
+        nodes=ONE_GPU,
+        pending={"p": Ask(gpus=1, priority=1000)},
+        waiting={"p": "queue default would pass its gpus quota (0)"},
+    ),
+    Scenario(
+        "a pod never evicted comes within its quota by preempting its queue's lower priorities",
+        nodes=TWO_NODES,
+        queues=A_QUOTA_1,
+        running={"a1": Run("n1:0", queue="a", priority=10)},
+        pending={"a2": Ask(gpus=1, queue="a", priority=100)},
+        binds={"a2": "n1"},
+        evicted={"a1": PREEMPTED},
+    ),
+    Scenario(
+        "a share never evicted counts as its part of a GPU against the quota: two halves fit one GPU",
+        nodes=ONE_GPU,
+        queues=A_QUOTA_1,
+        running={"s1": Run("n1:0", mib=5000, queue="a", priority=100)},
+        pending={"s2": Ask(mib=5000, queue="a", priority=100)},
+        binds={"s2": "n1:0"},
+    ),
+    Scenario(
+        "with preemption off nothing is reclaimed, so a pod of any priority may borrow",
+        nodes=TWO_NODES,
+        queues=A_QUOTA_1,
+        running={"a1": Run("n1:0", queue="a")},
+        pending={"a2": Ask(gpus=1, queue="a", priority=100)},
+        binds={"a2": "n2"},
+        settings={"preemption": False},
     ),
 ]
 

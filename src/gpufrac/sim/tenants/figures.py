@@ -20,11 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from gpufrac.contract.queues import Resource
+from gpufrac.contract.queues import GPU_RESOURCES
 from gpufrac.sim.tenants.config import TenantsConfig
 from gpufrac.sim.tenants.replay import RESOURCES, TenantRun
-
-GPU_RESOURCES = (Resource.GPUS, Resource.GPU_MEMORY)
 
 
 def summarize(run: TenantRun, config: TenantsConfig) -> dict[str, dict[str, Any]]:
