@@ -64,11 +64,13 @@ def runtime_container_id(status_id: str) -> str:
     return status_id.partition("://")[2] or status_id
 
 
-def parse_stat(text: str) -> tuple[str, int, int]:
-    """(state, ppid, start time) from `/proc/<pid>/stat`; the command name may hold spaces and parentheses,
-    so fields are counted from the last `)`."""
-    fields = text[text.rindex(")") + 2 :].split()
-    return fields[0], int(fields[1]), int(fields[19])
+def parse_stat(data: bytes) -> tuple[str, int, int]:
+    """(state, ppid, start time) from `/proc/<pid>/stat`. The command name is the process's to choose: it may
+    hold spaces and parentheses, so fields are counted from the last `)`, and any bytes, so the file is read
+    as bytes (decoded, a name that is not UTF-8 would hide the start time, and an unknown start time is a
+    process the killer must spare)."""
+    fields = data[data.rindex(b")") + 2 :].split()
+    return fields[0].decode("ascii"), int(fields[1]), int(fields[19])
 
 
 class ProcFS:
@@ -79,11 +81,12 @@ class ProcFS:
         """The process, or None if it has ended (or this /proc cannot see it: no `hostPID`)."""
         base = self.root / str(pid)
         try:
-            cgroup = (base / "cgroup").read_text()
+            # Paths are bytes; a cgroup name that is not UTF-8 names no container (IDs are hex).
+            cgroup = (base / "cgroup").read_bytes().decode("utf-8", "replace")
         except OSError:
             return None
         try:
-            state, ppid, start_time = parse_stat((base / "stat").read_text())
+            state, ppid, start_time = parse_stat((base / "stat").read_bytes())
         except (OSError, ValueError, IndexError):
             # A fake tree may leave stat out; a real process always has one, unless it just ended.
             state, ppid, start_time = "R", 0, 0
