@@ -10,6 +10,7 @@ from gpufrac.node import procfs
 from gpufrac.testing.fakehost import LAYOUTS, FakeHost, container_id
 
 ID = container_id(0xABC)
+OTHER = container_id(0xDEF)
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -31,6 +32,14 @@ def test_every_layout_names_the_container(layout: str) -> None:
         f"0::/kubepods/besteffort/pod1/containerd-{ID}.scope\n",
         # kind and other nested hierarchies
         f"0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod1.slice/cri-containerd-{ID}.scope\n",
+        # A process that may write its cgroup tree (a privileged container, systemd inside one) made a
+        # cgroup below its container's and named it with another container's ID: it is still its own.
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1_2.slice/cri-containerd-{ID}.scope/"
+        f"{OTHER}\n",
+        f"0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-{ID}.scope/cri-containerd-{OTHER}.scope/x\n",
+        f"4:memory:/kubepods/burstable/pod1/{ID}/pod2/{OTHER}\n",
+        # kind on cgroup v1: the node is itself a Docker container, above the pod
+        f"4:memory:/docker/{OTHER}/kubepods/besteffort/pod1/{ID}\n",
     ],
 )
 def test_more_hierarchies(text: str) -> None:
