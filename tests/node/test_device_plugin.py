@@ -162,6 +162,19 @@ def test_allocate_answers_each_container_its_devices_in_the_env(
     assert plugin.allocations == [["GPU-b", "GPU-a"], ["GPU-a"]]
 
 
+@pytest.mark.parametrize("devices", [["GPU-z"], ["GPU-a", "all"]])
+def test_allocate_refuses_a_device_it_never_advertised(
+    plugin: DevicePluginServer, channel: grpc.Channel, devices: list[str]
+) -> None:
+    allocate = protos.unary(channel, "/v1beta1.DevicePlugin/Allocate", M["AllocateResponse"])
+    request = M["AllocateRequest"](container_requests=[{"devicesIDs": ["GPU-b"]}, {"devicesIDs": devices}])
+    with pytest.raises(grpc.RpcError) as excinfo:
+        allocate(request, timeout=10)
+    assert excinfo.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert excinfo.value.details() == f"example.com/gpu has no device {devices[-1]}"  # type: ignore[attr-defined]
+    assert plugin.allocations == []
+
+
 def test_the_options_ask_for_no_pre_start(channel: grpc.Channel) -> None:
     options = protos.unary(channel, "/v1beta1.DevicePlugin/GetDevicePluginOptions", M["DevicePluginOptions"])
     assert not options(M["Empty"](), timeout=10).pre_start_required

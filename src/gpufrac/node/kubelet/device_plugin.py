@@ -8,7 +8,7 @@ It is how a node's GPUs are offered to pods asking an extended resource the way 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -86,9 +86,9 @@ class DevicePluginServer:
 
     def set_health(self, healthy: Mapping[str, bool]) -> None:
         """Device ID -> healthy; the kubelet gets the devices again when any changed."""
-        unknown = sorted(set(healthy) - set(self._health))
+        unknown = self._unknown(healthy)
         if unknown:
-            raise ValueError(f"{self.resource} has no device {', '.join(unknown)}")
+            raise ValueError(unknown)
         with self._changed:
             if any(self._health[device] != ok for device, ok in healthy.items()):
                 self._health.update(healthy)
@@ -178,12 +178,20 @@ class DevicePluginServer:
             return self._version, devices
 
     def _allocate(self, request: Any, context: grpc.ServicerContext) -> Any:
-        responses = []
-        for container in request.container_requests:
-            ids = list(container.devicesIDs)
-            self.allocations.append(ids)
-            responses.append(_M["ContainerAllocateResponse"](envs={self.env_var: ",".join(ids)}))
+        """Each container's devices in the env. A device this plugin never advertised is refused, as NVIDIA's
+        plugin refuses it: passed on, the runtime would read whatever it names (`all`, another GPU)."""
+        asked = [list(container.devicesIDs) for container in request.container_requests]
+        unknown = self._unknown(device for ids in asked for device in ids)
+        if unknown:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, unknown)
+        self.allocations += asked
+        responses = [_M["ContainerAllocateResponse"](envs={self.env_var: ",".join(ids)}) for ids in asked]
         return _M["AllocateResponse"](container_responses=responses)
+
+    def _unknown(self, devices: Iterable[str]) -> str:
+        """What is wrong with `devices` naming one this plugin does not serve; empty when none does."""
+        unknown = sorted(set(devices) - set(self._health))
+        return f"{self.resource} has no device {', '.join(unknown)}" if unknown else ""
 
     def _error(self, what: str) -> DevicePluginError:
         return DevicePluginError(f"device plugin for {self.resource}: {what}")
