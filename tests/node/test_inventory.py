@@ -121,6 +121,9 @@ def test_condition_patch_writes_only_changes_and_moves_the_transition_only_with_
     beat = inventory.condition_patch(condition, up, minute)
     assert beat is not None and beat["status"]["conditions"][0]["lastHeartbeatTime"] == "2026-01-01T00:01:00Z"
     assert beat["status"]["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    # The clock stepped back an hour: a heartbeat from the future is written again, not kept for an hour.
+    back = inventory.condition_patch(condition, up, datetime(2025, 12, 31, 23, 0, 0, tzinfo=UTC))
+    assert back is not None and back["status"]["conditions"][0]["lastHeartbeatTime"] == "2025-12-31T23:00:00Z"
     other = [{"type": "Ready", "status": "True"}, condition]
     assert inventory.find_condition(other) == condition and inventory.find_condition(None) is None
 

@@ -349,10 +349,12 @@ def condition_patch(
     """The strategic merge patch for `nodes/status` that sets the condition (keyed by type, so the
     kubelet's conditions stay), or None when status, reason and message are already what they should be and
     the heartbeat is younger than `HEARTBEAT_SECONDS`: a steady node costs one write a minute, so the
-    scheduler can tell a live agent from a dead one. `lastTransitionTime` moves only when the status does."""
+    scheduler can tell a live agent from a dead one. `lastTransitionTime` moves only when the status does. A
+    heartbeat ahead of `now` (the node's clock stepped back) is written again at once: left, it would keep
+    a dead agent's condition fresh for as long as the clock was ahead."""
     status = "True" if want.ready else "False"
     beat = node_inventory.condition_time(current.get("lastHeartbeatTime")) if current is not None else None
-    fresh = beat is not None and (now - beat).total_seconds() < node_inventory.HEARTBEAT_SECONDS
+    fresh = beat is not None and 0 <= (now - beat).total_seconds() < node_inventory.HEARTBEAT_SECONDS
     if (
         current is not None
         and fresh
