@@ -104,13 +104,15 @@ class Granted(Protocol):
 
 
 def gpu_grants(listing: Iterable[Granted]) -> dict[ContainerKey, tuple[str, ...]]:
-    """(namespace, pod, container) -> the `nvidia.com/gpu` devices the kubelet gave that container."""
-    found: dict[ContainerKey, tuple[str, ...]] = {}
+    """(namespace, pod, container) -> the GPUs the kubelet gave that container as `nvidia.com/gpu` devices,
+    each once. NVIDIA's plugin, sharing a GPU by time-slicing or MPS, names each replica `<uuid>::<n>`: a
+    replica is its GPU, or its pods' processes there would be findings and the GPU not held."""
+    found: dict[ContainerKey, dict[str, None]] = {}
     for entry in listing:
         if entry.resource == node_inventory.GPU_RESOURCE and entry.device_ids:
             key = (entry.namespace, entry.pod, entry.container)
-            found[key] = found.get(key, ()) + tuple(entry.device_ids)
-    return found
+            found.setdefault(key, {}).update(dict.fromkeys(d.partition("::")[0] for d in entry.device_ids))
+    return {key: tuple(devices) for key, devices in found.items()}
 
 
 def holders(grants: Mapping[ContainerKey, Sequence[str]], snapshot: Snapshot) -> dict[int, str]:
