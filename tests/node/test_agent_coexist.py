@@ -302,6 +302,23 @@ async def test_kill_mode_spares_a_container_the_device_plugin_gave_the_gpu_to(ho
     assert r.killer.calls == [100]
 
 
+async def test_a_container_without_a_contract_cannot_dodge_the_second_look_with_new_processes(
+    host: FakeHost,
+) -> None:
+    """The wait of one interval is for the container, not the process: a tenant that starts a new GPU
+    process every interval is acted on at the second look, and another container's first process is not."""
+    r = rig(host, node(), device_plugin="none", mode=Mode.KILL)
+    host.add_process(100, container=container_id(7))
+    host.write({0: [(100, 1000)]})
+    assert (await r.agent.tick()).handled == []
+    host.remove_process(100)
+    host.add_process(101, container=container_id(7))
+    host.add_process(200, container=container_id(8))
+    host.write({0: [(101, 1000), (200, 1000)]})
+    await r.agent.tick()
+    assert r.killer.calls == [101]
+
+
 async def test_native_where_the_operator_label_says_so(host: FakeHost) -> None:
     labels = {"example.com/fractions": "ready"}
     r = rig(host, node(labels), device_plugin="none", mode=Mode.KILL)

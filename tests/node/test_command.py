@@ -23,6 +23,7 @@ from gpufrac.cli import app
         (["--node-name", "n", "--kubeconfig", "no-such-file"], "--kubeconfig no-such-file: no such file"),
         (["--node-name", "n", "--native-label", "novalue"], "--native-label 'novalue': give KEY=VALUE"),
         (["--node-name", "n", "--native-label", "=x"], "--native-label '=x': give KEY=VALUE"),
+        (["--node-name", "n", "--proc-root", "no-such-folder"], "--proc-root no-such-folder: no such folder"),
     ],
 )
 def test_bad_flags(args: list[str], message: str) -> None:

@@ -76,6 +76,22 @@ def test_start_registers_the_resource_and_endpoint(
     assert not plugin.registered and not (tmp_path / "gpu.sock").exists()
 
 
+def test_after_a_kubelet_restart_it_is_no_longer_registered_and_registers_again(
+    tmp_path: Path, kubelet: Kubelet, plugin: DevicePluginServer
+) -> None:
+    """A restarting kubelet removes every socket in its device-plugins folder and knows no plugin until it
+    registers again."""
+    socket = tmp_path / "gpu.sock"
+    socket.unlink()
+    assert not plugin.registered
+    plugin.start()
+    assert plugin.registered and socket.is_socket() and len(kubelet.requests) == 2
+    with grpc.insecure_channel(f"unix:{socket}") as channel:
+        allocate = protos.unary(channel, "/v1beta1.DevicePlugin/Allocate", M["AllocateResponse"])
+        allocate(M["AllocateRequest"](container_requests=[{"devicesIDs": ["GPU-a"]}]), timeout=10)
+    assert plugin.allocations == [["GPU-a"]]
+
+
 def test_list_and_watch_sends_the_devices_then_each_health_change(
     plugin: DevicePluginServer, channel: grpc.Channel
 ) -> None:
@@ -144,6 +160,19 @@ def test_allocate_answers_each_container_its_devices_in_the_env(
         {"VISIBLE": "GPU-a"},
     ]
     assert plugin.allocations == [["GPU-b", "GPU-a"], ["GPU-a"]]
+
+
+@pytest.mark.parametrize("devices", [["GPU-z"], ["GPU-a", "all"]])
+def test_allocate_refuses_a_device_it_never_advertised(
+    plugin: DevicePluginServer, channel: grpc.Channel, devices: list[str]
+) -> None:
+    allocate = protos.unary(channel, "/v1beta1.DevicePlugin/Allocate", M["AllocateResponse"])
+    request = M["AllocateRequest"](container_requests=[{"devicesIDs": ["GPU-b"]}, {"devicesIDs": devices}])
+    with pytest.raises(grpc.RpcError) as excinfo:
+        allocate(request, timeout=10)
+    assert excinfo.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert excinfo.value.details() == f"example.com/gpu has no device {devices[-1]}"  # type: ignore[attr-defined]
+    assert plugin.allocations == []
 
 
 def test_the_options_ask_for_no_pre_start(channel: grpc.Channel) -> None:

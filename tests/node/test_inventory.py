@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 import pytest
 
 from gpufrac.contract import node_inventory
-from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement, GpuInfo
+from gpufrac.contract.node_inventory import GPU_RESOURCE, DevicePluginMode, Enforcement, GpuInfo
 from gpufrac.node import inventory
+from gpufrac.node.kubelet.podresources import ContainerDevices
 from gpufrac.node.nvml import GpuSample, Snapshot
 
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -35,6 +36,18 @@ def test_gpus_from_a_snapshot() -> None:
     reserved = Snapshot("535.1", (GpuSample(0, "GPU-0", A100, 81920, True, reserved_mib=600),))
     assert inventory.gpus(reserved, (), context_mib=400)[0].allocatable_mib == 81920 - 1000
     assert inventory.allocatable_mib(100, 90, 512) == 1  # never below 1: the annotation stays readable
+
+
+def test_a_replica_of_a_shared_gpu_is_that_gpu() -> None:
+    """NVIDIA's device plugin with time-slicing or MPS sharing names replicas `<uuid>::<n>`."""
+    listing = [
+        ContainerDevices("ml", "a", "app", GPU_RESOURCE, ("GPU-1::0", "GPU-1::3")),
+        ContainerDevices("ml", "a", "app", GPU_RESOURCE, ("GPU-2::1",)),
+        ContainerDevices("ml", "b", "app", "example.com/fpga", ("f::0",)),
+    ]
+    grants = inventory.gpu_grants(listing)
+    assert grants == {("ml", "a", "app"): ("GPU-1", "GPU-2")}
+    assert inventory.holders(grants, _snapshot(True, True, True)) == {0: "", 1: "ml/a", 2: "ml/a"}
 
 
 def test_holders_come_from_the_kubelets_gpu_grants() -> None:
@@ -121,6 +134,9 @@ def test_condition_patch_writes_only_changes_and_moves_the_transition_only_with_
     beat = inventory.condition_patch(condition, up, minute)
     assert beat is not None and beat["status"]["conditions"][0]["lastHeartbeatTime"] == "2026-01-01T00:01:00Z"
     assert beat["status"]["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    # The clock stepped back an hour: a heartbeat from the future is written again, not kept for an hour.
+    back = inventory.condition_patch(condition, up, datetime(2025, 12, 31, 23, 0, 0, tzinfo=UTC))
+    assert back is not None and back["status"]["conditions"][0]["lastHeartbeatTime"] == "2025-12-31T23:00:00Z"
     other = [{"type": "Ready", "status": "True"}, condition]
     assert inventory.find_condition(other) == condition and inventory.find_condition(None) is None
 

@@ -10,6 +10,7 @@ from gpufrac.node import procfs
 from gpufrac.testing.fakehost import LAYOUTS, FakeHost, container_id
 
 ID = container_id(0xABC)
+OTHER = container_id(0xDEF)
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -31,6 +32,14 @@ def test_every_layout_names_the_container(layout: str) -> None:
         f"0::/kubepods/besteffort/pod1/containerd-{ID}.scope\n",
         # kind and other nested hierarchies
         f"0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod1.slice/cri-containerd-{ID}.scope\n",
+        # A process that may write its cgroup tree (a privileged container, systemd inside one) made a
+        # cgroup below its container's and named it with another container's ID: it is still its own.
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1_2.slice/cri-containerd-{ID}.scope/"
+        f"{OTHER}\n",
+        f"0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-{ID}.scope/cri-containerd-{OTHER}.scope/x\n",
+        f"4:memory:/kubepods/burstable/pod1/{ID}/pod2/{OTHER}\n",
+        # kind on cgroup v1: the node is itself a Docker container, above the pod
+        f"4:memory:/docker/{OTHER}/kubepods/besteffort/pod1/{ID}\n",
     ],
 )
 def test_more_hierarchies(text: str) -> None:
@@ -60,7 +69,19 @@ def test_runtime_container_id() -> None:
 
 def test_stat_with_a_hostile_command_name() -> None:
     fields = ["S", "77", *["0"] * 17, "424242", "0"]
-    assert procfs.parse_stat(f"12 (a) b) (c) {' '.join(fields)}") == ("S", 77, 424242)
+    assert procfs.parse_stat(f"12 (a) b) (c) {' '.join(fields)}".encode()) == ("S", 77, 424242)
+
+
+def test_a_command_name_that_is_not_utf8_still_gives_the_start_time(tmp_path: Path) -> None:
+    """Any process may name itself with any bytes (`/proc/self/comm`); read as text, such a name hid its start
+    time, and the killer spares a process whose start time is unknown: a watchdog evaded by one write."""
+    host = FakeHost(tmp_path)
+    host.add_process(10, container=ID, ppid=3, start_time=99)
+    stat = host.proc / "10" / "stat"
+    stat.write_bytes(stat.read_bytes().replace(b"python3 my app", b"\xff\xfe) R 1"))
+    cgroup = host.proc / "10" / "cgroup"
+    cgroup.write_bytes(cgroup.read_bytes() + b"1:name=\xff:/\n")
+    assert procfs.ProcFS(host.proc).process(10) == procfs.ProcessInfo(10, 3, "S", 99, ID)
 
 
 def test_fake_tree(tmp_path: Path) -> None:

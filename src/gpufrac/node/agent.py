@@ -27,8 +27,9 @@ and refuses to while another device plugin advertises it. Each tick ends by sett
 `gpufrac.io/Ready` condition (`inventory.readiness`), written when it changes and refreshed at least every
 `HEARTBEAT_SECONDS`, so that the scheduler can tell a dead agent's condition from a live one's.
 
-A process without a contract is handled only once it is seen in two consecutive intervals: a container
-that just started may run before the kubelet reports its ID in the pod's status.
+A process without a contract is handled only once its container (or, for one in no container, the host)
+is seen running one on that GPU in two consecutive intervals: a container that just started may run before
+the kubelet reports its ID in the pod's status.
 """
 
 from __future__ import annotations
@@ -131,6 +132,15 @@ class DryRunKiller:
 
     def kill(self, process: watchdog.Process) -> str:
         return "not signalled (fake NVML)"
+
+
+def _suspect(finding: Finding) -> str:
+    """What waits an interval before a process without a contract is acted on: its container (or none) on
+    its GPU, not the process. The wait is for the kubelet to report a new container's ID, which does not
+    change with the process; a wait per pid would let a tenant that starts a new GPU process each interval
+    run without a contract for ever."""
+    containers = sorted({process.container_id or "-" for process in finding.processes})
+    return f"{finding.gpu.uuid}/{','.join(containers)}"
 
 
 class PodResources(Protocol):
@@ -341,10 +351,10 @@ class Agent:
         self._done &= {self._key(finding) for finding in assessment.findings}
         suspects, self._suspects = (
             self._suspects,
-            {f.key for f in assessment.findings if f.kind is Kind.NO_CONTRACT},
+            {_suspect(f) for f in assessment.findings if f.kind is Kind.NO_CONTRACT},
         )
         for finding in assessment.findings:
-            if finding.kind is Kind.NO_CONTRACT and finding.key not in suspects:
+            if finding.kind is Kind.NO_CONTRACT and _suspect(finding) not in suspects:
                 continue  # seen for the first time: wait one interval
             handled = await self._handle(finding)
             if handled is not None:

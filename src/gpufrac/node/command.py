@@ -64,6 +64,10 @@ def run(
         )
     if not (math.isfinite(interval) and 0 < interval <= MAX_INTERVAL):
         raise UserError(f"--interval {interval}: must be more than 0 and at most {MAX_INTERVAL:g} seconds")
+    if not proc_root.is_dir():
+        # Not caught, every GPU process would be one /proc cannot see, and skipped: a watchdog that judges
+        # nothing while looking healthy.
+        raise UserError(f"--proc-root {proc_root}: no such folder; pass the host's /proc (with hostPID)")
     native = parse_label(native_label)
     try:
         backend = nvml.open_backend(nvml_spec)

@@ -104,13 +104,15 @@ class Granted(Protocol):
 
 
 def gpu_grants(listing: Iterable[Granted]) -> dict[ContainerKey, tuple[str, ...]]:
-    """(namespace, pod, container) -> the `nvidia.com/gpu` devices the kubelet gave that container."""
-    found: dict[ContainerKey, tuple[str, ...]] = {}
+    """(namespace, pod, container) -> the GPUs the kubelet gave that container as `nvidia.com/gpu` devices,
+    each once. NVIDIA's plugin, sharing a GPU by time-slicing or MPS, names each replica `<uuid>::<n>`: a
+    replica is its GPU, or its pods' processes there would be findings and the GPU not held."""
+    found: dict[ContainerKey, dict[str, None]] = {}
     for entry in listing:
         if entry.resource == node_inventory.GPU_RESOURCE and entry.device_ids:
             key = (entry.namespace, entry.pod, entry.container)
-            found[key] = found.get(key, ()) + tuple(entry.device_ids)
-    return found
+            found.setdefault(key, {}).update(dict.fromkeys(d.partition("::")[0] for d in entry.device_ids))
+    return {key: tuple(devices) for key, devices in found.items()}
 
 
 def holders(grants: Mapping[ContainerKey, Sequence[str]], snapshot: Snapshot) -> dict[int, str]:
@@ -349,10 +351,12 @@ def condition_patch(
     """The strategic merge patch for `nodes/status` that sets the condition (keyed by type, so the
     kubelet's conditions stay), or None when status, reason and message are already what they should be and
     the heartbeat is younger than `HEARTBEAT_SECONDS`: a steady node costs one write a minute, so the
-    scheduler can tell a live agent from a dead one. `lastTransitionTime` moves only when the status does."""
+    scheduler can tell a live agent from a dead one. `lastTransitionTime` moves only when the status does. A
+    heartbeat ahead of `now` (the node's clock stepped back) is written again at once: left, it would keep
+    a dead agent's condition fresh for as long as the clock was ahead."""
     status = "True" if want.ready else "False"
     beat = node_inventory.condition_time(current.get("lastHeartbeatTime")) if current is not None else None
-    fresh = beat is not None and (now - beat).total_seconds() < node_inventory.HEARTBEAT_SECONDS
+    fresh = beat is not None and 0 <= (now - beat).total_seconds() < node_inventory.HEARTBEAT_SECONDS
     if (
         current is not None
         and fresh

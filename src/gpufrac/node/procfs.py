@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
+# A pod's cgroup: `pod<uid>` (cgroupfs driver), `kubepods-burstable-pod<uid>.slice` (systemd driver).
+_POD = re.compile(r"(?:[a-z-]*-)?pod[0-9a-f_-]+(?:\.slice)?")
 _RUNTIME_PREFIXES = ("cri-containerd-", "crio-", "docker-", "containerd-", "libpod-")
 
 
@@ -36,12 +38,18 @@ def container_id_from_cgroup(text: str) -> str | None:
     """The container ID in the contents of a `/proc/<pid>/cgroup` file, None for a process in no container.
 
     The cgroup v2 line (`0::<path>`) is read first; on a v1 host every hierarchy names the same container, so
-    the first line that names one is taken.
+    the first line that names one is taken. In a path, the container is the first ID below the pod's own
+    cgroup (the first `pod<uid>` part; the whole path where there is none): cgroups below the container's
+    are its processes' to make where they may write their cgroup tree, and one named with another
+    container's ID must not make a process count as that container's (nor kind's node container, above
+    the pod, as the process's).
     """
     lines = [line.split(":", 2) for line in text.splitlines() if line.count(":") >= 2]
     lines.sort(key=lambda parts: parts[0] != "0")
     for _, _, path in lines:
-        for part in reversed(path.split("/")):
+        parts = path.split("/")
+        pod = next((i for i, part in enumerate(parts) if _POD.fullmatch(part)), -1)
+        for part in parts[pod + 1 :]:
             found = _container_id_in(part)
             if found is not None:
                 return found
@@ -64,11 +72,13 @@ def runtime_container_id(status_id: str) -> str:
     return status_id.partition("://")[2] or status_id
 
 
-def parse_stat(text: str) -> tuple[str, int, int]:
-    """(state, ppid, start time) from `/proc/<pid>/stat`; the command name may hold spaces and parentheses,
-    so fields are counted from the last `)`."""
-    fields = text[text.rindex(")") + 2 :].split()
-    return fields[0], int(fields[1]), int(fields[19])
+def parse_stat(data: bytes) -> tuple[str, int, int]:
+    """(state, ppid, start time) from `/proc/<pid>/stat`. The command name is the process's to choose: it may
+    hold spaces and parentheses, so fields are counted from the last `)`, and any bytes, so the file is read
+    as bytes (decoded, a name that is not UTF-8 would hide the start time, and an unknown start time is a
+    process the killer must spare)."""
+    fields = data[data.rindex(b")") + 2 :].split()
+    return fields[0].decode("ascii"), int(fields[1]), int(fields[19])
 
 
 class ProcFS:
@@ -79,11 +89,12 @@ class ProcFS:
         """The process, or None if it has ended (or this /proc cannot see it: no `hostPID`)."""
         base = self.root / str(pid)
         try:
-            cgroup = (base / "cgroup").read_text()
+            # Paths are bytes; a cgroup name that is not UTF-8 names no container (IDs are hex).
+            cgroup = (base / "cgroup").read_bytes().decode("utf-8", "replace")
         except OSError:
             return None
         try:
-            state, ppid, start_time = parse_stat((base / "stat").read_text())
+            state, ppid, start_time = parse_stat((base / "stat").read_bytes())
         except (OSError, ValueError, IndexError):
             # A fake tree may leave stat out; a real process always has one, unless it just ended.
             state, ppid, start_time = "R", 0, 0

@@ -8,7 +8,7 @@ It is how a node's GPUs are offered to pods asking an extended resource the way 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -55,18 +55,25 @@ class DevicePluginServer:
         self._stopped = False
         self._registered = False
         self._server: grpc.Server | None = None
+        self._socket: tuple[int, int] | None = None  # (device, inode) of the socket served on
 
     @property
     def registered(self) -> bool:
-        """Whether the kubelet accepted the registration (and the plugin has not stopped since)."""
-        return self._registered
+        """Whether the kubelet accepted the registration, the plugin has not stopped since, and the socket it
+        serves on is still there. A kubelet that restarts removes every socket in its device-plugins folder
+        and forgets every plugin until it registers again: a plugin that went on thinking itself registered
+        would leave the node without the resource until the agent restarted."""
+        return self._registered and self._socket is not None and _identity(self._endpoint) == self._socket
 
     def start(self) -> None:
-        """Serve on <plugin_dir>/<endpoint>, then register with <plugin_dir>/kubelet.sock."""
+        """Serve on <plugin_dir>/<endpoint>, then register with <plugin_dir>/kubelet.sock; again after a
+        kubelet restart (see `registered`), in place of the server the kubelet no longer reaches."""
         kubelet = self.plugin_dir / protos.KUBELET_SOCKET
         problem = calls.socket_problem(kubelet)
         if problem is not None:
             raise self._error(f"the kubelet's socket {kubelet} {problem}: is the kubelet running?")
+        if self._server is not None:
+            self.stop()
         with self._changed:
             self._stopped = False
         self._serve()
@@ -79,9 +86,9 @@ class DevicePluginServer:
 
     def set_health(self, healthy: Mapping[str, bool]) -> None:
         """Device ID -> healthy; the kubelet gets the devices again when any changed."""
-        unknown = sorted(set(healthy) - set(self._health))
+        unknown = self._unknown(healthy)
         if unknown:
-            raise ValueError(f"{self.resource} has no device {', '.join(unknown)}")
+            raise ValueError(unknown)
         with self._changed:
             if any(self._health[device] != ok for device, ok in healthy.items()):
                 self._health.update(healthy)
@@ -97,7 +104,13 @@ class DevicePluginServer:
         if self._server is not None:
             self._server.stop(grace=None)
             self._server = None
-        (self.plugin_dir / self.endpoint).unlink(missing_ok=True)
+        if self._socket is not None and _identity(self._endpoint) == self._socket:
+            self._endpoint.unlink()
+        self._socket = None
+
+    @property
+    def _endpoint(self) -> Path:
+        return self.plugin_dir / self.endpoint
 
     def _serve(self) -> None:
         # ListAndWatch holds a worker for as long as the kubelet watches; the others are short.
@@ -116,7 +129,7 @@ class DevicePluginServer:
         server.add_generic_rpc_handlers(
             [grpc.method_handlers_generic_handler("v1beta1.DevicePlugin", handlers)]
         )
-        socket = self.plugin_dir / self.endpoint
+        socket = self._endpoint
         socket.unlink(missing_ok=True)  # a socket left by an earlier run
         try:
             server.add_insecure_port(f"unix:{socket}")
@@ -124,6 +137,7 @@ class DevicePluginServer:
             raise self._error(f"cannot serve on {socket} ({error}): is {self.plugin_dir} writable?") from None
         server.start()
         self._server = server
+        self._socket = _identity(socket)
 
     def _register(self, kubelet: Path) -> None:
         request = _M["RegisterRequest"](
@@ -164,15 +178,33 @@ class DevicePluginServer:
             return self._version, devices
 
     def _allocate(self, request: Any, context: grpc.ServicerContext) -> Any:
-        responses = []
-        for container in request.container_requests:
-            ids = list(container.devicesIDs)
-            self.allocations.append(ids)
-            responses.append(_M["ContainerAllocateResponse"](envs={self.env_var: ",".join(ids)}))
+        """Each container's devices in the env. A device this plugin never advertised is refused, as NVIDIA's
+        plugin refuses it: passed on, the runtime would read whatever it names (`all`, another GPU)."""
+        asked = [list(container.devicesIDs) for container in request.container_requests]
+        unknown = self._unknown(device for ids in asked for device in ids)
+        if unknown:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, unknown)
+        self.allocations += asked
+        responses = [_M["ContainerAllocateResponse"](envs={self.env_var: ",".join(ids)}) for ids in asked]
         return _M["AllocateResponse"](container_responses=responses)
+
+    def _unknown(self, devices: Iterable[str]) -> str:
+        """What is wrong with `devices` naming one this plugin does not serve; empty when none does."""
+        unknown = sorted(set(devices) - set(self._health))
+        return f"{self.resource} has no device {', '.join(unknown)}" if unknown else ""
 
     def _error(self, what: str) -> DevicePluginError:
         return DevicePluginError(f"device plugin for {self.resource}: {what}")
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`, None where there is none: tells the socket a plugin made from
+    one made in its place."""
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def _codec(request: str) -> dict[str, Any]:
