@@ -7,6 +7,12 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from hypothesis import settings
+
+# Property tests judge what code does, never how long it takes: Hypothesis's default 200 ms deadline per
+# example is a wall-clock assertion, which a busy 2-core machine fails now and then.
+settings.register_profile("gpufrac", deadline=None)
+settings.load_profile("gpufrac")
 
 
 @pytest.fixture(
