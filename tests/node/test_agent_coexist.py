@@ -302,6 +302,40 @@ async def test_kill_mode_spares_a_container_the_device_plugin_gave_the_gpu_to(ho
     assert r.killer.calls == [100]
 
 
+async def test_a_kubelet_answer_that_leaves_out_a_running_gpu_container_is_not_acted_on(
+    host: FakeHost,
+) -> None:
+    """A kubelet that just restarted answers PodResources before it has synced its pods: the trainer, running
+    with the GPU it was given, is missing. Used, that answer would publish the GPU as held by nobody and make
+    the trainer's process look contract-less, to be killed; it is not used."""
+    r = rig(host, node(allocatable={GPU: "2"}), mode=Mode.KILL)
+    pod = {
+        "metadata": {"name": "trainer-0", "namespace": "ml", "uid": "u1"},
+        "spec": {"containers": [{"name": "app", "resources": {"limits": {GPU: "1"}}}]},
+        "status": {
+            "containerStatuses": [
+                {"name": "app", "containerID": f"containerd://{container_id(1)}", "state": {"running": {}}}
+            ]
+        },
+    }
+    r.client.pods = [pod]
+    r.kubelet.listing = [ContainerDevices("ml", "trainer-0", "app", GPU, (host.uuid(0),))]
+    host.add_process(100, container=container_id(1))
+    host.write({0: [(100, 15000)]})
+    assert (await r.agent.tick()).problems == []
+    assert published(r.client)[0].holder == "ml/trainer-0"
+
+    r.kubelet.listing = []  # restarted, not yet synced
+    for _ in range(2):
+        report = await r.agent.tick()
+    assert any("no nvidia.com/gpu device for running ml/trainer-0/app" in p for p in report.problems)
+    assert published(r.client)[0].holder == "ml/trainer-0" and r.killer.calls == []
+
+    pod["status"]["containerStatuses"][0]["state"] = {"terminated": {}}  # the trainer ended: nothing missing
+    report = await r.agent.tick()
+    assert report.problems == [] and published(r.client)[0].holder == ""
+
+
 async def test_a_container_without_a_contract_cannot_dodge_the_second_look_with_new_processes(
     host: FakeHost,
 ) -> None:

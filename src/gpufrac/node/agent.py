@@ -207,6 +207,13 @@ class TickReport:
     advertised: tuple[str, ...] | None = None
 
 
+def _untrusted(report: TickReport, error: str) -> tuple[None, str]:
+    """The device grants of a PodResources answer that could not be read or trusted: none this tick."""
+    report.problems.append(f"{error}; holders stay as published and the watchdog did not judge")
+    log.error("%s this interval", report.problems[-1])
+    return None, error
+
+
 class Agent:
     def __init__(
         self,
@@ -303,7 +310,8 @@ class Agent:
         report.mode = self._mode
         if node is not None:
             self.watchdog_mode = inventory.watchdog_mode(self.settings.mode, labels)
-        grants, grants_error = await self._grants(report)
+        pods = await self._pods(report.problems)
+        grants, grants_error = await self._grants(report, pods)
         report.level = inventory.enforcement(
             native=inventory.native(labels, self.settings.native_label),
             nvml_ok=not snapshot.error and bool(snapshot.gpus),
@@ -334,7 +342,6 @@ class Agent:
             report.ready = inventory.readiness(facts)
             current = inventory.find_condition(status.get("conditions"))
             await self._set_condition(report.ready, current, report.problems)
-        pods = await self._pods(report.problems)
         if pods is None or grants_error:
             # No pods or no device grants, no judgement: acting blind could kill a process that has a
             # contract.
@@ -452,10 +459,12 @@ class Agent:
     # --- the kubelet ---------------------------------------------------------------------------------
 
     async def _grants(
-        self, report: TickReport
+        self, report: TickReport, pods: list[dict[str, Any]] | None
     ) -> tuple[dict[inventory.ContainerKey, tuple[str, ...]] | None, str]:
         """The `nvidia.com/gpu` devices the kubelet gave each container, and why they could not be read
-        (empty when they were). ({}, "") where no device plugin runs (mode none)."""
+        (empty when they were), or could not be trusted: an answer that leaves out a running container of
+        the node's `pods` asking for them (`inventory.ungranted`). ({}, "") where no device plugin runs
+        (mode none)."""
         if self._mode is DevicePluginMode.NONE or self.settings.device_plugin == DevicePluginMode.NONE:
             return {}, ""
         assert self._pod_resources is not None  # checked in __init__
@@ -463,12 +472,19 @@ class Agent:
             listing = await asyncio.to_thread(self._pod_resources.list)
             advertised = await asyncio.to_thread(self._pod_resources.allocatable)
         except PodResourcesError as error:
-            report.problems.append(f"{error}; holders stay as published and the watchdog did not judge")
-            log.error("%s this interval", report.problems[-1])
-            return None, str(error)
+            return _untrusted(report, str(error))
         if advertised is not None:
             report.advertised = tuple(advertised.get(node_inventory.GPU_RESOURCE, ()))
-        return inventory.gpu_grants(listing), ""
+        grants = inventory.gpu_grants(listing)
+        missing = inventory.ungranted(pods or (), grants)
+        if missing:
+            return _untrusted(
+                report,
+                f"the kubelet's PodResources lists no {node_inventory.GPU_RESOURCE} device for running "
+                f"{', '.join(missing[:3])}{' and more' if len(missing) > 3 else ''} (a kubelet still syncing "
+                "after a restart?)",
+            )
+        return grants, ""
 
     async def _serve_gpus(
         self, snapshot: Snapshot, labels: Mapping[str, str], kubelet_gpus: int, report: TickReport

@@ -115,6 +115,43 @@ def gpu_grants(listing: Iterable[Granted]) -> dict[ContainerKey, tuple[str, ...]
     return {key: tuple(devices) for key, devices in found.items()}
 
 
+def ungranted(pods: Iterable[Mapping[str, Any]], grants: Mapping[ContainerKey, Sequence[str]]) -> list[str]:
+    """The running containers (`namespace/pod/container`) that ask for `nvidia.com/gpu` and that the kubelet's
+    PodResources answer lists no device for. The kubelet allocates devices before a container starts, so a
+    running one missing means an answer from a kubelet that restarted and has not yet synced its pods: its
+    GPUs would look held by nobody (a share could be placed on them) and its processes would look
+    contract-less (kill mode would kill them), so such an answer is not used."""
+    missing: list[str] = []
+    for pod in pods:
+        metadata, spec, status = (_mapping(pod.get(part)) for part in ("metadata", "spec", "status"))
+        namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+        running = {
+            entry.get("name")
+            for entry in map(_mapping, _sequence(status.get("containerStatuses")))
+            if _mapping(entry.get("state")).get("running") is not None
+        }
+        for container in map(_mapping, _sequence(spec.get("containers"))):
+            limits = _mapping(_mapping(container.get("resources")).get("limits"))
+            asked = limits.get(node_inventory.GPU_RESOURCE)
+            container_name = container.get("name")
+            if (
+                isinstance(container_name, str)
+                and container_name in running
+                and asked not in (None, 0, "0")
+                and (namespace, name, container_name) not in grants
+            ):
+                missing.append(f"{namespace}/{name}/{container_name}")
+    return missing
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _sequence(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def holders(grants: Mapping[ContainerKey, Sequence[str]], snapshot: Snapshot) -> dict[int, str]:
     """GPU index -> the `namespace/pod` the device plugin gave it to ("" for none). Device IDs are GPU
     UUIDs as NVIDIA's plugin names them, or indices."""
