@@ -329,6 +329,9 @@ def test_a_time_slicing_share_beside_an_sm_sharing_one_may_not_mount_the_mps_vol
         "/var/run/nvidia-container-devices/all",
         "/run/nvidia-container-devices",
         "//var/run/nvidia-container-devices/GPU-1",
+        # The runtime takes the path as a string prefix: this asks for "all" GPUs too.
+        "/var/run/nvidia-container-devicesall",
+        "/var/run/nvidia-container-devices0",
     ],
 )
 def test_nothing_is_mounted_where_the_runtime_reads_device_requests(path: str) -> None:

@@ -35,7 +35,9 @@ from gpufrac.contract.queues import QueueSpec
 
 ALL_KINDS = ("containers", "initContainers", "ephemeralContainers")
 # The NVIDIA runtime reads a volume mounted below this path in a container as a request for the GPU the
-# mount is named after (`accept-nvidia-visible-devices-as-volume-mounts`); `host_paths.canonical` form.
+# mount is named after (`accept-nvidia-visible-devices-as-volume-mounts`); `host_paths.canonical` form. It
+# matches the path as a string prefix, not a directory (`strings.HasPrefix`), so `...-devicesall` asks for
+# "all" just as `.../all` does: the rule compares the same way.
 DEVICE_REQUEST_PATH = "/run/nvidia-container-devices"
 # The pod annotations that ask the container runtime for devices, CDI's: a runtime that passes them through
 # (Kata's NVIDIA GPU runtime classes set containerd's `pod_annotations` to `cdi.k8s.io/*`) injects the devices
@@ -643,7 +645,7 @@ def _mounts(pod: Mapping[str, Any], gpus: _Gpus, kinds: Collection[str]) -> exch
                     "remove the volumeMount",
                 )
             path = host_paths.canonical(shapes.as_str(mount.get("mountPath")))
-            if host_paths.is_within(path, DEVICE_REQUEST_PATH):
+            if path.startswith(DEVICE_REQUEST_PATH):
                 return exchange.deny(
                     "device-mount",
                     f'container "{brief(name)}" mounts a volume at {brief(path)}, where the NVIDIA runtime '
