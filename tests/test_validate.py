@@ -257,6 +257,19 @@ def test_warnings_do_not_change_the_exit_status(tmp_path: Path) -> None:
     assert result.stderr == "gpufrac validate: 1 pod template in 1 file: 0 errors, 2 warnings\n"
 
 
+@pytest.mark.parametrize("value", ["1" * 5000, "\uff18\uff11\uff19\uff12"])
+def test_a_bare_number_the_contract_refuses_is_one_error_and_no_warning(tmp_path: Path, value: str) -> None:
+    # 5,000 digits once made `int` raise past Python's limit on converting them: a traceback, not a line.
+    write(tmp_path, "copied.yaml", WARNED.replace('"8192"', f'"{value}"'))
+    result = gpufrac("validate", "--format", "json", "copied.yaml", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    found = [(problem["severity"], problem["key"]) for problem in json.loads(result.stdout)]
+    assert found == [
+        ("error", "nvidia.com/container.app.gpu-memory.request"),
+        ("warning", "nvidia.com/container.app.gpus.devices"),
+    ]
+
+
 def test_strict_turns_warnings_into_a_failure(tmp_path: Path) -> None:
     write(tmp_path, "copied.yaml", WARNED)
     result = gpufrac("validate", "--strict", "--format", "json", "copied.yaml", cwd=tmp_path)
