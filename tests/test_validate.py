@@ -132,31 +132,32 @@ def test_json_format_of_a_clean_run_is_an_empty_list() -> None:
     assert (result.returncode, json.loads(result.stdout)) == (0, [])
 
 
-@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"])
+@pytest.mark.parametrize(
+    "kind",
+    ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "ReplicationController", "PodTemplate"],
+)
 def test_every_workload_kind_is_checked_through_its_pod_template(tmp_path: Path, kind: str) -> None:
-    write(
-        tmp_path,
-        "workload.yaml",
-        f"""
-        kind: {kind}
-        metadata:
-          name: w
-        spec:
-          template:
-            metadata:
-              annotations:
-                gpu-fraction-container-name: missing
-                gpu-fraction: "0.5"
-            spec:
-              containers:
-                - name: app
-        """,
+    template = textwrap.dedent(
+        """\
+        template:
+          metadata:
+            annotations:
+              gpu-fraction-container-name: missing
+              gpu-fraction: "0.5"
+          spec:
+            containers:
+              - name: app
+        """
     )
+    # A PodTemplate holds its template at the top, every other kind under `spec`.
+    body = template if kind == "PodTemplate" else "spec:\n" + textwrap.indent(template, "  ")
+    write(tmp_path, "workload.yaml", f"kind: {kind}\nmetadata:\n  name: w\n{body}")
     result = gpufrac("validate", "workload.yaml", cwd=tmp_path)
     assert result.returncode == 1
+    line = 7 if kind == "PodTemplate" else 8
     assert result.stdout == (
-        f'workload.yaml:8: {kind}/w: gpu-fraction-container-name="missing": no such container; the pod has'
-        ' containers "app"\n'
+        f'workload.yaml:{line}: {kind}/w: gpu-fraction-container-name="missing": no such container; the pod'
+        ' has containers "app"\n'
     )
 
 

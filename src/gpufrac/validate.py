@@ -35,6 +35,8 @@ from gpufrac.errors import UserError
 # Where each kind keeps its pod template (the path from the object to a {metadata, spec} map).
 TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {
     "Pod": (),
+    "PodTemplate": ("template",),
+    "ReplicationController": ("spec", "template"),
     "Deployment": ("spec", "template"),
     "StatefulSet": ("spec", "template"),
     "DaemonSet": ("spec", "template"),
