@@ -440,6 +440,12 @@ def test_a_review_without_its_object_is_denied(fields: dict[str, Any], missing: 
     assert not update.allowed and update.message.endswith('"request.oldObject" is missing')
 
 
+def test_a_pod_delete_is_allowed_with_its_old_object_only() -> None:
+    # As the apiserver sends it: no object. A hook registered for every operation must not stop deletions.
+    assert allowed(None, operation="DELETE", old=pod({"gpu-fraction": "0.5"}))
+    assert not validate(None, operation="DELETE").allowed  # without the old object it is still malformed
+
+
 @pytest.mark.parametrize(
     ("path", "value", "where"),
     [

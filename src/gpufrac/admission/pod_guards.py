@@ -86,6 +86,8 @@ def validate(
     """Allowed, or denied with the first rule broken; see the module doc for the rules. `trusted_namespace`:
     the pod's namespace is in the trusted tier, where sm-sharing is allowed. `queues`: the Queue objects,
     where the webhook watches them."""
+    if request.operation == "DELETE":  # carries only the old object, and removing a pod grants nothing
+        return exchange.ALLOW
     obj = request.object
     if obj is None:  # admission.validate denies this before it gets here; a rule never guesses
         return exchange.malformed(exchange.MalformedReview('"request.object" is missing'))
