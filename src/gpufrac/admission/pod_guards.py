@@ -481,14 +481,11 @@ def _delivery(
                 if policy.env_delivery != contract.EnvDelivery.CONFIGMAP:
                     continue
                 sources = shapes.as_list(container.get("envFrom"))
-                last = (
-                    shapes.as_mapping(shapes.as_mapping(sources[-1]).get("configMapRef")) if sources else {}
-                )
-                if not base or last.get("name") != keys.env_configmap_name(base, name):
+                if not base or not sources or not _delivers(sources[-1], keys.env_configmap_name(base, name)):
                     return exchange.deny(
                         "delivery",
                         f'container "{brief(name)}" asks for a GPU but its last envFrom is not its '
-                        f"gpufrac env ConfigMap: {_UNMUTATED}",
+                        f"gpufrac env ConfigMap, without a prefix and not optional: {_UNMUTATED}",
                     )
                 continue
             variables = shapes.as_list(container.get("env"))
@@ -501,6 +498,15 @@ def _delivery(
                     f"{keys.ENV_VISIBLE_DEVICES}={gpu_env.NO_GPU}: {_UNMUTATED}",
                 )
     return None
+
+
+def _delivers(source: object, configmap: str) -> bool:
+    """Whether an `envFrom` entry imports `configmap` as the mutation writes it: without a prefix, which
+    would rename `NVIDIA_VISIBLE_DEVICES` and the limits to variables nothing reads (leaving the image's
+    `NVIDIA_VISIBLE_DEVICES=all`), and not optional, which would let the container start without them."""
+    entry = shapes.as_mapping(source)
+    ref = shapes.as_mapping(entry.get("configMapRef"))
+    return ref.get("name") == configmap and not entry.get("prefix") and ref.get("optional") in (None, False)
 
 
 def _memory_resource(
