@@ -132,31 +132,32 @@ def test_json_format_of_a_clean_run_is_an_empty_list() -> None:
     assert (result.returncode, json.loads(result.stdout)) == (0, [])
 
 
-@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"])
+@pytest.mark.parametrize(
+    "kind",
+    ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "ReplicationController", "PodTemplate"],
+)
 def test_every_workload_kind_is_checked_through_its_pod_template(tmp_path: Path, kind: str) -> None:
-    write(
-        tmp_path,
-        "workload.yaml",
-        f"""
-        kind: {kind}
-        metadata:
-          name: w
-        spec:
-          template:
-            metadata:
-              annotations:
-                gpu-fraction-container-name: missing
-                gpu-fraction: "0.5"
-            spec:
-              containers:
-                - name: app
-        """,
+    template = textwrap.dedent(
+        """\
+        template:
+          metadata:
+            annotations:
+              gpu-fraction-container-name: missing
+              gpu-fraction: "0.5"
+          spec:
+            containers:
+              - name: app
+        """
     )
+    # A PodTemplate holds its template at the top, every other kind under `spec`.
+    body = template if kind == "PodTemplate" else "spec:\n" + textwrap.indent(template, "  ")
+    write(tmp_path, "workload.yaml", f"kind: {kind}\nmetadata:\n  name: w\n{body}")
     result = gpufrac("validate", "workload.yaml", cwd=tmp_path)
     assert result.returncode == 1
+    line = 7 if kind == "PodTemplate" else 8
     assert result.stdout == (
-        f'workload.yaml:8: {kind}/w: gpu-fraction-container-name="missing": no such container; the pod has'
-        ' containers "app"\n'
+        f'workload.yaml:{line}: {kind}/w: gpu-fraction-container-name="missing": no such container; the pod'
+        ' has containers "app"\n'
     )
 
 
@@ -255,6 +256,19 @@ def test_warnings_do_not_change_the_exit_status(tmp_path: Path) -> None:
         " scheduler at bind; remove it (the webhook refuses it from tenants)",
     ]
     assert result.stderr == "gpufrac validate: 1 pod template in 1 file: 0 errors, 2 warnings\n"
+
+
+@pytest.mark.parametrize("value", ["1" * 5000, "\uff18\uff11\uff19\uff12"])
+def test_a_bare_number_the_contract_refuses_is_one_error_and_no_warning(tmp_path: Path, value: str) -> None:
+    # 5,000 digits once made `int` raise past Python's limit on converting them: a traceback, not a line.
+    write(tmp_path, "copied.yaml", WARNED.replace('"8192"', f'"{value}"'))
+    result = gpufrac("validate", "--format", "json", "copied.yaml", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    found = [(problem["severity"], problem["key"]) for problem in json.loads(result.stdout)]
+    assert found == [
+        ("error", "nvidia.com/container.app.gpu-memory.request"),
+        ("warning", "nvidia.com/container.app.gpus.devices"),
+    ]
 
 
 def test_strict_turns_warnings_into_a_failure(tmp_path: Path) -> None:

@@ -29,12 +29,14 @@ from typing import TextIO
 import yaml
 
 from gpufrac import contract, reading
-from gpufrac.contract import keys
+from gpufrac.contract import keys, quantity
 from gpufrac.errors import UserError
 
 # Where each kind keeps its pod template (the path from the object to a {metadata, spec} map).
 TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {
     "Pod": (),
+    "PodTemplate": ("template",),
+    "ReplicationController": ("spec", "template"),
     "Deployment": ("spec", "template"),
     "StatefulSet": ("spec", "template"),
     "DaemonSet": ("spec", "template"),
@@ -45,7 +47,9 @@ TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {
 MANIFEST_SUFFIXES = (".yaml", ".yml")
 # Kubernetes stores no object over 1.5 MiB; a file of many is still a few MiB. Read in about two seconds.
 MAX_FILE_BYTES = 4 * reading.MIB
-_BARE_WHOLE_NUMBER = re.compile(r"\d+")
+# A bare number under a memory key, as the contract reads one (ASCII digits, at most `MAX_DIGITS`), so
+# that the warning never suggests a value the contract refuses and `int` never meets a huge one.
+_BARE_WHOLE_NUMBER = re.compile(rf"[0-9]{{1,{quantity.MAX_DIGITS}}}")
 
 
 class Severity(StrEnum):

@@ -329,6 +329,9 @@ def test_a_time_slicing_share_beside_an_sm_sharing_one_may_not_mount_the_mps_vol
         "/var/run/nvidia-container-devices/all",
         "/run/nvidia-container-devices",
         "//var/run/nvidia-container-devices/GPU-1",
+        # The runtime takes the path as a string prefix: this asks for "all" GPUs too.
+        "/var/run/nvidia-container-devicesall",
+        "/var/run/nvidia-container-devices0",
     ],
 )
 def test_nothing_is_mounted_where_the_runtime_reads_device_requests(path: str) -> None:
@@ -435,6 +438,12 @@ def test_a_review_without_its_object_is_denied(fields: dict[str, Any], missing: 
     assert validate(None, namespace="kube-system", **fields).allowed  # exempt namespaces stay exempt
     update = validate(pod({}), operation="UPDATE")
     assert not update.allowed and update.message.endswith('"request.oldObject" is missing')
+
+
+def test_a_pod_delete_is_allowed_with_its_old_object_only() -> None:
+    # As the apiserver sends it: no object. A hook registered for every operation must not stop deletions.
+    assert allowed(None, operation="DELETE", old=pod({"gpu-fraction": "0.5"}))
+    assert not validate(None, operation="DELETE").allowed  # without the old object it is still malformed
 
 
 @pytest.mark.parametrize(

@@ -308,10 +308,10 @@ def test_the_env_configmap_annotation_comes_from_the_mutation_only() -> None:
 def test_a_share_pod_for_gpufrac_that_skipped_the_mutation_is_denied() -> None:
     unprepared = pod({"gpu-fraction": "0.5"}, schedulerName="gpufrac")
     assert denial(unprepared, "delivery") == (
-        'container "app" asks for a GPU but its last envFrom is not its gpufrac env ConfigMap: the pod did '
-        "not pass gpufrac's mutating webhook, so it would run without its limits or with GPUs gpufrac did "
-        "not give it; create it in a namespace the webhook serves, and leave schedulerName, env, envFrom and "
-        "the gpufrac.io/env-configmap annotation to gpufrac"
+        'container "app" asks for a GPU but its last envFrom is not its gpufrac env ConfigMap, without a '
+        "prefix and not optional: the pod did not pass gpufrac's mutating webhook, so it would run without "
+        "its limits or with GPUs gpufrac did not give it; create it in a namespace the webhook serves, and "
+        "leave schedulerName, env, envFrom and the gpufrac.io/env-configmap annotation to gpufrac"
     )
     annotations_only = settings.Policy(env_delivery=EnvDelivery.ANNOTATIONS_ONLY)
     assert denial(unprepared, "gpu-memory-resource", policy=annotations_only).startswith(
@@ -324,6 +324,15 @@ def test_a_share_pod_for_gpufrac_that_skipped_the_mutation_is_denied() -> None:
     late = copy.deepcopy(prepared)
     container(late)["envFrom"].append({"configMapRef": {"name": "mine"}})
     assert "its last envFrom is not its gpufrac env ConfigMap" in denial(late, "delivery")
+    # Written by hand (a namespace `labelled` mode leaves unmutated), its own ConfigMap under a prefix
+    # delivers X_NVIDIA_VISIBLE_DEVICES, which nothing reads, so the image's NVIDIA_VISIBLE_DEVICES=all
+    # stands; made optional, the container may start without it.
+    for prefixed, optional in ((True, False), (False, True)):
+        renamed = copy.deepcopy(prepared)
+        own = container(renamed)["envFrom"][-1]
+        own.update({"prefix": "X_"} if prefixed else {})
+        own["configMapRef"]["optional"] = optional
+        assert "its last envFrom is not its gpufrac env ConfigMap" in denial(renamed, "delivery")
     exposed = copy.deepcopy(prepared)
     container(exposed, "side")["env"].append({"name": "A", "value": "1"})
     assert 'container "side" of a GPU pod gets no GPU but its last env is not' in denial(exposed, "delivery")

@@ -35,7 +35,9 @@ from gpufrac.contract.queues import QueueSpec
 
 ALL_KINDS = ("containers", "initContainers", "ephemeralContainers")
 # The NVIDIA runtime reads a volume mounted below this path in a container as a request for the GPU the
-# mount is named after (`accept-nvidia-visible-devices-as-volume-mounts`); `host_paths.canonical` form.
+# mount is named after (`accept-nvidia-visible-devices-as-volume-mounts`); `host_paths.canonical` form. It
+# matches the path as a string prefix, not a directory (`strings.HasPrefix`), so `...-devicesall` asks for
+# "all" just as `.../all` does: the rule compares the same way.
 DEVICE_REQUEST_PATH = "/run/nvidia-container-devices"
 # The pod annotations that ask the container runtime for devices, CDI's: a runtime that passes them through
 # (Kata's NVIDIA GPU runtime classes set containerd's `pod_annotations` to `cdi.k8s.io/*`) injects the devices
@@ -84,6 +86,8 @@ def validate(
     """Allowed, or denied with the first rule broken; see the module doc for the rules. `trusted_namespace`:
     the pod's namespace is in the trusted tier, where sm-sharing is allowed. `queues`: the Queue objects,
     where the webhook watches them."""
+    if request.operation == "DELETE":  # carries only the old object, and removing a pod grants nothing
+        return exchange.ALLOW
     obj = request.object
     if obj is None:  # admission.validate denies this before it gets here; a rule never guesses
         return exchange.malformed(exchange.MalformedReview('"request.object" is missing'))
@@ -477,14 +481,11 @@ def _delivery(
                 if policy.env_delivery != contract.EnvDelivery.CONFIGMAP:
                     continue
                 sources = shapes.as_list(container.get("envFrom"))
-                last = (
-                    shapes.as_mapping(shapes.as_mapping(sources[-1]).get("configMapRef")) if sources else {}
-                )
-                if not base or last.get("name") != keys.env_configmap_name(base, name):
+                if not base or not sources or not _delivers(sources[-1], keys.env_configmap_name(base, name)):
                     return exchange.deny(
                         "delivery",
                         f'container "{brief(name)}" asks for a GPU but its last envFrom is not its '
-                        f"gpufrac env ConfigMap: {_UNMUTATED}",
+                        f"gpufrac env ConfigMap, without a prefix and not optional: {_UNMUTATED}",
                     )
                 continue
             variables = shapes.as_list(container.get("env"))
@@ -497,6 +498,15 @@ def _delivery(
                     f"{keys.ENV_VISIBLE_DEVICES}={gpu_env.NO_GPU}: {_UNMUTATED}",
                 )
     return None
+
+
+def _delivers(source: object, configmap: str) -> bool:
+    """Whether an `envFrom` entry imports `configmap` as the mutation writes it: without a prefix, which
+    would rename `NVIDIA_VISIBLE_DEVICES` and the limits to variables nothing reads (leaving the image's
+    `NVIDIA_VISIBLE_DEVICES=all`), and not optional, which would let the container start without them."""
+    entry = shapes.as_mapping(source)
+    ref = shapes.as_mapping(entry.get("configMapRef"))
+    return ref.get("name") == configmap and not entry.get("prefix") and ref.get("optional") in (None, False)
 
 
 def _memory_resource(
@@ -643,7 +653,7 @@ def _mounts(pod: Mapping[str, Any], gpus: _Gpus, kinds: Collection[str]) -> exch
                     "remove the volumeMount",
                 )
             path = host_paths.canonical(shapes.as_str(mount.get("mountPath")))
-            if host_paths.is_within(path, DEVICE_REQUEST_PATH):
+            if path.startswith(DEVICE_REQUEST_PATH):
                 return exchange.deny(
                     "device-mount",
                     f'container "{brief(name)}" mounts a volume at {brief(path)}, where the NVIDIA runtime '
