@@ -4,11 +4,20 @@ the agent's identities under it (see chart.py)."""
 
 from __future__ import annotations
 
+import inspect
+import json
+import typing
+
 import lightkube
+import pytest
 from lightkube import codecs
 
+from gpufrac import cli, contract
+from gpufrac.admission import settings
+from gpufrac.placement.framework import POLICIES
+
 from . import controlplane
-from .chart import helm_template
+from .chart import CHART, helm_refusal, helm_template
 
 
 async def test_every_rendered_object_passes_a_server_side_dry_run(
@@ -44,3 +53,49 @@ def test_the_scheduler_deployment_runs_two_leader_elected_replicas() -> None:
         if d["kind"] == "Deployment" and "scheduler" in d["metadata"]["name"]
     ]
     assert "--leader-elect" not in single[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ("agent.mode=kil", "agent.mode"),
+        ("agent.devicePlugin=managd", "agent.devicePlugin"),
+        ("agent.interval=-5", "agent.interval"),
+        ("agent.interval=0", "agent.interval"),
+        ("agent.mps.activeThreadPercentage=0", "agent.mps.activeThreadPercentage"),
+        ("scheduler.policy=bin-pack", "scheduler.policy"),
+        ("scheduler.envDelivery=annotations", "scheduler.envDelivery"),
+        ("scheduler.replicas=-1", "scheduler.replicas"),
+        ("scheduler.evictions.maxMoves=11", "scheduler.evictions.maxMoves"),
+        ("scheduler.evictions.minRuntimeSeconds=-1", "scheduler.evictions.minRuntimeSeconds"),
+        ("webhook.untrustedSmSharing=allow", "webhook.untrustedSmSharing"),
+        ("webhook.failurePolicy=fail", "webhook.failurePolicy"),
+        ("webhook.timeoutSeconds=31", "webhook.timeoutSeconds"),
+        ("webhook.replicas=0", "webhook.replicas"),
+        ("gpuMemoryResource.fractionReferenceMiB=0", "gpuMemoryResource.fractionReferenceMiB"),
+    ],
+)
+def test_a_bad_value_stops_the_release_with_its_name(value: str, named: str) -> None:
+    """Not a release whose containers refuse their flags and restart forever on every GPU node."""
+    assert f"- {named}: " in helm_refusal(value)
+
+
+def test_good_values_that_helm_set_passes_as_strings_are_accepted() -> None:
+    # `--set agent.interval=2.5` is the string "2.5": the schema takes it, the command checks its range.
+    (daemonset,) = [d for d in helm_template("agent.interval=2.5") if d["kind"] == "DaemonSet"]
+    assert "--interval=2.5" in daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_the_schemas_choices_are_the_commands() -> None:
+    properties = json.loads((CHART / "values.schema.json").read_text())["properties"]
+    scheduler, agent, webhook = (properties[part]["properties"] for part in ("scheduler", "agent", "webhook"))
+
+    def choices(command: typing.Callable[..., object], option: str) -> list[str]:
+        hint = typing.get_type_hints(inspect.unwrap(command), include_extras=True)[option]
+        return list(typing.get_args(typing.get_args(hint)[0]))
+
+    assert scheduler["policy"]["enum"] == list(POLICIES)
+    assert scheduler["envDelivery"]["enum"] == [str(e) for e in contract.EnvDelivery]
+    assert agent["mode"]["enum"] == choices(cli.agent, "mode")
+    assert agent["devicePlugin"]["enum"] == choices(cli.agent, "device_plugin")
+    assert webhook["untrustedSmSharing"]["enum"] == [str(e) for e in settings.UntrustedSmSharing]
