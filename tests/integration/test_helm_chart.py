@@ -101,3 +101,10 @@ def test_the_schemas_choices_are_the_commands() -> None:
     assert agent["mode"]["enum"] == choices(cli.agent, "mode")
     assert agent["devicePlugin"]["enum"] == choices(cli.agent, "device_plugin")
     assert webhook["untrustedSmSharing"]["enum"] == [str(e) for e in settings.UntrustedSmSharing]
+
+
+def test_a_cluster_without_the_namespace_name_label_is_refused() -> None:
+    """Before 1.21 no namespace carries kubernetes.io/metadata.name, so the webhooks' NotIn selector would
+    match kube-system and the release's own namespace: with the webhook down, its pods could not come back."""
+    assert "requires kubeVersion: >=1.21.0-0" in helm_refusal(kube_version="1.20.2")
+    assert helm_template(kube_version="1.21.0")
