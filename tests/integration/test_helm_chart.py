@@ -11,6 +11,7 @@ import typing
 import lightkube
 import pytest
 from lightkube import codecs
+from lightkube.generic_resource import create_namespaced_resource
 
 from gpufrac import cli, contract
 from gpufrac.admission import settings
@@ -18,6 +19,10 @@ from gpufrac.placement.framework import POLICIES
 
 from . import controlplane
 from .chart import CHART, helm_refusal, helm_template
+
+# kube-apiserver v1.20 serves PodDisruptionBudgets as policy/v1beta1 only; the chart needs 1.21 (policy/v1).
+POD_DISRUPTION_BUDGET_V1BETA1 = "policy/v1beta1"
+create_namespaced_resource("policy", "v1beta1", "PodDisruptionBudget", "poddisruptionbudgets")
 
 
 async def test_every_rendered_object_passes_a_server_side_dry_run(
@@ -34,6 +39,8 @@ async def test_every_rendered_object_passes_a_server_side_dry_run(
         "RoleBinding",
     } <= kinds
     for document in documents:
+        if document["kind"] == "PodDisruptionBudget":  # the fields the chart sets are the same in both
+            document = {**document, "apiVersion": POD_DISRUPTION_BUDGET_V1BETA1}
         # Server-side apply, so objects the test cluster already has (its RBAC) are validated too.
         obj = codecs.from_dict(document)
         await admin_client.apply(obj, field_manager="chart-test", force=True, dry_run=True)  # type: ignore[call-overload]

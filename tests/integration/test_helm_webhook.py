@@ -123,6 +123,9 @@ def test_the_deployment_runs_gpufrac_webhook_with_the_charts_settings() -> None:
     pod = deployment["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
     assert pod["volumes"] == [{"name": "tls", "secret": {"secretName": "gpufrac-webhook-tls"}}]
+    # Drains evict the replicas of a webhook that fails closed one at a time.
+    budget = objects["PodDisruptionBudget", "gpufrac-webhook"]["spec"]
+    assert budget == {"maxUnavailable": 1, "selector": deployment["spec"]["selector"]}
     service = objects["Service", "gpufrac-webhook"]
     assert service["spec"]["ports"] == [
         {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}
