@@ -16,6 +16,7 @@ from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Secret
 from lightkube.types import PatchType
 
 from gpufrac.contract import node_inventory
+from gpufrac.scheduler import binder
 
 from . import controlplane, fakenodes
 
@@ -83,10 +84,14 @@ async def test_scheduler_binds_and_annotates_pods(
     assert node.metadata is not None and node.metadata.name is not None
     await admin_client.create(_pod("p", namespace))
 
-    await scheduler_client.patch(
-        Pod, "p", {"metadata": {"annotations": {"gpu-fraction": "0.5"}}}, namespace=namespace
+    # The contract travels with the Binding, as the scheduler writes it (scheduler/binder.py).
+    await binder.post_binding(
+        scheduler_client,
+        name="p",
+        namespace=namespace,
+        node=node.metadata.name,
+        annotations={"gpu-fraction": "0.5"},
     )
-    await controlplane.bind_pod(scheduler_client, "p", node.metadata.name, namespace=namespace)
 
     pods = [pod async for pod in scheduler_client.list(Pod, namespace=namespace)]
     assert [(p.spec.nodeName if p.spec else None) for p in pods] == [node.metadata.name]
@@ -106,6 +111,10 @@ async def test_scheduler_rights_are_least_privilege(
     await scheduler_client.replace(lease)
 
     await _forbidden(scheduler_client.create(_pod("q", namespace)))
+    # No pod writes but its Binding, its status and a delete: "patch" could change any pod's image.
+    await _forbidden(
+        scheduler_client.patch(Pod, "p", {"metadata": {"labels": {"a": "b"}}}, namespace=namespace)
+    )
     await _forbidden(_items(scheduler_client.list(Secret, namespace=namespace)))
     await _forbidden(_items(scheduler_client.list(ConfigMap, namespace=namespace)))
     await _forbidden(scheduler_client.create(Lease(metadata=ObjectMeta(name="x", namespace=namespace))))
