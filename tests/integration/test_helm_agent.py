@@ -29,6 +29,7 @@ def test_the_agent_daemonset() -> None:
     assert "--device-plugin=auto" in args and "--cuda-context-mib=512" in args
     assert not any(a.startswith("--native-label") for a in args)
     assert pod["nodeSelector"] == {"gpufrac.io/enabled": "true"}
+    assert pod["priorityClassName"] == "system-node-critical"
     assert f"--mps-pipe-directory={contract.DEFAULT_MPS_PIPE_DIRECTORY}" in args
     node_name = next(e for e in container["env"] if e["name"] == "NODE_NAME")
     assert node_name["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
@@ -70,3 +71,6 @@ def test_agent_values() -> None:
     assert limited is not None
     assert "--mps-pinned-limit-mib=2048" in limited["spec"]["template"]["spec"]["containers"][0]["args"]
     assert _daemonset("agent.enabled=false") is None
+    for value, expected in (("gpu-node-critical", "gpu-node-critical"), ("", None)):  # GKE: another, or none
+        named = _daemonset(f"agent.priorityClassName={value}")
+        assert named is not None and named["spec"]["template"]["spec"].get("priorityClassName") == expected
