@@ -51,6 +51,19 @@ def steps(client: FakeApi) -> list[tuple[str, str]]:
     return [(call.verb, call.kind) for call in client.calls]
 
 
+def bound_as_planned(made: Scheduler, pending: dict[str, Any]) -> dict[str, Any]:
+    """`pending` as the Binding of its assumed placement leaves it: on its node, with the contract."""
+    placement = made.cache.assumed[objects.pod_uid(pending)]
+    plan = objects.bind_plan(
+        pending,
+        placement,
+        made.cache.state.node_spec(placement.node),
+        mps_pipe_directory=contract.DEFAULT_MPS_PIPE_DIRECTORY,
+        env_delivery=contract.EnvDelivery.CONFIGMAP,
+    )
+    return bound(pending, placement.node, plan.annotations)
+
+
 async def test_a_pod_is_reserved_at_once_then_bound() -> None:
     made, client, _ = setup([gpu_node()], [share_pod("p")])
     assert await made.schedule_pending() == 1
@@ -202,16 +215,50 @@ async def test_the_bound_event_during_the_bind_does_not_count_the_pod_twice() ->
     client.gate = asyncio.Event()
     await made.schedule_pending()
     await until(lambda: ("create", "ConfigMap") in steps(client))
-    written = objects.bind_plan(
-        share_pod("p", "0.25"),
-        made.cache.assumed[key("p")],
-        made.cache.state.node_spec("n1"),
-        mps_pipe_directory=contract.DEFAULT_MPS_PIPE_DIRECTORY,
-        env_delivery=contract.EnvDelivery.CONFIGMAP,
-    ).annotations
-    made.on_pod_event("MODIFIED", bound(share_pod("p", "0.25"), "n1", written))
+    made.on_pod_event("MODIFIED", bound_as_planned(made, share_pod("p", "0.25")))
     client.gate.set()
     await made.wait_for_binds()
+    assert gpu_free(made, "n1") == [GPU_MIB - GPU_MIB // 4]
+
+
+async def test_a_pod_the_watch_shows_bound_while_its_bind_fails_keeps_its_memory_and_is_not_retried() -> None:
+    """Another bind (the old leader's) put the pod on the GPU this bind chose, and the watch said so as
+    MODIFIED; this bind's own Binding is then refused. The pod holds that memory: freed and retried, the next
+    pod would have been given it too."""
+    made, client, _ = setup([gpu_node(gpus=1)], [share_pod("p", "0.5"), share_pod("q", "0.75")])
+    client.gate = asyncio.Event()
+    client.fail["create Binding"] = api_error(403, "Forbidden")
+    made.queue.forget(key("q"))  # q waits for its turn, below
+    await made.schedule_pending()
+    await until(lambda: ("create", "ConfigMap") in steps(client))
+    other = bound(share_pod("p", "0.5"), "n1", share_notes("main", "GPU-n1-0", f"{GPU_MIB // 2}Mi"))
+    made.on_pod_event("MODIFIED", other)
+    client.gate.set()
+    await made.wait_for_binds()
+    assert pod_nodes(made) == {key("p"): "n1"} and made.cache.bound[key("p")] == other
+    assert key("p") not in made.pending and key("p") not in made.queue
+    assert gpu_free(made, "n1") == [GPU_MIB - GPU_MIB // 2]
+    made.queue.add(key("q"), priority=0, created=0.0)
+    await made.schedule_pending()
+    assert key("q") not in made.cache.assumed  # 0.75 of the GPU is not free
+
+
+async def test_a_pod_the_watch_shows_bound_during_its_bind_is_counted_from_that_object() -> None:
+    """The bound pod, not the pending one the bind started from: with its node gone from the cache while
+    the bind ran, only the bound object says where its shares are, and the pending one held the node back
+    (as a pod it cannot account) once it returned."""
+    made, client, _ = setup([gpu_node(gpus=1)], [share_pod("p", "0.25")])
+    client.gate = asyncio.Event()
+    await made.schedule_pending()
+    await until(lambda: ("create", "ConfigMap") in steps(client))
+    written = bound_as_planned(made, share_pod("p", "0.25"))
+    made.on_pod_event("MODIFIED", written)
+    made.on_node_event("DELETED", gpu_node(gpus=1))
+    client.gate.set()
+    await made.wait_for_binds()
+    assert made.cache.unplaced == {"n1": {key("p"): written}}
+    made.on_node_event("ADDED", gpu_node(gpus=1))
+    assert made.cache.misfits == {} and made.cache.bound[key("p")] == written
     assert gpu_free(made, "n1") == [GPU_MIB - GPU_MIB // 4]
 
 

@@ -499,8 +499,7 @@ class Scheduler:
         except BoundElsewhere as error:
             self.metrics.attempts.labels("error").inc()
             log.warning("pod %s: not bound to %s: %s", objects.pod_key(pod), placement.node, error)
-            if self.cache.forget(pod):
-                # Its bound event came while this bind held it, and was passed over: account it as read back.
+            if self.cache.forget(pod):  # the watch has not reported it bound yet: account it as read back
                 self.cache.add_pod(error.pod)
             self._cluster_changed()
         except Exception as error:  # BindError, or a bug: the pod must not stay reserved for ever
