@@ -210,6 +210,26 @@ async def test_a_pod_deleted_while_its_bind_fails_is_not_retried() -> None:
     assert made.cache.gone_assumed == set()
 
 
+async def test_a_gang_member_gone_while_the_watch_was_broken_is_no_longer_held_for_its_gang() -> None:
+    """Only a relist tells of it: the room it held is freed at once, and it no longer counts toward the
+    group, which would otherwise bind its next member alone, short of minMember."""
+    group = {"kind": "PodGroup", "metadata": {"name": "g", "namespace": "team"}, "spec": {"minMember": 2}}
+    first, second = (share_pod(name, "0.5") for name in ("a", "b"))
+    for member in (first, second):
+        member["metadata"]["annotations"]["pod-group-name"] = "g"
+    made, client, _ = setup([gpu_node(gpus=1)], [first], gangs=True)
+    made.on_pod_groups_listed([group])
+    await made.schedule_pending()
+    assert made.gangs.held_uids() == {key("a")} and gpu_free(made, "n1") == [GPU_MIB - GPU_MIB // 2]
+    made.on_pods_listed([])
+    assert made.gangs.gangs == {} and made.cache.assumed == {} and gpu_free(made, "n1") == [GPU_MIB]
+    client.put(second)
+    made.on_pod_event("ADDED", second)
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert made.gangs.held_uids() == {key("b")} and client.made("create", "Binding") == []
+
+
 async def test_the_bound_event_during_the_bind_does_not_count_the_pod_twice() -> None:
     made, client, _ = setup([gpu_node(gpus=1)], [share_pod("p", "0.25")])
     client.gate = asyncio.Event()

@@ -173,9 +173,11 @@ class Scheduler:
         """Rebuild every pod-derived fact from a full list: what is bound where, what waits."""
         self.cache.sync_pods(pods)
         listed = {objects.pod_uid(pod) for pod in pods}
-        for uid in [uid for uid in self.pending if uid not in listed]:
-            self._forget_pending(uid)
-        self.misbound = {uid: pod for uid, pod in self.misbound.items() if uid in listed}
+        # Deleted while the watch was broken: gone as a DELETED event would have said, so that no gang counts
+        # a member that is gone and no plan waits for an evicted pod that went.
+        tracked = {*self.pending, *self.misbound, *self.gangs.held_uids(), *self.mover.in_flight()[1]}
+        for uid in tracked - listed:
+            self._gone(uid)
         for pod in pods:
             if not objects.node_name(pod):
                 self.on_pod_event("ADDED", pod)
@@ -193,13 +195,7 @@ class Scheduler:
             elif objects.is_done(pod):
                 self.keeper.finished(pod)
         if event == "DELETED" or objects.is_done(pod):
-            self._forget_pending(uid)
-            self.misbound.pop(uid, None)
-            if (held := self.gangs.drop(uid)) is not None:  # held for its gang: its room is freed now
-                self.cache.forget(held[1])
-            freed = self.cache.remove_pod(uid)
-            if self.mover.gone(uid) or freed:
-                self._cluster_changed()
+            self._gone(uid)
             return
         if objects.node_name(pod):
             self._forget_pending(uid)
@@ -257,6 +253,16 @@ class Scheduler:
         label = self.config.fault_domain_label
         value = self.namespace_labels.get(namespace, {}).get(label) if label else None
         return f"{label}={value}" if isinstance(value, str) and value else namespace
+
+    def _gone(self, uid: str) -> None:
+        """The pod was deleted or finished: nothing waits for it or on it any more; what it held is freed."""
+        self._forget_pending(uid)
+        self.misbound.pop(uid, None)
+        if (held := self.gangs.drop(uid)) is not None:  # held for its gang: its room is freed now
+            self.cache.forget(held[1])
+        freed = self.cache.remove_pod(uid)
+        if self.mover.gone(uid) or freed:
+            self._cluster_changed()
 
     def _check_binding(self, pod: dict[str, Any]) -> None:
         """A bound pod whose contract was granted to another UID is deleted by the leader (`binder`)."""
