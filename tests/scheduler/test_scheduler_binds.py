@@ -210,15 +210,22 @@ async def test_a_pod_deleted_while_its_bind_fails_is_not_retried() -> None:
     assert made.cache.gone_assumed == set()
 
 
+PAIR = {"kind": "PodGroup", "metadata": {"name": "g", "namespace": "team"}, "spec": {"minMember": 2}}
+
+
+def gang_member(name: str, fraction: str) -> dict[str, Any]:
+    """A share pod of the pod group `PAIR`."""
+    member = share_pod(name, fraction)
+    member["metadata"]["annotations"]["pod-group-name"] = "g"
+    return member
+
+
 async def test_a_gang_member_gone_while_the_watch_was_broken_is_no_longer_held_for_its_gang() -> None:
     """Only a relist tells of it: the room it held is freed at once, and it no longer counts toward the
     group, which would otherwise bind its next member alone, short of minMember."""
-    group = {"kind": "PodGroup", "metadata": {"name": "g", "namespace": "team"}, "spec": {"minMember": 2}}
-    first, second = (share_pod(name, "0.5") for name in ("a", "b"))
-    for member in (first, second):
-        member["metadata"]["annotations"]["pod-group-name"] = "g"
+    first, second = gang_member("a", "0.5"), gang_member("b", "0.5")
     made, client, _ = setup([gpu_node(gpus=1)], [first], gangs=True)
-    made.on_pod_groups_listed([group])
+    made.on_pod_groups_listed([PAIR])
     await made.schedule_pending()
     assert made.gangs.held_uids() == {key("a")} and gpu_free(made, "n1") == [GPU_MIB - GPU_MIB // 2]
     made.on_pods_listed([])
@@ -228,6 +235,40 @@ async def test_a_gang_member_gone_while_the_watch_was_broken_is_no_longer_held_f
     await made.schedule_pending()
     await made.wait_for_binds()
     assert made.gangs.held_uids() == {key("b")} and client.made("create", "Binding") == []
+
+
+async def test_a_gang_member_whose_node_went_while_it_was_held_is_placed_again_not_bound_there() -> None:
+    first, second = gang_member("a", "0.75"), gang_member("b", "0.75")
+    made, client, _ = setup([gpu_node("n1", gpus=1)], [first], gangs=True)
+    made.on_pod_groups_listed([PAIR])
+    await made.schedule_pending()
+    assert made.gangs.held_uids() == {key("a")}
+    made.on_node_event("DELETED", gpu_node("n1", gpus=1))
+    made.on_node_event("ADDED", gpu_node("n2", gpus=2))
+    client.put(second)
+    made.on_pod_event("ADDED", second)
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert [objects.node_name(client.stored("Pod", name) or {}) for name in "ab"] == ["n2", "n2"]
+
+
+async def test_a_pod_whose_node_went_while_it_waited_for_a_bind_slot_is_not_bound_there() -> None:
+    made, client, _ = setup(
+        [gpu_node("n1", gpus=1), gpu_node("n2", gpus=1)],
+        [share_pod("p", "0.75"), share_pod("q", "0.75")],
+        max_concurrent_binds=1,
+    )
+    client.gate = asyncio.Event()
+    round_ = asyncio.create_task(made.schedule_pending())
+    await until(lambda: len(made.cache.assumed) == 2 and len(client.held) == 1)
+    (waiting,) = {key("p"), key("q")} - {key(binding.metadata.name) for binding in client.held}
+    node = made.cache.assumed[waiting].node
+    made.on_node_event("DELETED", gpu_node(node, gpus=1))
+    client.gate.set()
+    await round_
+    await made.wait_for_binds()
+    assert all(objects.node_name(client.stored("Pod", name) or {}) != node for name in "pq")
+    assert waiting in made.pending and waiting not in made.cache.assumed
 
 
 async def test_the_bound_event_during_the_bind_does_not_count_the_pod_twice() -> None:

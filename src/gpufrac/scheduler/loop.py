@@ -439,7 +439,12 @@ class Scheduler:
             await self._hold_or_bind(group, uid, pod, outcome)
 
     async def _hold_or_bind(self, group: str, uid: str, pod: dict[str, Any], placement: Placement) -> None:
-        """A gang member placed (and assumed): held until its group can run, then bound with the others."""
+        """A gang member placed (and assumed): held until its group can run, then bound with the others.
+        Members whose room went with their node (deleted, or changed under them) wait again instead: they
+        count toward the group no more, and are not bound to a node that is not there."""
+        for lost in self.gangs.held_uids() - self.cache.state.placements.keys():
+            if (dropped := self.gangs.drop(lost)) is not None:
+                self._retry(lost, dropped[1])
         bound = bound_members(group, self.cache.bound)
         together = self.gangs.hold(group, (uid, pod, placement), bound=bound, now=self.clock())
         if together is None:
@@ -458,13 +463,18 @@ class Scheduler:
     async def _start_bind(self, uid: str, pod: dict[str, Any], placement: Placement) -> None:
         """Start the bind of a placement assumed in the cache, within the binds allowed in flight."""
         await self._slots.acquire()
-        if not self.leading:  # the Lease ran out while the pod waited for a bind slot: not ours to bind
+        # While it waited for a bind slot, the Lease may have run out (not ours to bind), or its node gone.
+        if not self.leading or uid not in self.cache.state.placements:
             self._slots.release()
-            if self.cache.forget(pod):
-                self.pending[uid] = pod
-                self.queue.add(uid, **self._order(pod))
+            self._retry(uid, pod)
             return
         self._track(self._bind(uid, pod, placement))
+
+    def _retry(self, uid: str, pod: dict[str, Any]) -> None:
+        """Give up a placement assumed for `pod` before its bind started, and queue it to try again."""
+        if self.cache.forget(pod):
+            self.pending[uid] = pod
+            self.queue.add(uid, **self._order(pod))
 
     async def _give_back_gangs(self) -> None:
         """Groups held past their timeout give their room back, and their pods wait again."""
