@@ -588,7 +588,9 @@ class Scheduler:
             created = await self.client.create(build(Pod, manifest))
         except API_ERRORS as error:
             log.error("cannot create a GPU reservation on %s in %s: %s", node, self.config.namespace, error)
+            self.keeper.created(node, ok=False, now=self.clock())
             return None
+        self.keeper.created(node, ok=True, now=self.clock())
         body = created.to_dict()
         self.cache.add_pod(body)  # counted at once, so the next decision sees the GPU claimed
         log.info("reserving a GPU on %s with pod %s", node, objects.pod_key(body))
@@ -601,7 +603,8 @@ class Scheduler:
                 "GPU(s) on %s hold shares but no reservation: reserving its %d free GPU(s)", node, count
             )
             for _ in range(count):
-                await self._create_reservation(node)
+                if await self._create_reservation(node) is None:
+                    break  # refused: the rest would be too
         for pod, why in [*((pod, "") for pod in actions.delete), *actions.evict]:
             self._track(self._delete(pod, why))
 
