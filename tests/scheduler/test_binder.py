@@ -186,12 +186,19 @@ async def test_a_pod_deleted_before_its_binding_is_gone() -> None:
     assert steps(api) == ["create ConfigMap", "create Binding", "get Pod"]
 
 
-async def test_a_read_back_that_cannot_be_answered_is_retried_then_given_up(monkeypatch: Any) -> None:
+@pytest.mark.parametrize(
+    "answer",
+    [api_error(503, "ServiceUnavailable"), ValueError("JSON cut short")],
+    ids=["5xx", "unreadable"],
+)
+async def test_a_read_back_that_cannot_be_answered_is_retried_then_given_up(
+    monkeypatch: Any, answer: Exception
+) -> None:
     monkeypatch.setattr("gpufrac.scheduler.binder.READ_BACK_DELAYS", (0.0, 0.0, 0.0))
     pending = share_pod()
     api, plan = api_with(pending), plan_for(pending)
     api.lose.append(("create Binding", "reply"))
-    api.fail["get Pod"] = api_error(503, "ServiceUnavailable")
+    api.fail["get Pod"] = answer
     with pytest.raises(BindError, match="cannot be read back"):
         await bind(api, pending, "n1", plan)
     assert steps(api).count("get Pod") == 3

@@ -17,7 +17,7 @@ from gpufrac.scheduler.keeper import ReservationKeeper
 from gpufrac.scheduler.loop import Scheduler
 
 from ..kubeapi.apiobjects import GPU_MIB, bound, container, inventory, key, node, pod
-from ..kubeapi.fakeapi import FakeApi, FakeClock
+from ..kubeapi.fakeapi import FakeApi, FakeClock, api_error
 from .schedulers import gpu_free, pod_nodes, scheduler, share_notes
 
 NAMESPACE = "gpufrac-system"
@@ -175,6 +175,20 @@ async def test_shares_on_a_gpu_whose_reservation_was_deleted_are_held_again() ->
     assert len(reservation_pods(client)) == 2
     await settle(made)
     assert len(reservation_pods(client)) == 2  # not again while those are unpublished
+
+
+async def test_a_reservation_the_api_refuses_is_asked_again_after_a_backoff_not_every_round() -> None:
+    share = bound(share_pod("p"), "n1", share_notes("main", "GPU-n1-1", f"{GPU_MIB // 2}Mi"))
+    made, client, clock = setup([dp_node(gpus=8, holders={0: "ml/trainer"})], [share])
+    client.fail["create Pod"] = api_error(403, "Forbidden", "namespace gpufrac-system is being terminated")
+    for _ in range(20):  # ten seconds of rounds, tending twice a second
+        clock.advance(0.5)
+        await made.schedule_pending()
+    assert len(client.made("create", "Pod")) == 4  # one per try, at 0, 1, 3 and 7 seconds
+    client.fail.clear()
+    clock.advance(8)
+    await made.schedule_pending()
+    assert len(reservation_pods(client)) == 7  # every free GPU, at once, as soon as it is allowed
 
 
 async def test_shares_on_a_gpu_the_device_plugin_gave_away_are_deleted() -> None:

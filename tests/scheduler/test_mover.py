@@ -88,6 +88,21 @@ async def test_the_room_a_moved_share_leaves_goes_to_the_pod_it_was_moved_for(ea
     assert made.cache.kept_rooms == {} and made.mover.plans == {}
 
 
+async def test_a_moved_share_gone_while_the_watch_was_broken_leaves_its_room_at_the_relist() -> None:
+    """Its DELETED event never came: the relist is the news, and the pod it was moved for must not wait out
+    the plan's timeout for it."""
+    client, clock = EvictingApi(early=False), FakeClock()
+    made = two_gpus(client, clock)
+    await made.schedule_pending()
+    assert client.evicted == ["a"] and made.mover.waits(key("w"))
+    made.on_pods_listed([client.stored("Pod", name) or {} for name in ("b", "w")])
+    assert not made.mover.waits(key("w")) and key("w") in made.cache.kept_rooms
+    clock.advance(1)  # its backoff
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert client.stored("Pod", "w")["spec"]["nodeName"] == "n0"  # type: ignore[index]
+
+
 async def test_a_refused_eviction_is_not_tried_again_while_it_would_be_refused() -> None:
     client, clock = EvictingApi(early=False), FakeClock()
     client.fail["create Eviction"] = api_error(429, "TooManyRequests", "disruption budget")

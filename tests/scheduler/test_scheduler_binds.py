@@ -51,6 +51,19 @@ def steps(client: FakeApi) -> list[tuple[str, str]]:
     return [(call.verb, call.kind) for call in client.calls]
 
 
+def bound_as_planned(made: Scheduler, pending: dict[str, Any]) -> dict[str, Any]:
+    """`pending` as the Binding of its assumed placement leaves it: on its node, with the contract."""
+    placement = made.cache.assumed[objects.pod_uid(pending)]
+    plan = objects.bind_plan(
+        pending,
+        placement,
+        made.cache.state.node_spec(placement.node),
+        mps_pipe_directory=contract.DEFAULT_MPS_PIPE_DIRECTORY,
+        env_delivery=contract.EnvDelivery.CONFIGMAP,
+    )
+    return bound(pending, placement.node, plan.annotations)
+
+
 async def test_a_pod_is_reserved_at_once_then_bound() -> None:
     made, client, _ = setup([gpu_node()], [share_pod("p")])
     assert await made.schedule_pending() == 1
@@ -197,21 +210,116 @@ async def test_a_pod_deleted_while_its_bind_fails_is_not_retried() -> None:
     assert made.cache.gone_assumed == set()
 
 
+PAIR = {"kind": "PodGroup", "metadata": {"name": "g", "namespace": "team"}, "spec": {"minMember": 2}}
+
+
+def gang_member(name: str, fraction: str) -> dict[str, Any]:
+    """A share pod of the pod group `PAIR`."""
+    member = share_pod(name, fraction)
+    member["metadata"]["annotations"]["pod-group-name"] = "g"
+    return member
+
+
+async def test_a_gang_member_gone_while_the_watch_was_broken_is_no_longer_held_for_its_gang() -> None:
+    """Only a relist tells of it: the room it held is freed at once, and it no longer counts toward the
+    group, which would otherwise bind its next member alone, short of minMember."""
+    first, second = gang_member("a", "0.5"), gang_member("b", "0.5")
+    made, client, _ = setup([gpu_node(gpus=1)], [first], gangs=True)
+    made.on_pod_groups_listed([PAIR])
+    await made.schedule_pending()
+    assert made.gangs.held_uids() == {key("a")} and gpu_free(made, "n1") == [GPU_MIB - GPU_MIB // 2]
+    made.on_pods_listed([])
+    assert made.gangs.gangs == {} and made.cache.assumed == {} and gpu_free(made, "n1") == [GPU_MIB]
+    client.put(second)
+    made.on_pod_event("ADDED", second)
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert made.gangs.held_uids() == {key("b")} and client.made("create", "Binding") == []
+
+
+async def test_a_gang_member_whose_node_went_while_it_was_held_is_placed_again_not_bound_there() -> None:
+    first, second = gang_member("a", "0.75"), gang_member("b", "0.75")
+    made, client, _ = setup([gpu_node("n1", gpus=1)], [first], gangs=True)
+    made.on_pod_groups_listed([PAIR])
+    await made.schedule_pending()
+    assert made.gangs.held_uids() == {key("a")}
+    made.on_node_event("DELETED", gpu_node("n1", gpus=1))
+    made.on_node_event("ADDED", gpu_node("n2", gpus=2))
+    client.put(second)
+    made.on_pod_event("ADDED", second)
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert [objects.node_name(client.stored("Pod", name) or {}) for name in "ab"] == ["n2", "n2"]
+
+
+async def test_a_pod_whose_node_went_while_it_waited_for_a_bind_slot_is_not_bound_there() -> None:
+    made, client, _ = setup(
+        [gpu_node("n1", gpus=1), gpu_node("n2", gpus=1)],
+        [share_pod("p", "0.75"), share_pod("q", "0.75")],
+        max_concurrent_binds=1,
+    )
+    client.gate = asyncio.Event()
+    round_ = asyncio.create_task(made.schedule_pending())
+    await until(lambda: len(made.cache.assumed) == 2 and len(client.held) == 1)
+    (waiting,) = {key("p"), key("q")} - {key(binding.metadata.name) for binding in client.held}
+    node = made.cache.assumed[waiting].node
+    made.on_node_event("DELETED", gpu_node(node, gpus=1))
+    client.gate.set()
+    await round_
+    await made.wait_for_binds()
+    assert all(objects.node_name(client.stored("Pod", name) or {}) != node for name in "pq")
+    assert waiting in made.pending and waiting not in made.cache.assumed
+
+
 async def test_the_bound_event_during_the_bind_does_not_count_the_pod_twice() -> None:
     made, client, _ = setup([gpu_node(gpus=1)], [share_pod("p", "0.25")])
     client.gate = asyncio.Event()
     await made.schedule_pending()
     await until(lambda: ("create", "ConfigMap") in steps(client))
-    written = objects.bind_plan(
-        share_pod("p", "0.25"),
-        made.cache.assumed[key("p")],
-        made.cache.state.node_spec("n1"),
-        mps_pipe_directory=contract.DEFAULT_MPS_PIPE_DIRECTORY,
-        env_delivery=contract.EnvDelivery.CONFIGMAP,
-    ).annotations
-    made.on_pod_event("MODIFIED", bound(share_pod("p", "0.25"), "n1", written))
+    made.on_pod_event("MODIFIED", bound_as_planned(made, share_pod("p", "0.25")))
     client.gate.set()
     await made.wait_for_binds()
+    assert gpu_free(made, "n1") == [GPU_MIB - GPU_MIB // 4]
+
+
+async def test_a_pod_the_watch_shows_bound_while_its_bind_fails_keeps_its_memory_and_is_not_retried() -> None:
+    """Another bind (the old leader's) put the pod on the GPU this bind chose, and the watch said so as
+    MODIFIED; this bind's own Binding is then refused. The pod holds that memory: freed and retried, the next
+    pod would have been given it too."""
+    made, client, _ = setup([gpu_node(gpus=1)], [share_pod("p", "0.5"), share_pod("q", "0.75")])
+    client.gate = asyncio.Event()
+    client.fail["create Binding"] = api_error(403, "Forbidden")
+    made.queue.forget(key("q"))  # q waits for its turn, below
+    await made.schedule_pending()
+    await until(lambda: ("create", "ConfigMap") in steps(client))
+    other = bound(share_pod("p", "0.5"), "n1", share_notes("main", "GPU-n1-0", f"{GPU_MIB // 2}Mi"))
+    made.on_pod_event("MODIFIED", other)
+    client.gate.set()
+    await made.wait_for_binds()
+    assert pod_nodes(made) == {key("p"): "n1"} and made.cache.bound[key("p")] == other
+    assert key("p") not in made.pending and key("p") not in made.queue
+    assert gpu_free(made, "n1") == [GPU_MIB - GPU_MIB // 2]
+    made.queue.add(key("q"), priority=0, created=0.0)
+    await made.schedule_pending()
+    assert key("q") not in made.cache.assumed  # 0.75 of the GPU is not free
+
+
+async def test_a_pod_the_watch_shows_bound_during_its_bind_is_counted_from_that_object() -> None:
+    """The bound pod, not the pending one the bind started from: with its node gone from the cache while
+    the bind ran, only the bound object says where its shares are, and the pending one held the node back
+    (as a pod it cannot account) once it returned."""
+    made, client, _ = setup([gpu_node(gpus=1)], [share_pod("p", "0.25")])
+    client.gate = asyncio.Event()
+    await made.schedule_pending()
+    await until(lambda: ("create", "ConfigMap") in steps(client))
+    written = bound_as_planned(made, share_pod("p", "0.25"))
+    made.on_pod_event("MODIFIED", written)
+    made.on_node_event("DELETED", gpu_node(gpus=1))
+    client.gate.set()
+    await made.wait_for_binds()
+    assert made.cache.unplaced == {"n1": {key("p"): written}}
+    made.on_node_event("ADDED", gpu_node(gpus=1))
+    assert made.cache.misfits == {} and made.cache.bound[key("p")] == written
     assert gpu_free(made, "n1") == [GPU_MIB - GPU_MIB // 4]
 
 

@@ -7,7 +7,8 @@ from rich.console import Console
 from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState
 from gpufrac.contract.model import ComputeMode
-from gpufrac.scheduler.top import gpu_rows, table
+from gpufrac.contract.queues import Resource
+from gpufrac.scheduler.top import gpu_rows, queue_table, table
 
 MIB = 16_000
 TS, SM = ComputeMode.TIME_SLICING, ComputeMode.SM_SHARING
@@ -70,3 +71,15 @@ def test_the_table_shows_every_gpu() -> None:
     assert "team/a[main], team/b[main]" in text
     assert "3 (unhealthy)" in text
     assert "gone" not in text
+
+
+def test_text_that_looks_like_markup_is_shown_as_it_is() -> None:
+    """A GPU model comes from the agent's annotation and a parent queue from a Queue, either any text."""
+    gpus = (GpuSpec(0, "GPU-0", "T4 [/] [bold]x", MIB),)
+    console = Console(record=True, width=200)
+    console.print(table(gpu_rows(ClusterState([NodeSpec("n1", 8000, 32_768, gpus)]))))
+    use = {"quota": 1.0, "fair_share": 1.0, "used": 0.0}
+    resources = {resource.value: use for resource in Resource}
+    console.print(queue_table([{"queue": "a", "parent": "[red]team[/]", "resources": resources}]))
+    text = console.export_text()
+    assert "T4 [/] [bold]x" in text and "[red]team[/]" in text

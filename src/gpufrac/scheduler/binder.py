@@ -35,7 +35,7 @@ from lightkube.resources.core_v1 import ConfigMap, Pod
 
 from gpufrac.contract import keys
 from gpufrac.kubeapi import events
-from gpufrac.kubeapi.client import API_ERRORS, TRANSPORT_ERRORS, build, delete_exactly
+from gpufrac.kubeapi.client import READ_ERRORS, TRANSPORT_ERRORS, build, delete_exactly
 from gpufrac.scheduler.objects import BindPlan, bound_for, holds_binding, meta
 
 # How often one bind sends its Binding while read-backs find the pod still unbound.
@@ -131,7 +131,7 @@ async def read_back(
             if failure.status.code == 404:
                 return None
             error = failure
-        except TRANSPORT_ERRORS as failure:
+        except READ_ERRORS as failure:  # no answer, or one that cannot be read: says nothing of the bind
             error = failure
         else:
             return found.to_dict()
@@ -213,7 +213,7 @@ async def _ensure_configmap(
                 raise BindError(f"create env ConfigMap {name} failed: {_describe(failure)}") from failure
         try:
             existing = (await client.get(ConfigMap, name, namespace=namespace)).to_dict()
-        except API_ERRORS as failure:
+        except READ_ERRORS as failure:
             error = failure
             continue
         if not _owned_by(existing, uid):

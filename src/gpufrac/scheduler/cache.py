@@ -241,11 +241,13 @@ class SchedulerCache:
 
     def update_pod(self, pod: Obj) -> None:
         """A newer version of a bound pod. Its placement stands: the webhook keeps a bound pod's contract
-        annotations from changing, so only the object (read for the target workload) is replaced."""
+        annotations from changing, so only the object (read for the target workload) is replaced. One whose
+        bind is in flight is noted as `add_pod` notes it: the watch's first word that it is bound may well
+        come as MODIFIED."""
         uid = objects.pod_uid(pod)
-        if uid not in self.state.placements:
+        if uid in self.assumed or uid not in self.state.placements:
             self.add_pod(pod)
-        elif uid not in self.assumed:
+        else:
             self.bound[uid] = pod
 
     def remove_pod(self, uid: str) -> bool:
@@ -318,12 +320,21 @@ class SchedulerCache:
         return self._settle(uid)
 
     def forget(self, pod: Obj) -> bool:
-        """The bind failed: free its reservation. False when the pod was deleted meanwhile."""
+        """The bind failed: free its reservation. False when the pod no longer waits to be scheduled: it was
+        deleted meanwhile, or the watch reported it bound meanwhile (another bind won, or this one landed and
+        its answer was lost). A bind failing says nothing of a bound pod's GPUs, so such a pod is counted from
+        the object the watch reported, as any bound pod; retried instead, its memory would be free to the
+        next decision while the pod holds it."""
         uid = objects.pod_uid(pod)
         self.assumed.pop(uid, None)
-        self.seen_bound.pop(uid, None)
+        seen = self.seen_bound.pop(uid, None)
         self._release(uid)
-        return self._settle(uid)
+        if not self._settle(uid):
+            return False
+        if seen is not None:
+            self._account_bound(uid, seen, objects.node_name(seen))
+            return False
+        return True
 
     def _settle(self, uid: str) -> bool:
         if uid not in self.gone_assumed:

@@ -41,6 +41,10 @@ class Gangs:
             return None
         return self._release(key)
 
+    def held_uids(self) -> set[str]:
+        """The uids of every member held."""
+        return set(self._group_of)
+
     def drop(self, uid: str) -> Held | None:
         """A held member went: no longer held (its room is the caller's to free)."""
         key = self._group_of.pop(uid, None)

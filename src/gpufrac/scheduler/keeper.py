@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufrac import retrying
 from gpufrac.scheduler import objects
 from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.devices import Hold
@@ -47,6 +48,7 @@ class ReservationKeeper:
         self._idle_since: dict[str, float] = {}
         self._asked: set[str] = set()  # reservation and share pod uids whose deletion is under way
         self._tended_at: float | None = None
+        self._refused: dict[str, tuple[int, float]] = {}  # node -> creates refused in a row, next try at
 
     def due(self, now: float, *, every: float = 0.5) -> bool:
         """Whether to tend now: at most every `every` seconds, since a burst runs many rounds a second and
@@ -79,6 +81,16 @@ class ReservationKeeper:
     def retry(self, uid: str) -> None:
         """A deletion this keeper asked for did not go through: ask again at the next tending."""
         self._asked.discard(uid)
+
+    def created(self, node: str, *, ok: bool, now: float) -> None:
+        """A reservation create on `node` went through, or not. After a refusal (its namespace gone, a quota,
+        RBAC), tending asks again only after a backoff doubling up to a minute: a refusal that lasts would
+        otherwise be asked again for each free GPU at every tending, twice a second, node after node."""
+        if ok:
+            self._refused.pop(node, None)
+            return
+        times = self._refused.get(node, (0, 0.0))[0] + 1
+        self._refused[node] = (times, now + retrying.doubling(times - 1, first=1.0, ceiling=60.0))
 
     def deleted(self, uid: str) -> None:
         for table in (self.failed, self._first_seen, self._idle_since):
@@ -121,7 +133,8 @@ class ReservationKeeper:
             row = found
             shared = [gpu for gpu in range(len(view.holds)) if cache.state.gpu_tenants[row, gpu]]
             unheld = [gpu for gpu in shared if view.holds[gpu] in (Hold.FREE, Hold.PENDING, Hold.CLAIMED)]
-            if unheld and node not in unpublished_on and view.count(Hold.FREE):
+            waiting = self._refused.get(node, (0, now))[1] > now
+            if unheld and node not in unpublished_on and view.count(Hold.FREE) and not waiting:
                 actions.create[node] = view.count(Hold.FREE)
             for gpu in shared:
                 if view.holds[gpu] is Hold.HELD:

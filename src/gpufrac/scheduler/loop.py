@@ -173,9 +173,11 @@ class Scheduler:
         """Rebuild every pod-derived fact from a full list: what is bound where, what waits."""
         self.cache.sync_pods(pods)
         listed = {objects.pod_uid(pod) for pod in pods}
-        for uid in [uid for uid in self.pending if uid not in listed]:
-            self._forget_pending(uid)
-        self.misbound = {uid: pod for uid, pod in self.misbound.items() if uid in listed}
+        # Deleted while the watch was broken: gone as a DELETED event would have said, so that no gang counts
+        # a member that is gone and no plan waits for an evicted pod that went.
+        tracked = {*self.pending, *self.misbound, *self.gangs.held_uids(), *self.mover.in_flight()[1]}
+        for uid in tracked - listed:
+            self._gone(uid)
         for pod in pods:
             if not objects.node_name(pod):
                 self.on_pod_event("ADDED", pod)
@@ -193,13 +195,7 @@ class Scheduler:
             elif objects.is_done(pod):
                 self.keeper.finished(pod)
         if event == "DELETED" or objects.is_done(pod):
-            self._forget_pending(uid)
-            self.misbound.pop(uid, None)
-            if (held := self.gangs.drop(uid)) is not None:  # held for its gang: its room is freed now
-                self.cache.forget(held[1])
-            freed = self.cache.remove_pod(uid)
-            if self.mover.gone(uid) or freed:
-                self._cluster_changed()
+            self._gone(uid)
             return
         if objects.node_name(pod):
             self._forget_pending(uid)
@@ -257,6 +253,16 @@ class Scheduler:
         label = self.config.fault_domain_label
         value = self.namespace_labels.get(namespace, {}).get(label) if label else None
         return f"{label}={value}" if isinstance(value, str) and value else namespace
+
+    def _gone(self, uid: str) -> None:
+        """The pod was deleted or finished: nothing waits for it or on it any more; what it held is freed."""
+        self._forget_pending(uid)
+        self.misbound.pop(uid, None)
+        if (held := self.gangs.drop(uid)) is not None:  # held for its gang: its room is freed now
+            self.cache.forget(held[1])
+        freed = self.cache.remove_pod(uid)
+        if self.mover.gone(uid) or freed:
+            self._cluster_changed()
 
     def _check_binding(self, pod: dict[str, Any]) -> None:
         """A bound pod whose contract was granted to another UID is deleted by the leader (`binder`)."""
@@ -433,7 +439,12 @@ class Scheduler:
             await self._hold_or_bind(group, uid, pod, outcome)
 
     async def _hold_or_bind(self, group: str, uid: str, pod: dict[str, Any], placement: Placement) -> None:
-        """A gang member placed (and assumed): held until its group can run, then bound with the others."""
+        """A gang member placed (and assumed): held until its group can run, then bound with the others.
+        Members whose room went with their node (deleted, or changed under them) wait again instead: they
+        count toward the group no more, and are not bound to a node that is not there."""
+        for lost in self.gangs.held_uids() - self.cache.state.placements.keys():
+            if (dropped := self.gangs.drop(lost)) is not None:
+                self._retry(lost, dropped[1])
         bound = bound_members(group, self.cache.bound)
         together = self.gangs.hold(group, (uid, pod, placement), bound=bound, now=self.clock())
         if together is None:
@@ -452,13 +463,18 @@ class Scheduler:
     async def _start_bind(self, uid: str, pod: dict[str, Any], placement: Placement) -> None:
         """Start the bind of a placement assumed in the cache, within the binds allowed in flight."""
         await self._slots.acquire()
-        if not self.leading:  # the Lease ran out while the pod waited for a bind slot: not ours to bind
+        # While it waited for a bind slot, the Lease may have run out (not ours to bind), or its node gone.
+        if not self.leading or uid not in self.cache.state.placements:
             self._slots.release()
-            if self.cache.forget(pod):
-                self.pending[uid] = pod
-                self.queue.add(uid, **self._order(pod))
+            self._retry(uid, pod)
             return
         self._track(self._bind(uid, pod, placement))
+
+    def _retry(self, uid: str, pod: dict[str, Any]) -> None:
+        """Give up a placement assumed for `pod` before its bind started, and queue it to try again."""
+        if self.cache.forget(pod):
+            self.pending[uid] = pod
+            self.queue.add(uid, **self._order(pod))
 
     async def _give_back_gangs(self) -> None:
         """Groups held past their timeout give their room back, and their pods wait again."""
@@ -499,8 +515,7 @@ class Scheduler:
         except BoundElsewhere as error:
             self.metrics.attempts.labels("error").inc()
             log.warning("pod %s: not bound to %s: %s", objects.pod_key(pod), placement.node, error)
-            if self.cache.forget(pod):
-                # Its bound event came while this bind held it, and was passed over: account it as read back.
+            if self.cache.forget(pod):  # the watch has not reported it bound yet: account it as read back
                 self.cache.add_pod(error.pod)
             self._cluster_changed()
         except Exception as error:  # BindError, or a bug: the pod must not stay reserved for ever
@@ -573,7 +588,9 @@ class Scheduler:
             created = await self.client.create(build(Pod, manifest))
         except API_ERRORS as error:
             log.error("cannot create a GPU reservation on %s in %s: %s", node, self.config.namespace, error)
+            self.keeper.created(node, ok=False, now=self.clock())
             return None
+        self.keeper.created(node, ok=True, now=self.clock())
         body = created.to_dict()
         self.cache.add_pod(body)  # counted at once, so the next decision sees the GPU claimed
         log.info("reserving a GPU on %s with pod %s", node, objects.pod_key(body))
@@ -586,7 +603,8 @@ class Scheduler:
                 "GPU(s) on %s hold shares but no reservation: reserving its %d free GPU(s)", node, count
             )
             for _ in range(count):
-                await self._create_reservation(node)
+                if await self._create_reservation(node) is None:
+                    break  # refused: the rest would be too
         for pod, why in [*((pod, "") for pod in actions.delete), *actions.evict]:
             self._track(self._delete(pod, why))
 

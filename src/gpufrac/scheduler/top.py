@@ -77,9 +77,9 @@ def table(rows: list[dict[str, Any]]) -> Table:
             column, justify="right" if column in ("gpu", "requested", "limits", "free") else "left"
         )
     for row in rows:
-        # Escaped: rich would read "[main]" as a style tag and drop it.
-        pods = escape(", ".join(f"{share['pod']}[{share['container']}]" for share in row["pods"]))
-        view.add_row(
+        pods = ", ".join(f"{share['pod']}[{share['container']}]" for share in row["pods"])
+        _add_row(
+            view,
             row["node"],
             str(row["gpu"]) + ("" if row["healthy"] else " (unhealthy)"),
             row["model"],
@@ -122,8 +122,14 @@ def queue_table(rows: list[dict[str, Any]]) -> Table:
             f"{row['resources'][r.value]['used']:g} / {row['resources'][r.value]['fair_share']:g}"
             for r in Resource
         ]
-        view.add_row(row["queue"], row["parent"] or "-", *cells)
+        _add_row(view, row["queue"], row["parent"] or "-", *cells)
     return view
+
+
+def _add_row(view: Table, *cells: str) -> None:
+    """Every cell escaped: rich reads "[main]" as a style tag and drops it, and a "[/]" in a GPU model from
+    a node's annotation or in a Queue's parentQueue would stop the whole table with a MarkupError."""
+    view.add_row(*(escape(cell) for cell in cells))
 
 
 async def collect(kubeconfig: Path | None, *, queues: bool = False) -> list[dict[str, Any]]:
