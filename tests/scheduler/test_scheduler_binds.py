@@ -174,11 +174,22 @@ async def test_a_pod_that_breaks_the_contract_is_reported_and_parked() -> None:
     assert key("bad") in made.queue and made.queue.pop() is None
 
 
-async def test_a_report_that_cannot_be_written_is_only_logged() -> None:
+@pytest.mark.parametrize(
+    "answer", [api_error(403, "Forbidden"), ValueError("JSON cut short")], ids=["refused", "unreadable"]
+)
+async def test_a_report_that_cannot_be_written_is_only_logged(answer: Exception) -> None:
     made, client, _ = setup([], [share_pod("p")])
-    client.fail["patch PodStatus"] = api_error(403, "Forbidden")
+    client.fail["patch PodStatus"] = answer
     assert await made.schedule_pending() == 1
     assert steps(client) == [("patch", "PodStatus")]
+    assert key("p") in made.queue
+
+
+async def test_an_event_whose_answer_cannot_be_read_is_only_logged() -> None:
+    made, client, _ = setup([], [share_pod("p")])
+    client.fail["create Event"] = ValueError("JSON cut short")
+    assert await made.schedule_pending() == 1
+    assert steps(client) == [("patch", "PodStatus"), ("create", "Event")]
     assert key("p") in made.queue
 
 

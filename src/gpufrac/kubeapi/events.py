@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import lightkube
 from lightkube.resources.core_v1 import Event
 
-from gpufrac.kubeapi.client import API_ERRORS, build
+from gpufrac.kubeapi.client import READ_ERRORS, build
 
 log = logging.getLogger("gpufrac.events")
 
@@ -68,7 +68,7 @@ async def record(client: lightkube.AsyncClient, event: Event) -> None:
     except lightkube.ApiError as error:
         if error.status.code != 409:
             log.error("cannot record Event %s: %s", _describe(event), error)
-    except API_ERRORS as error:
+    except READ_ERRORS as error:  # no answer, or one that cannot be read: the Event may or may not exist
         log.error("cannot record Event %s: %s", _describe(event), error)
 
 

@@ -30,7 +30,7 @@ from gpufrac.cluster.model import Placement, Unschedulable
 from gpufrac.cluster.state import PlacementRefused
 from gpufrac.contract.podgroups import group_of
 from gpufrac.kubeapi import events
-from gpufrac.kubeapi.client import API_ERRORS, build
+from gpufrac.kubeapi.client import READ_ERRORS, build
 from gpufrac.kubeapi.custom import POD_GROUP_RESOURCE, QUEUE_RESOURCE
 from gpufrac.kubeapi.reflector import reflect
 from gpufrac.placement.engine import decide
@@ -586,7 +586,7 @@ class Scheduler:
         )
         try:
             created = await self.client.create(build(Pod, manifest))
-        except API_ERRORS as error:
+        except READ_ERRORS as error:
             log.error("cannot create a GPU reservation on %s in %s: %s", node, self.config.namespace, error)
             self.keeper.created(node, ok=False, now=self.clock())
             return None
@@ -658,7 +658,7 @@ class Scheduler:
                 namespace=namespace,
                 patch_type=PatchType.STRATEGIC,
             )
-        except API_ERRORS as error:
+        except READ_ERRORS as error:
             log.warning("pod %s/%s: could not record why it is unschedulable: %s", namespace, name, error)
             return  # the API server refuses this scheduler's writes: an Event would fare no better
         involved = {"kind": "Pod", "name": name, "namespace": namespace, "uid": objects.meta(pod).get("uid")}
