@@ -6,10 +6,10 @@
    UID they are granted to). kube-apiserver copies a Binding's annotations onto the pod in the same write
    that sets `nodeName`, so the pod is bound with its contract or not at all: nothing on the pod is ever
    undone, and a tenant's own `gpu-memory.request|limit` or `gpu-compute.mode` is never erased.
-3. An answer that does not say what happened (no reply, a 5xx, 409 Conflict) is resolved by reading the
-   pod back, never by assuming failure: bound as this Binding would bind it is success; unbound, the same
-   Binding is sent again (a first one landing late then meets 409 and is read back too); bound otherwise,
-   another bind won; deleted or replaced under its name, the pod is gone.
+3. An answer that does not say what happened (no reply, a 5xx, 409 Conflict, 404, 408, 429) is resolved by
+   reading the pod back, never by assuming failure: bound as this Binding would bind it is success; unbound,
+   the same Binding is sent again (a first one landing late then meets 409 and is read back too); bound
+   otherwise, another bind won; deleted or replaced under its name, the pod is gone.
 
 kube-apiserver v1.20 ignores the Binding's UID, so a Binding for a pod deleted and recreated under the same
 name meanwhile binds the successor. The bind is not sent once the watch has reported the pod deleted
@@ -43,7 +43,8 @@ BINDING_ATTEMPTS = 3
 # Pauses between reads of a pod whose Binding had no clear answer, while the API server does not answer
 # either: the reservation stays held meanwhile, since the Binding may have landed.
 READ_BACK_DELAYS = (0.0, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
-# Refusals that say the Binding was not applied; any other answer is read back.
+# Answers under 500 that do not say the Binding was refused: read back like a 5xx or no answer. Any other
+# 4xx is a refusal.
 _UNCLEAR = frozenset({404, 408, 409, 429})
 
 
