@@ -22,6 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from gpufrac.report.analysis import NOT_MEASURED, Figures, Share
 from gpufrac.sim import output
@@ -105,7 +106,7 @@ def summary_table(figures: Figures) -> Table:
     table.add_column("figure")
     table.add_column("value", justify="right")
     for name, value in densification_rows(figures):
-        table.add_row(name, value)
+        table.add_row(Text(name), value)  # not markup: a finding's reason is a label an agent wrote
     return table
 
 
