@@ -87,7 +87,11 @@ def test_the_table_names_every_strategy(tmp_path: Path) -> None:
         (["--strategies", "whole-gpu,spot"], 'gpufrac: --strategies "whole-gpu,spot": unknown spot; known: '),
         (["--gpu-model", "B300"], 'gpufrac: --gpu-model "B300": unknown; known: A10, A100-40GB'),
         (["--trusted-share", "1.5"], "gpufrac: --trusted-share 1.5: must be a portion between 0 and 1"),
-        (["--replicas", "0"], "gpufrac: --replicas 0: must be at least 1"),
+        (["--replicas", "0"], "gpufrac: --replicas 0: must be 1 to 1000 replicas per GPU"),
+        (
+            ["--replicas", "99999999999999999999"],
+            "gpufrac: --replicas 99999999999999999999: must be 1 to 1000",
+        ),
         (["--price-per-gpu-hour", "-1"], "gpufrac: --price-per-gpu-hour -1.0: must be a price, 0 or more"),
         (["--policy", "random"], 'gpufrac: --policy "random": the planner needs a deterministic policy'),
         (["--seeds", "9-1"], "gpufrac: --seeds"),

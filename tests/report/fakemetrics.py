@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import BinaryIO
 from urllib.parse import urlsplit
 
 
@@ -31,9 +32,9 @@ def agent_body(*lines: str) -> str:
 
 
 @contextlib.contextmanager
-def serving(bodies: Mapping[str, str | bytes]) -> Iterator[str]:
+def serving(bodies: Mapping[str, str | bytes | Callable[[BinaryIO], None]]) -> Iterator[str]:
     """Serve `bodies` by path (a query string is ignored except as `path?query=...` keys); 404 elsewhere.
-    Yields the base URL."""
+    A callable body writes the answer itself, as slowly as it likes. Yields the base URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -41,6 +42,11 @@ def serving(bodies: Mapping[str, str | bytes]) -> Iterator[str]:
             body = bodies.get(self.path, bodies.get(parts.path))
             if body is None:
                 self.send_error(404)
+                return
+            if callable(body):
+                self.send_response(200)
+                self.end_headers()
+                body(self.wfile)
                 return
             data = body.encode() if isinstance(body, str) else body
             self.send_response(200)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import json
+import time
+from typing import BinaryIO
 from urllib.parse import quote_plus
 
 import pytest
+from rich.console import Console
 
-from gpufrac.report import collect
+from gpufrac.report import analysis, collect, render
 from gpufrac.report.analysis import ShareSample
 
 from .fakemetrics import agent_body, serving, share_line
@@ -40,6 +44,49 @@ def test_a_source_that_fails_is_recorded_not_raised(bodies: dict, path: str, pro
     assert "\n" not in usage.sources[0].problem  # it ends a one-line warning (httpx adds a line on a 404)
 
 
+def drip(stream: BinaryIO) -> None:
+    """A byte every 50 ms for 20 s: each read is quick, so only a deadline on the whole answer ends it."""
+    for _ in range(400):
+        try:
+            stream.write(b"#")
+            stream.flush()
+        except OSError:
+            return  # the reader gave up
+        time.sleep(0.05)
+
+
+def test_an_answer_that_drips_for_ever_is_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(collect, "DEADLINE_SECONDS", 0.5)
+    started = time.monotonic()
+    with serving({"/metrics": drip}) as base, collect.http_client() as http:
+        usage = collect.scrape(base + "/metrics", http)
+    assert "not complete after 0.5 s" in usage.sources[0].problem
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-1"])
+def test_a_reading_that_is_no_size_makes_the_source_unread(value: str) -> None:
+    """NaN passed for a share within its limit (it compares false) and wrote NaN into report.json."""
+    text = agent_body(share_line("a", 0).replace(" 0", f" {value}"))
+    with pytest.raises(ValueError, match="not a size or a count"):
+        collect.parse_metrics(text, "u")
+    counters = agent_body().replace("} 2.0", "} NaN", 1)
+    with pytest.raises(ValueError, match="not a size or a count"):
+        collect.parse_metrics(counters, "u")
+
+
+def test_text_an_agent_wrote_is_shown_not_obeyed() -> None:
+    """A reason label reached the terminal table as markup ('[/b]' aborted the run with a traceback) and
+    as escape sequences; the warning line too, from the error a server wrote."""
+    text = agent_body().replace("GPUMemoryLimitExceeded", "[/b]\x1b]0;owned\x07")
+    usage = collect.parse_metrics(text, "u")
+    assert list(usage.breaches) == ["[/b]\\x1b]0;owned\\x07"]
+    screen = io.StringIO()
+    Console(file=screen, width=160).print(render.summary_table(analysis.figures([], [], usage)))
+    assert "watchdog findings: [/b]\\x1b]0;owned\\x07" in screen.getvalue()
+    assert collect.printable("a\x1b[31mb\nc") == "a\\x1b[31mb\\nc"
+
+
 def test_an_unreachable_agent_is_a_problem_too() -> None:
     with serving({}) as base:
         pass  # closed: nothing listens there any more
@@ -49,7 +96,10 @@ def test_an_unreachable_agent_is_a_problem_too() -> None:
 
 
 def vector(*results: tuple[dict[str, str], str]) -> str:
-    items = [{"metric": metric, "value": [0, value]} for metric, value in results]
+    return vector_of([{"metric": metric, "value": [0, value]} for metric, value in results])
+
+
+def vector_of(items: list[object]) -> str:
     return json.dumps({"status": "success", "data": {"resultType": "vector", "result": items}})
 
 
@@ -80,6 +130,28 @@ def test_prometheus_gives_the_same_figures() -> None:
         usage = collect.query_prometheus(base + "/", http)
     assert usage.samples == (ShareSample("ml/a", "main", "GPU-a", "0", 2048.0),)
     assert usage.breaches == {"GPUMemoryLimitExceeded": 3.0} and usage.actions == {"kill": 3.0}
+
+
+NOT_PROMETHEUS = {
+    "a list": "[]",
+    "a string": '"up"',
+    "nested for ever": "[" * 100_000,
+    "data not a map": json.dumps({"status": "success", "data": []}),
+    "results not a list": json.dumps({"status": "success", "data": {"resultType": "vector", "result": 1}}),
+    "a result not a map": vector_of(["x"]),
+    "labels not a map": vector_of([{"metric": [1], "value": [0, "1"]}]),
+    "a label not text": vector_of([{"metric": {"reason": {"a": 1}}, "value": [0, "1"]}]),
+    "a value not a pair": vector_of([{"metric": {}, "value": 1}]),
+    "a value of NaN": vector_of([{"metric": {}, "value": [0, "NaN"]}]),
+}
+
+
+@pytest.mark.parametrize("body", NOT_PROMETHEUS.values(), ids=NOT_PROMETHEUS.keys())
+def test_an_answer_of_the_wrong_shape_is_a_problem_not_a_traceback(body: str) -> None:
+    with serving(prometheus_paths(body, body, body)) as base, collect.http_client() as http:
+        usage = collect.query_prometheus(base, http)
+    assert usage.samples == () and usage.sources[0].problem
+    assert "\n" not in usage.sources[0].problem
 
 
 def test_a_prometheus_error_is_a_problem() -> None:

@@ -60,3 +60,17 @@ def test_chromium_shows_the_tables_and_every_chart(tmp_path: Path) -> None:
     render.write(tmp_path / "out", example())
     dom = check_page(tmp_path / "out" / "index.html", tmp_path / "profile", tables=TABLES, images=3)
     assert "ml/b" in dom and "breach" in dom
+
+
+def test_a_gpu_name_a_tenant_wrote_opens_as_text_in_a_spreadsheet_and_draws_as_text(tmp_path: Path) -> None:
+    """On a cluster without gpufrac's webhook a tenant writes its own `gpus.devices`: a formula must not run
+    in shares.csv or gpus.csv, and a `$` must not be read as TeX by the charts (an invalid one aborted the
+    report with a traceback)."""
+    formula, tex = '=HYPERLINK("http://x")', r"$\undefinedcommand$"
+    pods = [pod("a", share=(formula,)), pod("b", share=(tex,), node="n2")]
+    render.write(tmp_path, analysis.figures([node("n1"), node("n2")], pods, analysis.Usage()))
+    with (tmp_path / "shares.csv").open() as rows:
+        assert [row["gpu"] for row in csv.DictReader(rows)] == [f"'{formula}", tex]
+    with (tmp_path / "gpus.csv").open() as rows:
+        assert [row["gpu"] for row in csv.DictReader(rows)] == [f"'{formula}", tex]
+    assert render.inert("-1+1") == "'-1+1" and render.inert("4096") == "4096"

@@ -112,6 +112,16 @@ MISTAKES = {
         ["eviction.graceSeconds"],
     ),
     "fractional GPUs": ('[cluster]\ngpus = 2.5\n[[queues]]\nname = "a"\n', ["cluster.gpus", "whole number"]),
+    # Names a Queue cannot have, which would be read as markup by the table or as TeX by the plots.
+    "markup in a name": ('[[queues]]\nname = "[/b]"\n', ["queues[0].name = '[/b]'", "not a Queue name"]),
+    "TeX in a name": ('[[queues]]\nname = "$\\\\x$"\n', ["queues[0].name", "not a Queue name"]),
+    "a newline in a name": ('[[queues]]\nname = "a\\nb"\n', ["queues[0].name = 'a\\nb'", "not a Queue name"]),
+    "a name too long": (f'[[queues]]\nname = "{"a" * 64}"\n', ["queues[0].name", "at most 63"]),
+    "nested too deeply": ("x = " + "[" * 10_000 + "]" * 10_000 + "\n", ["nested too deeply"]),
+    "an integer of 5,000 digits": (
+        '[[queues]]\nname = "a"\ntraffic = ' + "9" * 5000 + "\n",
+        ["thousands of digits", "write it shorter"],
+    ),
 }
 
 

@@ -29,6 +29,9 @@ HOURS_PER_MONTH = 730  # 8760 hours a year / 12
 # A GPU-hour costs a few currency units; past a million, GPUs x price x 730 hours reaches Infinity, which
 # --format json cannot carry (its `Infinity` is not JSON).
 MAX_PRICE_PER_GPU_HOUR = 1e6
+# Far past any time-slicing config, a replica of the smallest GPU (16 GB) still 16 MiB; past it, a replica
+# rounds to 0 MiB and every pod "fits on no node", and an int beyond C's long aborted the run.
+MAX_REPLICAS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +58,8 @@ class Settings:
             raise UserError(
                 f'--policy "{self.policy}": the planner needs a deterministic policy; known: {known}'
             )
-        if self.replicas < 1:
-            raise UserError(f"--replicas {self.replicas}: must be at least 1")
+        if not 1 <= self.replicas <= MAX_REPLICAS:
+            raise UserError(f"--replicas {self.replicas}: must be 1 to {MAX_REPLICAS} replicas per GPU")
         if not 0 <= self.trusted_share <= 1:
             raise UserError(f"--trusted-share {self.trusted_share}: must be a portion between 0 and 1")
         if not 1 <= self.fault_domains <= 10_000:

@@ -2,13 +2,17 @@
 each agent's /metrics or from a Prometheus that scrapes them.
 
 A source that cannot be read is a warning, not a failure: the report is still written, and the shares it
-would have measured say "not measured". Bodies are read within a bound, since a URL may point anywhere.
+would have measured say "not measured". Bodies are read within a bound of size and of time, and checked for
+shape and sense (a count or a size is a finite number, 0 or more), since a URL may point anywhere; text a
+source wrote reaches the terminal only as printable characters.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,7 +28,8 @@ USED = "gpufrac_share_memory_used_bytes"
 BREACHES = "gpufrac_watchdog_breaches"  # counters: the samples are named <family>_total
 ACTIONS = "gpufrac_watchdog_actions"
 MAX_BODY_BYTES = 32 * 1024 * 1024  # an agent with thousands of shares writes a few MiB
-TIMEOUT_SECONDS = 10.0
+TIMEOUT_SECONDS = 10.0  # for each step (connect, each read): a server that drips bytes never reaches it
+DEADLINE_SECONDS = 60.0  # for a whole answer, so that one that drips is given up too
 EXAMPLE_URLS = {"--metrics": "http://node-1:9400/metrics", "--prometheus": "http://prometheus:9090"}
 
 
@@ -61,10 +66,11 @@ def parse_metrics(text: str, url: str) -> Usage:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == USED:
-                samples.append(_share_sample(sample.labels, sample.value))
+                samples.append(_share_sample(sample.labels, _reading(sample.name, sample.value)))
             elif family.name in counters and sample.name == f"{family.name}_total":
-                key = sample.labels.get(label[family.name], "")
-                counters[family.name][key] = counters[family.name].get(key, 0.0) + sample.value
+                key = printable(sample.labels.get(label[family.name], ""))
+                value = _reading(sample.name, sample.value)
+                counters[family.name][key] = counters[family.name].get(key, 0.0) + value
     return Usage(tuple(samples), counters[BREACHES], counters[ACTIONS], (Source(url),))
 
 
@@ -76,21 +82,56 @@ def query_prometheus(base: str, http: httpx2.Client) -> Usage:
         used = _vector(http, url, USED)
         breaches = _vector(http, url, f"sum by (reason) ({BREACHES}_total)")
         actions = _vector(http, url, f"sum by (action) ({ACTIONS}_total)")
-    except (httpx2.HTTPError, ValueError, KeyError, TypeError) as error:
+    except (httpx2.HTTPError, ValueError) as error:
         return Usage(sources=(Source(base, _problem(error)),))
     return Usage(
         tuple(_share_sample(labels, value) for labels, value in used),
-        {labels.get("reason", ""): value for labels, value in breaches},
-        {labels.get("action", ""): value for labels, value in actions},
+        {printable(labels.get("reason", "")): value for labels, value in breaches},
+        {printable(labels.get("action", "")): value for labels, value in actions},
         (Source(base),),
     )
 
 
 def _vector(http: httpx2.Client, url: str, query: str) -> list[tuple[Mapping[str, str], float]]:
-    body = json.loads(_get(http, url, params={"query": query}))
-    if body.get("status") != "success" or body["data"]["resultType"] != "vector":
-        raise ValueError(f"query {query!r}: {body.get('error') or 'not an instant vector'}")
-    return [(item["metric"], float(item["value"][1])) for item in body["data"]["result"]]
+    """The query's instant vector; ValueError for an answer of any other shape, so that a server that is
+    not Prometheus is a warning, not a traceback."""
+    try:
+        body = json.loads(_get(http, url, params={"query": query}))
+    except RecursionError:
+        raise ValueError("answer nested too deeply to be Prometheus's") from None
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, dict) or body.get("status") != "success" or data.get("resultType") != "vector":
+        error = body.get("error") if isinstance(body, dict) else None
+        raise ValueError(f"query {query!r}: {error or 'not an instant vector'}")
+    results = data.get("result")
+    if not isinstance(results, list):
+        raise ValueError(f"query {query!r}: an instant vector without a list of results")
+    return [_result(item, query) for item in results]
+
+
+def _result(item: object, query: str) -> tuple[Mapping[str, str], float]:
+    """One result of an instant vector: `{"metric": {label: text}, "value": [time, "number"]}`."""
+    metric = item.get("metric") if isinstance(item, dict) else None
+    value = item.get("value") if isinstance(item, dict) else None
+    if (
+        not isinstance(metric, dict)
+        or not all(isinstance(text, str) for text in metric.values())
+        or not isinstance(value, list)
+        or len(value) != 2
+        or not isinstance(value[1], str)
+    ):
+        raise ValueError(
+            f"query {query!r}: a result that is not {{metric: {{labels}}, value: [time, number]}}"
+        )
+    return metric, _reading(query, float(value[1]))
+
+
+def _reading(name: str, value: float) -> float:
+    """A size in bytes or a count, as read: NaN, an infinity or a negative number is no reading, and would
+    pass for a share within its limit (NaN compares false) or make report.json invalid JSON."""
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} = {value}: not a size or a count (a finite number, 0 or more)")
+    return value
 
 
 def _share_sample(labels: Mapping[str, str], value: float) -> ShareSample:
@@ -104,6 +145,7 @@ def _share_sample(labels: Mapping[str, str], value: float) -> ShareSample:
 
 
 def _get(http: httpx2.Client, url: str, **options: Any) -> str:
+    deadline = time.monotonic() + DEADLINE_SECONDS
     with http.stream("GET", url, **options) as response:
         response.raise_for_status()
         body = bytearray()
@@ -111,12 +153,20 @@ def _get(http: httpx2.Client, url: str, **options: Any) -> str:
             body += chunk
             if len(body) > MAX_BODY_BYTES:
                 raise ValueError(f"answer larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB")
+            if time.monotonic() > deadline:
+                raise ValueError(f"answer not complete after {DEADLINE_SECONDS:g} s")
     return body.decode("utf-8", errors="replace")
 
 
 def _problem(error: Exception) -> str:
     """The error's first line: httpx adds a second (a link to MDN) that would break the warning's one."""
-    return str(error).strip().split("\n", 1)[0] or type(error).__name__
+    return printable(str(error).strip().split("\n", 1)[0] or type(error).__name__)
+
+
+def printable(text: str) -> str:
+    """`text` with each character a terminal would act on (an escape sequence, a newline) written as its
+    escape (`\\x1b`): a source's words are shown, never obeyed."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 def http_client() -> httpx2.Client:

@@ -22,6 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from gpufrac.report.analysis import NOT_MEASURED, Figures, Share
 from gpufrac.sim import output
@@ -29,6 +30,7 @@ from gpufrac.sim import output
 MAX_SHARES_PLOTTED = 60  # beyond that a bar chart is unreadable; the table and shares.csv have them all
 SHARE_COLUMNS = ("pod", "container", "node", "gpu", "mode", "request MiB", "limit MiB", "used MiB", "status")
 GPU_COLUMNS = ("node", "gpu", "tenants", "pods")
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def headline(figures: Figures) -> str:
@@ -104,7 +106,7 @@ def summary_table(figures: Figures) -> Table:
     table.add_column("figure")
     table.add_column("value", justify="right")
     for name, value in densification_rows(figures):
-        table.add_row(name, value)
+        table.add_row(Text(name), value)  # not markup: a finding's reason is a label an agent wrote
     return table
 
 
@@ -139,8 +141,15 @@ def _csv(header: Sequence[str], rows: list[list[str]]) -> bytes:
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(header)
-    writer.writerows(rows)
+    writer.writerows([inert(cell) for cell in row] for row in rows)
     return text.getvalue().encode()
+
+
+def inert(cell: str) -> str:
+    """The cell, with a leading `'` where a spreadsheet would run it as a formula (OWASP's rule for CSV
+    injection). The GPU names come from `gpus.devices`, which on a cluster without gpufrac's webhook any
+    tenant may write: `=HYPERLINK(...)` there must open as text. gpufrac's own numbers never start so."""
+    return f"'{cell}" if cell[:1] in FORMULA_STARTS else cell
 
 
 def _densification_chart(figures: Figures) -> bytes:

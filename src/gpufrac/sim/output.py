@@ -28,6 +28,10 @@ from rich.table import Table
 from gpufrac import writing
 from gpufrac.errors import UserError
 
+# Labels carry names from traces, tenant configs and the cluster (a trace file's name, a GPU a pod names); a
+# `$` in one would be read as TeX, and an invalid formula aborts the drawing. No chart uses TeX.
+matplotlib.rcParams["text.parse_math"] = False
+
 
 def check_out(out: Path | None) -> None:
     """Refuse an `--out` that can never be a folder (a file, or a path under one) before the long work that

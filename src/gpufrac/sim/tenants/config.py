@@ -11,6 +11,7 @@ before the replay starts.
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +26,10 @@ MAX_CONFIG_BYTES = reading.MIB  # a config lists a few queues: a megabyte is not
 MAX_PHASES = 1000
 MAX_GANG_SIZE = 64
 MAX_SECONDS = 30 * 86400  # a rule measured in months is a typo
+# A Queue's name as the API server takes it (a DNS subdomain) and as pods name it in a label (at most 63
+# characters). It is printed in a terminal table, drawn in plots and written in a page, so a name the
+# cluster could never hold (markup, a `$`, a newline) is refused here rather than garbling those.
+QUEUE_NAME = re.compile(r"[a-z0-9]([-.a-z0-9]{0,61}[a-z0-9])?")
 
 QUEUE_FIELDS = ("name", "parentQueue", "traffic", "resources")
 TABLES = {
@@ -77,6 +82,10 @@ def load(path: Path) -> TenantsConfig:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise UserError(f"--tenants {path}: not valid TOML ({error}); fix the syntax") from None
+    except ValueError:  # tomllib's int() refuses an integer of more than 4,300 digits
+        raise UserError(f"--tenants {path}: a number with thousands of digits; write it shorter") from None
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise UserError(f"--tenants {path}: arrays or tables nested too deeply; nest a few levels") from None
     return parse(document, path)
 
 
@@ -123,6 +132,9 @@ def _queues(fields: _Fields, entries: object) -> tuple[dict[str, QueueSpec], dic
         name = table.get("name")
         if not isinstance(name, str) or not name:
             raise fields.error(f"queues[{at}].name", name, "each queue needs a name")
+        if not QUEUE_NAME.fullmatch(name):
+            rule = "not a Queue name: lowercase letters, digits, '-' and '.', at most 63"
+            raise fields.error(f"queues[{at}].name", name, rule)
         if name in queues:
             raise fields.error(f"queues.{name}", name, "named twice; give each queue its own name")
         fields.known(table, f"queues.{name}.", QUEUE_FIELDS)
