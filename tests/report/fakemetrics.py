@@ -34,7 +34,8 @@ def agent_body(*lines: str) -> str:
 @contextlib.contextmanager
 def serving(bodies: Mapping[str, str | bytes | Callable[[BinaryIO], None]]) -> Iterator[str]:
     """Serve `bodies` by path (a query string is ignored except as `path?query=...` keys); 404 elsewhere.
-    A callable body writes the answer itself, as slowly as it likes. Yields the base URL."""
+    A callable body writes the whole answer itself, status line and headers included, as slowly as it likes.
+    Yields the base URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -43,9 +44,7 @@ def serving(bodies: Mapping[str, str | bytes | Callable[[BinaryIO], None]]) -> I
             if body is None:
                 self.send_error(404)
                 return
-            if callable(body):
-                self.send_response(200)
-                self.end_headers()
+            if callable(body):  # the whole answer, status line and headers included
                 body(self.wfile)
                 return
             data = body.encode() if isinstance(body, str) else body

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import time
+import queue
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -145,7 +146,29 @@ def _share_sample(labels: Mapping[str, str], value: float) -> ShareSample:
 
 
 def _get(http: httpx2.Client, url: str, **options: Any) -> str:
-    deadline = time.monotonic() + DEADLINE_SECONDS
+    """The answer's body, within `MAX_BODY_BYTES` and `DEADLINE_SECONDS` in all. The client's timeout bounds
+    each step (connect, each read), which a server sending a byte now and then, in its headers or its body,
+    never reaches; so the answer is read in a thread that is given up on at the deadline (a daemon thread:
+    the command's exit does not wait for it)."""
+    answers: queue.Queue[tuple[str, BaseException | None]] = queue.Queue(maxsize=1)
+
+    def read() -> None:
+        try:
+            answers.put((_read(http, url, **options), None))
+        except BaseException as error:  # handed to the caller, which raises it
+            answers.put(("", error))
+
+    threading.Thread(target=read, name=f"read {url}", daemon=True).start()
+    try:
+        body, error = answers.get(timeout=DEADLINE_SECONDS)
+    except queue.Empty:
+        raise ValueError(f"answer not complete after {DEADLINE_SECONDS:g} s") from None
+    if error is not None:
+        raise error
+    return body
+
+
+def _read(http: httpx2.Client, url: str, **options: Any) -> str:
     with http.stream("GET", url, **options) as response:
         response.raise_for_status()
         body = bytearray()
@@ -153,8 +176,6 @@ def _get(http: httpx2.Client, url: str, **options: Any) -> str:
             body += chunk
             if len(body) > MAX_BODY_BYTES:
                 raise ValueError(f"answer larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB")
-            if time.monotonic() > deadline:
-                raise ValueError(f"answer not complete after {DEADLINE_SECONDS:g} s")
     return body.decode("utf-8", errors="replace")
 
 
