@@ -267,8 +267,12 @@ def test_a_deletion_that_did_not_go_through_is_asked_again() -> None:
     keeper.finished(failed)
     assert keeper.tend(cache, 0.0).delete == [failed]
     assert keeper.tend(cache, 1.0).delete == []  # under way: not asked twice
-    keeper.retry("uid-failed")
-    assert keeper.tend(cache, 2.0).delete == [failed]
+    keeper.retry("uid-failed", now=1.5)
+    assert keeper.tend(cache, 2.0).delete == []  # refused: asked again after a second, not every round
+    assert keeper.tend(cache, 2.6).delete == [failed]
+    keeper.retry("uid-failed", now=2.7)
+    assert keeper.tend(cache, 4.0).delete == []  # refused again: two seconds
+    assert keeper.tend(cache, 4.8).delete == [failed]
 
 
 async def test_a_pod_with_a_share_and_whole_gpus_is_kept_off_device_plugin_nodes() -> None:

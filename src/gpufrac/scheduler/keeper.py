@@ -29,6 +29,7 @@ from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.devices import Hold
 
 Obj = Mapping[str, Any]
+_NODE = "node/"  # a node's key among the refusals, apart from pod UIDs
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,8 @@ class ReservationKeeper:
         self._idle_since: dict[str, float] = {}
         self._asked: set[str] = set()  # reservation and share pod uids whose deletion is under way
         self._tended_at: float | None = None
-        self._refused: dict[str, tuple[int, float]] = {}  # node -> creates refused in a row, next try at
+        # A node's creates, or a pod's deletion, refused in a row, and when to ask again (`_refused`).
+        self._refusals: dict[str, tuple[int, float]] = {}
 
     def due(self, now: float, *, every: float = 0.5) -> bool:
         """Whether to tend now: at most every `every` seconds, since a burst runs many rounds a second and
@@ -78,22 +80,35 @@ class ReservationKeeper:
         if objects.meta(pod).get("deletionTimestamp") is None:
             self.failed[objects.pod_uid(pod)] = pod
 
-    def retry(self, uid: str) -> None:
-        """A deletion this keeper asked for did not go through: ask again at the next tending."""
+    def retry(self, uid: str, *, now: float) -> None:
+        """A deletion this keeper asked for did not go through: ask again after a backoff (`_refused`)."""
         self._asked.discard(uid)
+        self._refused(uid, now)
 
     def created(self, node: str, *, ok: bool, now: float) -> None:
-        """A reservation create on `node` went through, or not. After a refusal (its namespace gone, a quota,
-        RBAC), tending asks again only after a backoff doubling up to a minute: a refusal that lasts would
-        otherwise be asked again for each free GPU at every tending, twice a second, node after node."""
+        """A reservation create on `node` went through, or not; after a refusal, asked again after a backoff
+        (`_refused`)."""
         if ok:
-            self._refused.pop(node, None)
-            return
-        times = self._refused.get(node, (0, 0.0))[0] + 1
-        self._refused[node] = (times, now + retrying.doubling(times - 1, first=1.0, ceiling=60.0))
+            self._refusals.pop(_NODE + node, None)
+        else:
+            self._refused(_NODE + node, now)
+
+    def _refused(self, key: str, now: float) -> None:
+        """Ask again only after a backoff doubling up to a minute: a refusal that lasts (a namespace being
+        deleted, a quota, RBAC) would otherwise be asked again at every tending, twice a second, for each
+        free GPU of each node or each pod to delete."""
+        times = self._refusals.get(key, (0, 0.0))[0] + 1
+        self._refusals[key] = (times, now + retrying.doubling(times - 1, first=1.0, ceiling=60.0))
+
+    def _waiting(self, key: str, now: float) -> bool:
+        return self._refusals.get(key, (0, now))[1] > now
+
+    def _busy(self, uid: str, now: float) -> bool:
+        """Whether a pod's deletion is under way, or waits out a backoff after a refusal."""
+        return uid in self._asked or self._waiting(uid, now)
 
     def deleted(self, uid: str) -> None:
-        for table in (self.failed, self._first_seen, self._idle_since):
+        for table in (self.failed, self._first_seen, self._idle_since, self._refusals):
             table.pop(uid, None)
         self._asked.discard(uid)
 
@@ -101,7 +116,7 @@ class ReservationKeeper:
         actions = Actions()
         awaited = {r for waiting in self.awaiting.values() for r in waiting}
         for uid, pod in list(self.failed.items()):
-            if uid not in self._asked:
+            if not self._busy(uid, now):
                 actions.delete.append(pod)
                 self._asked.add(uid)
         self._first_seen = {uid: self._first_seen.get(uid, now) for uid in cache.reservations}
@@ -111,7 +126,7 @@ class ReservationKeeper:
             held = _reserved_gpu(cache, uid)
             if held is None:
                 unpublished_on.add(objects.node_name(pod))
-            if uid in self._asked:
+            if self._busy(uid, now):
                 continue
             if held is None:
                 # Stuck even if pods wait for it: they would wait for ever; with it gone they decide again.
@@ -133,21 +148,23 @@ class ReservationKeeper:
             row = found
             shared = [gpu for gpu in range(len(view.holds)) if cache.state.gpu_tenants[row, gpu]]
             unheld = [gpu for gpu in shared if view.holds[gpu] in (Hold.FREE, Hold.PENDING, Hold.CLAIMED)]
-            waiting = self._refused.get(node, (0, now))[1] > now
+            waiting = self._waiting(_NODE + node, now)
             if unheld and node not in unpublished_on and view.count(Hold.FREE) and not waiting:
                 actions.create[node] = view.count(Hold.FREE)
             for gpu in shared:
                 if view.holds[gpu] is Hold.HELD:
-                    actions.evict.extend(self._evictions(cache, node, row, gpu))
+                    actions.evict.extend(self._evictions(cache, node, row, gpu, now))
         return actions
 
-    def _evictions(self, cache: SchedulerCache, node: str, row: int, gpu: int) -> list[tuple[Obj, str]]:
+    def _evictions(
+        self, cache: SchedulerCache, node: str, row: int, gpu: int, now: float
+    ) -> list[tuple[Obj, str]]:
         found = []
         for uid in sorted(cache.state.pods_on[row]):
             placement = cache.state.placements[uid]
             on_gpu = any(a.mode is not None and gpu in a.gpus for a in placement.assignments)
             pod = cache.bound.get(uid)
-            if on_gpu and pod is not None and uid not in self._asked:
+            if on_gpu and pod is not None and not self._busy(uid, now):
                 self._asked.add(uid)
                 why = (
                     f"its GPU {gpu} on {node} lost its reservation and the device plugin gave it to another "

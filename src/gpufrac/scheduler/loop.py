@@ -614,7 +614,7 @@ class Scheduler:
         reason = "GPUReservationLost" if why else ""
         if not await delete_pod(self.client, pod, component=self.config.name, reason=reason, message=why):
             log.error("cannot delete pod %s; trying again", objects.pod_key(pod))
-            self.keeper.retry(objects.pod_uid(pod))
+            self.keeper.retry(objects.pod_uid(pod), now=self.clock())
         elif why:
             log.warning("deleted pod %s: %s", objects.pod_key(pod), why)
         else:
