@@ -200,6 +200,22 @@ async def test_pod_resources_unreadable_keeps_holders_and_the_node_is_not_ready(
     assert report.findings == () and r.killer.calls == []  # no grants, no judgement
 
 
+@pytest.mark.parametrize(
+    ("allocatable", "advertised"),
+    [("4", None), ("2", ("GPU-a::0", "GPU-a::1"))],
+    ids=["more than the GPUs", "replicas"],
+)
+async def test_a_device_plugin_that_shares_the_gpus_makes_the_node_not_ready(
+    host: FakeHost, allocatable: str, advertised: tuple[str, ...] | None
+) -> None:
+    """NVIDIA's plugin sharing by time-slicing or MPS hands one GPU to several pods: a GPU gpufrac reserved
+    for shares could still go to another pod, so no share is placed there."""
+    r = rig(host, node(allocatable={GPU: allocatable}))
+    r.kubelet.advertised = None if advertised is None else {GPU: advertised}
+    report = await r.agent.tick()
+    assert report.ready is not None and report.ready.reason == "DevicePluginSharesGPUs"
+
+
 async def test_coexist_without_a_device_plugin_is_not_ready(host: FakeHost) -> None:
     r = rig(host, node())
     report = await r.agent.tick()

@@ -338,6 +338,9 @@ class Agent:
                 plugin_error=plugin_error,
                 plugin_registered=self._plugin is not None and self._plugin.registered,
                 kubelet_gpus=kubelet_gpus,
+                plugin_shares=inventory.plugin_shares(
+                    report.advertised or (), kubelet_gpus, len(snapshot.gpus)
+                ),
             )
             report.ready = inventory.readiness(facts)
             current = inventory.find_condition(status.get("conditions"))

@@ -191,6 +191,13 @@ def kubelet_gpus(allocatable: Mapping[str, str] | None) -> int:
     return int(text) if text.isascii() and text.isdigit() else 0
 
 
+def plugin_shares(advertised: Sequence[str], kubelet_count: int, gpu_count: int) -> bool:
+    """Whether the device plugin hands out parts of GPUs: NVIDIA's, sharing by time-slicing or MPS,
+    advertises replicas `<uuid>::<n>`, or more `nvidia.com/gpu` than the node has GPUs. A reservation then
+    takes one replica, and the others of its GPU still go to other pods, so no share there is safe."""
+    return any("::" in device for device in advertised) or kubelet_count > gpu_count
+
+
 def plugin_conflict(labels: Mapping[str, str], kubelet_count: int, advertised: Sequence[str] | None) -> str:
     """Why gpufrac must not serve `nvidia.com/gpu` itself (managed mode, before it registered); empty when
     nothing else does. Two plugins for one resource would each hand out every GPU."""
@@ -316,6 +323,7 @@ class Facts:
     plugin_error: str = ""
     plugin_registered: bool = False
     kubelet_gpus: int = 0
+    plugin_shares: bool = False  # the device plugin hands out parts of GPUs (`plugin_shares`)
 
 
 @dataclass(frozen=True)
@@ -366,6 +374,13 @@ def _first_failure(facts: Facts) -> tuple[str, str] | None:
             mode is DevicePluginMode.COEXIST and facts.kubelet_gpus == 0,
             "NoDevicePlugin",
             f"the Node's allocatable has no {node_inventory.GPU_RESOURCE}: no device plugin runs here",
+        ),
+        (
+            mode is DevicePluginMode.COEXIST and facts.plugin_shares,
+            "DevicePluginSharesGPUs",
+            f"the device plugin shares this node's GPUs ({node_inventory.GPU_RESOURCE} replicas, by "
+            "time-slicing or MPS): a GPU gpufrac reserves could still be handed to other pods; switch that "
+            "sharing off on this node, or keep it out of gpufrac (gpufrac.io/enabled)",
         ),
     )
     for failed, reason, message in checks:
