@@ -167,6 +167,22 @@ def test_a_gang_is_planned_for_whole_or_not_at_all() -> None:
     assert snapshot(state) == before  # every trial put back
 
 
+def test_a_victim_on_a_gpu_gone_unhealthy_is_weighed_and_put_back() -> None:
+    """Pod a holds all of n0's CPU on GPU 0, which then went unhealthy: the trials release it and put it back,
+    where `apply` would refuse it (no new share on an unhealthy GPU) and lose it from the state."""
+    state = ClusterState([node("n0", 2, cpu=4_000)])
+    place_on(state, share_pod("a", 250, cpu=4_000), "n0")
+    state.set_gpu_health("n0", 0, healthy=False)
+    before = snapshot(state)
+    pod = share_pod("p", 500, cpu=1_000)
+    plan = plan_eviction(state, pod, BINPACK, victims={"a": 0}, max_victims=1)
+    assert plan is not None and plan.victims == ("a",) and plan.placement.assignments[0].gpus == (1,)
+    assert snapshot(state) == before
+    gang_plan = plan_gang_eviction(state, [(pod, None)], BINPACK, victims={"a": 0}, max_victims=1)
+    assert gang_plan is not None and gang_plan.victims == ("a",)
+    assert snapshot(state) == before
+
+
 def test_among_victims_otherwise_alike_the_plan_loses_the_least_work() -> None:
     """An eviction throws away what the victim ran: of two pods of one priority, the one that ran less goes,
     whether they are on different nodes or on different GPUs of one node."""

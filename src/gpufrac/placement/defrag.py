@@ -308,7 +308,7 @@ def _trial(
         for placement in reversed(applied):
             state.release(placement.pod)
         for placement in (*sources, *released):
-            state.apply(placement)
+            state.restore(placement)
 
 
 def gpu_mib(placement: Placement) -> int:
@@ -350,7 +350,7 @@ def tidy(
             source = state.placements[name]
             state.release(name)
             target = decide(state, movable[name], policy)
-            state.apply(source)
+            state.restore(source)
             if not isinstance(target, Placement) or target.node == source.node:
                 continue
             before = _fragmentation(state, workload, source.node, target.node)
@@ -360,11 +360,11 @@ def tidy(
                 moves.append(Move(source, target))
             else:
                 state.release(name)
-                state.apply(source)
+                state.restore(source)
     finally:
         for move in reversed(moves):
             state.release(move.source.pod)
-            state.apply(move.source)
+            state.restore(move.source)
     return tuple(moves)
 
 
