@@ -177,7 +177,10 @@ def fewest_victims(
     for name in here:
         for assignment in state.placements[name].assignments:
             for gpu in assignment.gpus:
-                per_gpu.setdefault(gpu, []).append((assignment.request_mib, name))
+                # What its going frees on the GPU: a whole GPU all of its memory, where the request is that of
+                # the smallest of its GPUs (`whole_assignments`), too little for a bigger one.
+                freed = int(state.gpu_mem[row, gpu]) if assignment.mode is None else assignment.request_mib
+                per_gpu.setdefault(gpu, []).append((freed, name))
     chosen: list[str] = []
     wanted = gpus_wanted(pod)
     if wanted:
