@@ -159,6 +159,27 @@ def test_unhealthy_gpu_takes_no_new_share_but_keeps_the_old_one(state: ClusterSt
     state.apply(share_at("new", "a", (0,), 1_000))
 
 
+def test_a_released_pod_is_restored_to_its_unhealthy_gpu_and_only_health_is_overlooked(
+    state: ClusterState,
+) -> None:
+    """Trials release pods and put them back (`placement.defrag`, `placement.preemption`): a pod on a GPU
+    that went unhealthy under it must come back, not be refused on the way back and lost."""
+    old = share_at("old", "a", (0,), 4_000)
+    state.apply(old)
+    state.set_gpu_health("a", 0, healthy=False)
+    before = snapshot(state)
+    state.restore(state.release("old"))
+    assert_same(before, snapshot(state))
+    state.release("old")
+    with pytest.raises(PlacementRefused, match="is unhealthy"):
+        state.apply(old)
+    state.set_gpu_health("a", 0, healthy=True)
+    state.apply(share_at("big", "a", (0,), GPU_MIB - 1_000))
+    state.set_gpu_health("a", 0, healthy=False)
+    with pytest.raises(PlacementRefused, match="unrequested"):
+        state.restore(old)  # every other invariant still holds it back
+
+
 def test_mode_is_set_by_the_first_share_and_clears_when_the_gpu_empties(state: ClusterState) -> None:
     state.apply(share_at("x", "b", (0,), 1_000, mode=SM))
     state.apply(share_at("y", "b", (0,), 1_000, mode=SM))

@@ -137,6 +137,22 @@ def test_without_copies_the_state_and_leaves_it_alone() -> None:
     assert copy.serial != state.serial
 
 
+def test_a_pod_on_a_gpu_gone_unhealthy_is_weighed_and_put_back() -> None:
+    """Pod a holds all of n0's CPU on GPU 0, which then went unhealthy: a plan or a tidy that weighs moving it
+    puts it back afterwards, where `apply` would refuse it (no new share on an unhealthy GPU) and lose it."""
+    state = cluster(2, 1, cpu=4_000)
+    movable = placed(state, (share_pod("a", 250, cpu=4_000), "n0"))
+    state.set_gpu_health("n0", 0, healthy=False)
+    before = snapshot(state)
+    n0 = np.array([state.index["n0"]])
+    pod = share_pod("p", 500, cpu=1_000)
+    room = plan_room(state, pod, policy(BINPACK), movable=movable, max_moves=1, rows=n0)
+    assert snapshot(state) == before
+    assert room is not None and [(m.source.node, m.target.node) for m in room.moves] == [("n0", "n1")]
+    assert tidy(state, policy(BINPACK), WHOLE_GPUS, movable=movable, max_moves=1) == ()
+    assert snapshot(state) == before
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     nodes=st.lists(st.integers(1, 3), min_size=1, max_size=4),

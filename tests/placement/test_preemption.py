@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufrac.cluster.invariants import violations
-from gpufrac.cluster.model import Placement
+from gpufrac.cluster.model import GpuSpec, NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.engine import decide
 from gpufrac.placement.preemption import plan_eviction, plan_gang_eviction
@@ -165,6 +165,32 @@ def test_a_gang_is_planned_for_whole_or_not_at_all() -> None:
     assert plan_gang_eviction(state, gang(3), BINPACK, victims={"a": 1, "b": 5}, max_victims=1) is None
     assert plan_gang_eviction(state, gang(4), BINPACK, victims={"a": 1, "b": 5}, max_victims=3) is None
     assert snapshot(state) == before  # every trial put back
+
+
+def test_a_victim_on_a_gpu_gone_unhealthy_is_weighed_and_put_back() -> None:
+    """Pod a holds all of n0's CPU on GPU 0, which then went unhealthy: the trials release it and put it back,
+    where `apply` would refuse it (no new share on an unhealthy GPU) and lose it from the state."""
+    state = ClusterState([node("n0", 2, cpu=4_000)])
+    place_on(state, share_pod("a", 250, cpu=4_000), "n0")
+    state.set_gpu_health("n0", 0, healthy=False)
+    before = snapshot(state)
+    pod = share_pod("p", 500, cpu=1_000)
+    plan = plan_eviction(state, pod, BINPACK, victims={"a": 0}, max_victims=1)
+    assert plan is not None and plan.victims == ("a",) and plan.placement.assignments[0].gpus == (1,)
+    assert snapshot(state) == before
+    gang_plan = plan_gang_eviction(state, [(pod, None)], BINPACK, victims={"a": 0}, max_victims=1)
+    assert gang_plan is not None and gang_plan.victims == ("a",)
+    assert snapshot(state) == before
+
+
+def test_a_whole_gpu_pod_on_gpus_of_different_sizes_frees_each_of_them_whole() -> None:
+    """GPUs of one node often differ by a few MiB of allocatable memory. A whole-GPU assignment's request is
+    its smallest GPU's memory, but evicting it frees the bigger GPU whole too."""
+    gpus = (GpuSpec(0, "g0", "T4", 16_000), GpuSpec(1, "g1", "T4", 16_002))
+    state = ClusterState([NodeSpec("n0", 64_000, 64_000, gpus)])
+    place_on(state, whole_pod("a", 2), "n0")
+    plan = plan_eviction(state, whole_pod("w", 2), BINPACK, victims={"a": 0}, max_victims=1)
+    assert plan is not None and plan.victims == ("a",) and plan.placement.assignments[0].gpus == (0, 1)
 
 
 def test_among_victims_otherwise_alike_the_plan_loses_the_least_work() -> None:

@@ -147,6 +147,14 @@ def test_a_report_that_cannot_be_written_leaves_no_part_of_it(
     assert [path.name for path in out.iterdir()] == ["report.html"]
 
 
+def test_a_node_list_without_gpus_is_one_line(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    """Allocation is a share of the cluster's GPUs: with none, the replay divided by zero."""
+    _, pods = tiny
+    nodes = tmp_path / "cpu-nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,0,\n")
+    assert_one_line_error(simulate("--nodes", nodes, "--pods", pods, "--seeds", "1"), "no GPUs")
+
+
 def test_a_missing_file_exits_2(tmp_path: Path) -> None:
     missing = tmp_path / "absent.csv"
     assert_one_line_error(simulate("--pods", missing, "--seeds", "1"), str(missing), "no such file")

@@ -1,9 +1,10 @@
 """`ClusterState`: the cluster as numpy arrays, so that every plugin scores all nodes in one pass.
 
 Node i's GPUs are row i of the (nodes × widest node) GPU arrays; columns past a node's GPU count have zero
-memory and are never free. Every mutation goes through `apply`, `release` or a node change, each of which
-checks the placement invariants (docs/architecture.md) first and refuses (raising `PlacementRefused`)
-rather than break one, and bumps the node's `version` so that plugins can cache per-node work.
+memory and are never free. Every mutation goes through `apply`, `release`, `restore` or a node change, each
+of which checks the placement invariants (docs/architecture.md) first and refuses (raising
+`PlacementRefused`) rather than break one, and bumps the node's `version` so that plugins can cache per-node
+work.
 """
 
 from __future__ import annotations
@@ -173,7 +174,16 @@ class ClusterState:
     # ---- pods ---------------------------------------------------------------------------------------------
 
     def apply(self, placement: Placement) -> None:
-        row = self._check(placement)
+        self._put(self._check(placement), placement)
+
+    def restore(self, placement: Placement) -> None:
+        """Put back a placement released from this state, to undo a trial (`placement.defrag`,
+        `placement.preemption`). Checked as `apply` checks a new one, except for GPU health: a GPU that went
+        unhealthy keeps the shares it already had (`set_gpu_health`), so a pod released from one to weigh a
+        plan must come back to it rather than be refused, and lost from the state, on the way back."""
+        self._put(self._check(placement, returning=True), placement)
+
+    def _put(self, row: int, placement: Placement) -> None:
         self.cpu_free[row] -= placement.cpu_milli
         self.mem_free[row] -= placement.memory_mib
         for assignment in placement.assignments:
@@ -237,8 +247,9 @@ class ClusterState:
                     self.gpu_mode[row, gpu] = MODE_NONE
                     self.gpu_domain[row, gpu] = DOMAIN_NONE
 
-    def _check(self, placement: Placement) -> int:
-        """The row the placement lands on, once every invariant it could break is known to hold."""
+    def _check(self, placement: Placement, *, returning: bool = False) -> int:
+        """The row the placement lands on, once every invariant it could break is known to hold. `returning`:
+        the pod was on these GPUs before (`restore`), so their health does not matter."""
         if placement.pod in self.placements:
             raise PlacementRefused(f"pod {placement.pod} is already placed")
         row = self.index.get(placement.node)
@@ -252,7 +263,14 @@ class ClusterState:
         whole: set[int] = set()
         for assignment in placement.assignments:
             self._check_assignment(
-                placement, row, assignment, taken=taken, modes=modes, compute=compute, whole=whole
+                placement,
+                row,
+                assignment,
+                taken=taken,
+                modes=modes,
+                compute=compute,
+                whole=whole,
+                returning=returning,
             )
         return row
 
@@ -266,6 +284,7 @@ class ClusterState:
         modes: dict[int, int],
         compute: dict[int, int],
         whole: set[int],
+        returning: bool,
     ) -> None:
         where = f"pod {placement.pod} container {assignment.container} on {placement.node}"
         if len(set(assignment.gpus)) != len(assignment.gpus) or not assignment.gpus:
@@ -273,7 +292,7 @@ class ClusterState:
         for gpu in assignment.gpus:
             if not 0 <= gpu < self.gpu_count[row]:
                 raise PlacementRefused(f"{where}: no GPU {gpu}")
-            if not self.gpu_healthy[row, gpu]:
+            if not (returning or self.gpu_healthy[row, gpu]):
                 raise PlacementRefused(f"{where}: GPU {gpu} is unhealthy")
             if self.gpu_whole[row, gpu] or gpu in whole:
                 raise PlacementRefused(f"{where}: GPU {gpu} is held whole by another container")

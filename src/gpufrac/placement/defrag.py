@@ -177,7 +177,10 @@ def fewest_victims(
     for name in here:
         for assignment in state.placements[name].assignments:
             for gpu in assignment.gpus:
-                per_gpu.setdefault(gpu, []).append((assignment.request_mib, name))
+                # What its going frees on the GPU: a whole GPU all of its memory, where the request is that of
+                # the smallest of its GPUs (`whole_assignments`), too little for a bigger one.
+                freed = int(state.gpu_mem[row, gpu]) if assignment.mode is None else assignment.request_mib
+                per_gpu.setdefault(gpu, []).append((freed, name))
     chosen: list[str] = []
     wanted = gpus_wanted(pod)
     if wanted:
@@ -308,7 +311,7 @@ def _trial(
         for placement in reversed(applied):
             state.release(placement.pod)
         for placement in (*sources, *released):
-            state.apply(placement)
+            state.restore(placement)
 
 
 def gpu_mib(placement: Placement) -> int:
@@ -350,7 +353,7 @@ def tidy(
             source = state.placements[name]
             state.release(name)
             target = decide(state, movable[name], policy)
-            state.apply(source)
+            state.restore(source)
             if not isinstance(target, Placement) or target.node == source.node:
                 continue
             before = _fragmentation(state, workload, source.node, target.node)
@@ -360,11 +363,11 @@ def tidy(
                 moves.append(Move(source, target))
             else:
                 state.release(name)
-                state.apply(source)
+                state.restore(source)
     finally:
         for move in reversed(moves):
             state.release(move.source.pod)
-            state.apply(move.source)
+            state.restore(move.source)
     return tuple(moves)
 
 

@@ -131,7 +131,7 @@ def plan_gang_eviction(
         for name in placements:
             state.release(name)
         for placement in released:
-            state.apply(placement)
+            state.restore(placement)
 
 
 def _trial(
@@ -144,4 +144,4 @@ def _trial(
         return outcome if isinstance(outcome, Placement) else None
     finally:
         for placement in released:
-            state.apply(placement)
+            state.restore(placement)

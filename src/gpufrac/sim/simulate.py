@@ -100,6 +100,11 @@ def run(
     seed_list = experiment.parse_seeds(_given(seeds, "42-44"))
     budgets = experiment.parse_move_budgets(_given(move_budget, "0"))
     loaded = [trace.load(nodes, pods)] if traces is None else load_traces(traces, trace_dir, nodes)
+    if not loaded[0].gpus:  # the traces share one node list
+        raise UserError(
+            "the node list has no GPUs: the replay reports the share of the cluster's GPUs that pods are "
+            "given, so at least one node needs a GPU"
+        )
     console = Console(stderr=True)
     with output.progress(console, "replaying", transient=output_format == "json") as progress:
         # Each seed's bound is one step besides its replays: an LP, well under a second.
