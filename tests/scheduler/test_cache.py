@@ -152,6 +152,16 @@ def test_a_node_heartbeat_is_no_change() -> None:
     assert cache.add_node(node("n1", agent=inventory("n1", 2, unhealthy=[1]))) is True
 
 
+def test_a_bound_pod_on_a_gpu_gone_unhealthy_still_counts_there() -> None:
+    """A share keeps running on a GPU that went unhealthy under it; read again (a relist, a restart), it must
+    still count there, not leave its node held as unaccountable while its memory looks free."""
+    cache = SchedulerCache()
+    cache.add_node(node("n1", agent=inventory("n1", 2, unhealthy=[1])))
+    cache.add_pod(bound_to_gpu_1("p"))
+    assert set(cache.bound) == {key("p")} and cache.misfits == {}
+    assert gpu_free(cache, "n1") == [GPU_MIB, HALF]
+
+
 def bound_to_gpu_1(name: str) -> dict[str, Any]:
     """`name` as the watch reports it once the bind of `assumed_placement(name)` went through."""
     return bound(pod(name), "n1", share_notes("main", "GPU-n1-1", f"{HALF}Mi"))

@@ -178,9 +178,10 @@ class ClusterState:
 
     def restore(self, placement: Placement) -> None:
         """Put back a placement released from this state, to undo a trial (`placement.defrag`,
-        `placement.preemption`). Checked as `apply` checks a new one, except for GPU health: a GPU that went
-        unhealthy keeps the shares it already had (`set_gpu_health`), so a pod released from one to weigh a
-        plan must come back to it rather than be refused, and lost from the state, on the way back."""
+        `placement.preemption`), or count one that already runs (the scheduler's cache reading a bound pod).
+        Checked as `apply` checks a new one, except for GPU health: a GPU that went unhealthy keeps the shares
+        it already had (`set_gpu_health`), so such a pod must be counted there rather than refused, and lost
+        from the state."""
         self._put(self._check(placement, returning=True), placement)
 
     def _put(self, row: int, placement: Placement) -> None:

@@ -280,7 +280,8 @@ class SchedulerCache:
             # The node as last read (its spec is the first item of its view): rebuilding it from the state
             # for each of its pods would cost a relist a GPU list per pod.
             spec = self._node_views[node][0] if node in self._node_views else self.state.node_spec(node)
-            self.state.apply(objects.bound_placement(pod, spec))
+            # Restored, not applied: a pod running on a GPU that went unhealthy under it still holds it.
+            self.state.restore(objects.bound_placement(pod, spec))
         except (contract.ContractError, PlacementRefused) as error:
             self.misfits.setdefault(node, {})[uid] = pod
             self._hold_if_misfits(node)
