@@ -89,7 +89,7 @@ def test_after_a_kubelet_restart_it_is_no_longer_registered_and_registers_again(
     with grpc.insecure_channel(f"unix:{socket}") as channel:
         allocate = protos.unary(channel, "/v1beta1.DevicePlugin/Allocate", M["AllocateResponse"])
         allocate(M["AllocateRequest"](container_requests=[{"devicesIDs": ["GPU-a"]}]), timeout=10)
-    assert plugin.allocations == [["GPU-a"]]
+    assert list(plugin.allocations) == [["GPU-a"]]
 
 
 def test_list_and_watch_sends_the_devices_then_each_health_change(
@@ -159,7 +159,7 @@ def test_allocate_answers_each_container_its_devices_in_the_env(
         {"VISIBLE": "GPU-b,GPU-a"},
         {"VISIBLE": "GPU-a"},
     ]
-    assert plugin.allocations == [["GPU-b", "GPU-a"], ["GPU-a"]]
+    assert list(plugin.allocations) == [["GPU-b", "GPU-a"], ["GPU-a"]]
 
 
 @pytest.mark.parametrize("devices", [["GPU-z"], ["GPU-a", "all"]])
@@ -172,7 +172,7 @@ def test_allocate_refuses_a_device_it_never_advertised(
         allocate(request, timeout=10)
     assert excinfo.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
     assert excinfo.value.details() == f"example.com/gpu has no device {devices[-1]}"  # type: ignore[attr-defined]
-    assert plugin.allocations == []
+    assert not plugin.allocations
 
 
 def test_the_options_ask_for_no_pre_start(channel: grpc.Channel) -> None:

@@ -554,6 +554,6 @@ async def test_a_device_plugin_pod_gets_a_gpu_visible_in_pod_resources(
     assert devices.container == "cuda" and devices.resource == "nvidia.com/gpu"
     assert len(devices.device_ids) == 1 and devices.device_ids[0] in GPUS
     assert device_plugin.registered
-    assert device_plugin.allocations == [list(devices.device_ids)]
+    assert list(device_plugin.allocations) == [list(devices.device_ids)]
     env = container_env(real_node, control_plane, running, "cuda")
     assert env[keys.ENV_VISIBLE_DEVICES] == devices.device_ids[0]

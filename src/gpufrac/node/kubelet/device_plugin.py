@@ -7,6 +7,7 @@ It is how a node's GPUs are offered to pods asking an extended resource the way 
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent import futures
@@ -20,6 +21,7 @@ from . import calls, protos
 _M = protos.deviceplugin
 # How long Register may take: the kubelet answers at once, or is stuck.
 REGISTER_TIMEOUT = 10.0
+KEPT_ALLOCATIONS = 1024
 
 
 class DevicePluginError(Exception):
@@ -31,7 +33,8 @@ class DevicePluginServer:
     kubelet's device-plugins folder, and registers it. Allocate answers ``env_var`` = the comma-joined device
     IDs (NVIDIA_VISIBLE_DEVICES by default, as NVIDIA's plugin does).
 
-    `allocations` records each Allocate's device IDs per container, in order."""
+    `allocations` records the device IDs of the last `KEPT_ALLOCATIONS` containers allocated, in order:
+    enough to see what the kubelet asked for, bounded over an agent's months of pod churn."""
 
     def __init__(
         self,
@@ -46,7 +49,7 @@ class DevicePluginServer:
         self.resource = resource
         self.endpoint = endpoint
         self.env_var = env_var
-        self.allocations: list[list[str]] = []
+        self.allocations: collections.deque[list[str]] = collections.deque(maxlen=KEPT_ALLOCATIONS)
         # Guards the health, its version (bumped at each change) and `_stopped`; ListAndWatch streams wait
         # on it for a change to send.
         self._changed = threading.Condition()
@@ -184,7 +187,7 @@ class DevicePluginServer:
         unknown = self._unknown(device for ids in asked for device in ids)
         if unknown:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, unknown)
-        self.allocations += asked
+        self.allocations.extend(asked)
         responses = [_M["ContainerAllocateResponse"](envs={self.env_var: ",".join(ids)}) for ids in asked]
         return _M["AllocateResponse"](container_responses=responses)
 
