@@ -142,6 +142,16 @@ async def test_a_body_over_the_limit_is_denied_as_unreadable(
     assert response["allowed"] is False and response["status"]["code"] == 400
 
 
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+async def test_a_body_that_will_not_inflate_is_denied_as_unreadable(client: Client, encoding: str) -> None:
+    response = await client.post(
+        "/validate", data=b"\x1f\x8b\x08\x00 not compressed", headers={"Content-Encoding": encoding}
+    )
+    assert response.status == 200
+    answer = (await response.json())["response"]
+    assert answer["allowed"] is False and answer["status"]["code"] == 400
+
+
 async def test_a_bug_in_a_rule_still_gets_an_answer(
     client: Client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

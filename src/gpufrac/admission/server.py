@@ -102,10 +102,7 @@ class _Handlers:
         return await self._review(request, "validate", trusted_namespace=True)
 
     async def _review(self, http: web.Request, endpoint: str, *, trusted_namespace: bool) -> web.Response:
-        try:
-            body = await http.read()
-        except web.HTTPRequestEntityTooLarge:
-            body = b""
+        body = await _read_body(http)
         started = time.perf_counter()
         name = self.configmap_name()
         known = dict(self.queues.specs) if self.queues is not None else None
@@ -123,6 +120,15 @@ class _Handlers:
             self.metrics.denials.labels(endpoint, decision.rule).inc()
             _log_denial(endpoint, request, decision)
         return web.Response(body=reply, content_type="application/json")
+
+
+async def _read_body(http: web.Request) -> bytes:
+    """The request's body, or none (denied as unreadable) when it is over the limit or cannot be decoded (a
+    corrupt gzip or deflate `Content-Encoding`, which aiohttp inflates)."""
+    try:
+        return await http.read()
+    except (web.HTTPRequestEntityTooLarge, web.RequestPayloadError):
+        return b""
 
 
 def _answer(
