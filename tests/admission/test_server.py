@@ -152,6 +152,34 @@ async def test_a_body_that_will_not_inflate_is_denied_as_unreadable(client: Clie
     assert answer["allowed"] is False and answer["status"]["code"] == 400
 
 
+async def stall_a_body(client: Client) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A client that stalls after the first byte of its body, its connection left open (the writer kept)."""
+    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+    writer.write(b"POST /validate HTTP/1.1\r\nHost: webhook\r\nContent-Length: 1000\r\n\r\n{")
+    await writer.drain()
+    return reader, writer
+
+
+async def test_a_small_review_is_answered_while_a_body_trickles_in(client: Client) -> None:
+    _, writer = await stall_a_body(client)
+    assert (await post(client, "validate", review(pod({}))))["response"]["allowed"] is True
+    writer.close()
+
+
+async def test_a_body_not_sent_in_time_is_denied_as_unreadable(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "BODY_READ_SECONDS", 0.05)
+    reader, writer = await stall_a_body(client)
+    status = await asyncio.wait_for(reader.readline(), 10)  # without a read timeout, never answered
+    assert status.startswith(b"HTTP/1.1 200")
+    while await reader.readline() != b"\r\n":
+        pass
+    answer = json.loads(await reader.readuntil(b"}}}"))["response"]
+    assert answer["allowed"] is False and answer["status"]["code"] == 400
+    writer.close()
+
+
 async def test_a_bug_in_a_rule_still_gets_an_answer(
     client: Client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

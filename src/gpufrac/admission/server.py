@@ -40,6 +40,10 @@ log = logging.getLogger("gpufrac.webhook")
 # An AdmissionReview holds the object and the old one, each at most the apiserver's 3 MiB request limit;
 # a bigger body is answered as unreadable, and denied.
 MAX_BODY_BYTES = 8 * 1024 * 1024
+# A body still arriving this long after its headers belongs to no live review (the apiserver gives up on a
+# webhook after at most 30 s): it is answered as unreadable, so that a client trickling bytes cannot hold a
+# connection and up to `MAX_BODY_BYTES` of buffer for ever.
+BODY_READ_SECONDS = 30.0
 # A review bigger than this is read and decided in a worker thread, so that the event loop keeps answering
 # the others while it runs (every rule is linear in the pod, but a 6 MiB pod still takes a while); smaller
 # ones, nearly all, are decided inline, which is quicker than a hand-off.
@@ -123,11 +127,12 @@ class _Handlers:
 
 
 async def _read_body(http: web.Request) -> bytes:
-    """The request's body, or none (denied as unreadable) when it is over the limit or cannot be decoded (a
-    corrupt gzip or deflate `Content-Encoding`, which aiohttp inflates)."""
+    """The request's body, or none (denied as unreadable) when it is over the limit, cannot be decoded (a
+    corrupt gzip or deflate `Content-Encoding`, which aiohttp inflates) or is not all sent in time."""
     try:
-        return await http.read()
-    except (web.HTTPRequestEntityTooLarge, web.RequestPayloadError):
+        async with asyncio.timeout(BODY_READ_SECONDS):
+            return await http.read()
+    except (web.HTTPRequestEntityTooLarge, web.RequestPayloadError, TimeoutError):
         return b""
 
 
