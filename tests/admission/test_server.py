@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import gzip
 import json
 import logging
 import ssl
@@ -194,12 +196,14 @@ async def test_a_bug_in_a_rule_still_gets_an_answer(
     assert any(record.exc_info for record in caplog.records)
 
 
-async def test_serves_tls_and_stops(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Path) -> AsyncIterator[tuple[str, ssl.SSLContext]]:
+    """`server.serve` over TLS on a free port, as the CLI runs it: its URL and a context that trusts it."""
     bundle = certs.generate(["127.0.0.1", "localhost"])
     certs.write(bundle, cert=tmp_path / "tls.crt", key=tmp_path / "tls.key", ca=tmp_path / "ca.crt")
     stop = asyncio.Event()
     ports: list[int] = []
-    serving = asyncio.create_task(
+    task = asyncio.create_task(
         server.serve(
             POLICY,
             tls_cert=tmp_path / "tls.crt",
@@ -213,18 +217,30 @@ async def test_serves_tls_and_stops(tmp_path: Path) -> None:
     try:
         while not ports:
             await asyncio.sleep(0.01)
-        trust = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
-        async with aiohttp.ClientSession() as session:
-            url = f"https://localhost:{ports[0]}"
-            async with session.get(f"{url}/healthz", ssl=trust) as response:
-                assert response.status == 200
-            async with session.post(f"{url}/validate", json=review(pod({})), ssl=trust) as response:
-                assert (await response.json())["response"]["allowed"] is True
-            with pytest.raises(aiohttp.ClientConnectorCertificateError):
-                await session.get(f"{url}/healthz", ssl=ssl.create_default_context())
+        yield f"https://localhost:{ports[0]}", ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
     finally:
         stop.set()
-        await asyncio.wait_for(serving, 10)
+        await asyncio.wait_for(task, 10)
+
+
+async def test_serves_tls_and_stops(tmp_path: Path) -> None:
+    async with serving(tmp_path) as (url, trust), aiohttp.ClientSession() as session:
+        async with session.get(f"{url}/healthz", ssl=trust) as response:
+            assert response.status == 200
+        async with session.post(f"{url}/validate", json=review(pod({})), ssl=trust) as response:
+            assert (await response.json())["response"]["allowed"] is True
+        with pytest.raises(aiohttp.ClientConnectorCertificateError):
+            await session.get(f"{url}/healthz", ssl=ssl.create_default_context())
+
+
+async def test_a_compressed_body_is_not_inflated_but_denied(tmp_path: Path) -> None:
+    packed = gzip.compress(json.dumps(review(pod({}))).encode())
+    async with serving(tmp_path) as (url, trust), aiohttp.ClientSession() as session:
+        headers = {"Content-Encoding": "gzip"}
+        async with session.post(f"{url}/validate", data=packed, headers=headers, ssl=trust) as response:
+            answer = (await response.json())["response"]
+    assert answer["allowed"] is False
+    assert answer["status"]["message"] == "malformed AdmissionReview: not JSON (UnicodeDecodeError)"
 
 
 async def test_a_certificate_that_will_not_load_is_a_user_error(tmp_path: Path) -> None:

@@ -127,8 +127,9 @@ class _Handlers:
 
 
 async def _read_body(http: web.Request) -> bytes:
-    """The request's body, or none (denied as unreadable) when it is over the limit, cannot be decoded (a
-    corrupt gzip or deflate `Content-Encoding`, which aiohttp inflates) or is not all sent in time."""
+    """The request's body, or none (denied as unreadable) when it is over the limit, aiohttp cannot read it
+    (such as a corrupt gzip, where a runner inflates bodies; `serve`'s does not) or it is not all sent in
+    time."""
     try:
         async with asyncio.timeout(BODY_READ_SECONDS):
             return await http.read()
@@ -267,7 +268,10 @@ async def serve(
     context = tls_context(tls_cert, tls_key)
     queues = queue_index() if queue_client is not None else None
     app = build_app(policy, registry=registry, queues=queues)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # The apiserver sends reviews uncompressed, so no body is inflated: aiohttp would otherwise inflate a
+    # `Content-Encoding: gzip` body on the event loop, and drain the rest of one refused over the limit, so
+    # that a 2 MiB gzip of zeros stalled every other review for seconds. Compressed, a body is not JSON.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, auto_decompress=False)
     await runner.setup()
     watching = asyncio.create_task(queues.watch(queue_client)) if queues and queue_client else None
     try:
