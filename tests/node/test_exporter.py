@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import socket
+import threading
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufrac.contract.node_inventory import Enforcement
+from gpufrac.node import exporter as exporter_module
 from gpufrac.node.exporter import Exporter, GpuView, Observation
 from gpufrac.node.nvml import MIB
 from gpufrac.node.watchdog import Container, Gpu, PodRef, Usage
@@ -83,3 +86,21 @@ def test_served_over_http() -> None:
     exporter.serve(port, address="127.0.0.1")
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         assert b"gpufrac_share_memory_limit_bytes" in response.read()
+
+
+def test_idle_connections_hold_few_threads_and_not_for_ever(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(exporter_module, "SCRAPE_SECONDS", 0.2)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    Exporter().serve(port, address="127.0.0.1")
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(4 * exporter_module.SCRAPE_THREADS)]
+    try:
+        # Accepted in order, so the idle connections were all taken before this scrape is answered.
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+            assert response.status == 200
+        serving = [t for t in threading.enumerate() if t.name.endswith("(process_request_thread)")]
+        assert len(serving) <= exporter_module.SCRAPE_THREADS
+    finally:
+        for connection in idle:
+            connection.close()

@@ -9,17 +9,29 @@ nothing the process imports can add series to it.
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, Counter, generate_latest, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from gpufrac.contract import FULL_COMPUTE
 from gpufrac.contract.node_inventory import Enforcement
 from gpufrac.node.nvml import MIB
 from gpufrac.node.watchdog import Usage
+
+# `/metrics` is served by a thread per connection; any pod can reach the port, so at most this many
+# connections are served at once (the rest wait to be accepted) and each has this long to send its request
+# and take its answer. Without them every idle connection kept a thread for as long as it stayed open, and
+# enough of them would have run the node out of threads and process ids.
+SCRAPE_THREADS = 4
+SCRAPE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -68,7 +80,10 @@ class Exporter:
         return generate_latest(self.registry).decode()
 
     def serve(self, port: int, *, address: str = "0.0.0.0") -> None:
-        start_http_server(port, addr=address, registry=self.registry)
+        server = make_server(
+            address, port, make_wsgi_app(self.registry), _BoundedServer, handler_class=_QuietHandler
+        )
+        threading.Thread(target=server.serve_forever, name="gpufrac-metrics", daemon=True).start()
 
 
 class _Latest(Collector):
@@ -139,3 +154,41 @@ class _Latest(Collector):
         for name, up in sorted(seen.mps.items()):
             mps.add_metric([name], 1 if up else 0)
         yield from (utilization, healthy, level, node, mps)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No log line per scrape (as prometheus_client's own handler), and a deadline for each connection."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(SCRAPE_SECONDS)  # read per connection, so that a test may shorten it
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _BoundedServer(ThreadingWSGIServer):
+    """prometheus_client's server, its threads counted: at most `SCRAPE_THREADS` at once."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(SCRAPE_THREADS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self._slots.acquire()  # the accepting thread waits here while all are busy
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that timed out or went away is no error worth a traceback on stderr."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
