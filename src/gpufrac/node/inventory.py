@@ -17,7 +17,7 @@ from gpufrac.contract import memory_resource, node_inventory
 from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement, GpuInfo
 from gpufrac.contract.quantity import MIB, format_mib, parse_quantity
 from gpufrac.node.nvml import GpuSample, Snapshot
-from gpufrac.node.watchdog import Mode
+from gpufrac.node.watchdog import Mode, as_list, as_mapping
 
 # What a CUDA context takes before its process allocates anything: the context's own allocations (its
 # code modules, stack and printf/malloc heaps), a few hundred MiB on current GPUs, outside any share. A
@@ -123,15 +123,15 @@ def ungranted(pods: Iterable[Mapping[str, Any]], grants: Mapping[ContainerKey, S
     contract-less (kill mode would kill them), so such an answer is not used."""
     missing: list[str] = []
     for pod in pods:
-        metadata, spec, status = (_mapping(pod.get(part)) for part in ("metadata", "spec", "status"))
+        metadata, spec, status = (as_mapping(pod.get(part)) for part in ("metadata", "spec", "status"))
         namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
         running = {
             entry.get("name")
-            for entry in map(_mapping, _sequence(status.get("containerStatuses")))
-            if _mapping(entry.get("state")).get("running") is not None
+            for entry in map(as_mapping, as_list(status.get("containerStatuses")))
+            if as_mapping(entry.get("state")).get("running") is not None
         }
-        for container in map(_mapping, _sequence(spec.get("containers"))):
-            limits = _mapping(_mapping(container.get("resources")).get("limits"))
+        for container in map(as_mapping, as_list(spec.get("containers"))):
+            limits = as_mapping(as_mapping(container.get("resources")).get("limits"))
             asked = limits.get(node_inventory.GPU_RESOURCE)
             container_name = container.get("name")
             if (
@@ -142,14 +142,6 @@ def ungranted(pods: Iterable[Mapping[str, Any]], grants: Mapping[ContainerKey, S
             ):
                 missing.append(f"{namespace}/{name}/{container_name}")
     return missing
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _sequence(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def holders(grants: Mapping[ContainerKey, Sequence[str]], snapshot: Snapshot) -> dict[int, str]:

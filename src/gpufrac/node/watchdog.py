@@ -164,7 +164,7 @@ def containers_on_node(
     plugin = device_plugin or {}
     found: dict[str, Container] = {}
     for pod in pods:
-        metadata = _map(pod.get("metadata"))
+        metadata = as_mapping(pod.get("metadata"))
         ref = PodRef(
             namespace=str(metadata.get("namespace") or ""),
             name=str(metadata.get("name") or ""),
@@ -174,10 +174,10 @@ def containers_on_node(
         grants, problem = _grants(pod)
         sidecars = _sidecars(pod)
         priority = _priority(pod)
-        status = _map(pod.get("status"))
+        status = as_mapping(pod.get("status"))
         for field, kind in _STATUS_LISTS:
-            for entry in _list(status.get(field)):
-                entry = _map(entry)
+            for entry in as_list(status.get(field)):
+                entry = as_mapping(entry)
                 if not isinstance(entry.get("containerID"), str) or not entry["containerID"]:
                     continue  # not started yet
                 name = str(entry.get("name") or "")
@@ -236,26 +236,28 @@ def _grants(pod: Mapping[str, Any]) -> tuple[dict[str, _Grant], str]:
 
 def _sidecars(pod: Mapping[str, Any]) -> set[str]:
     """Init containers that keep running beside the app (`restartPolicy: Always`)."""
-    spec = _map(pod.get("spec"))
+    spec = as_mapping(pod.get("spec"))
     return {
-        str(_map(init).get("name"))
-        for init in _list(spec.get("initContainers"))
-        if _map(init).get("restartPolicy") == "Always"
+        str(as_mapping(init).get("name"))
+        for init in as_list(spec.get("initContainers"))
+        if as_mapping(init).get("restartPolicy") == "Always"
     }
 
 
 def _priority(pod: Mapping[str, Any]) -> int:
     """The pod's spec.priority (set by the API server from its PriorityClass); 0, Kubernetes' default,
     where it is absent or not a whole number."""
-    value = _map(pod.get("spec")).get("priority")
+    value = as_mapping(pod.get("spec")).get("priority")
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _map(value: object) -> Mapping[str, Any]:
+def as_mapping(value: object) -> Mapping[str, Any]:
+    """A field of an API object as a map, or an empty one: the agent reads pods it did not check."""
     return value if isinstance(value, Mapping) else {}
 
 
-def _list(value: object) -> list[Any]:
+def as_list(value: object) -> list[Any]:
+    """A field of an API object as a list, or an empty one."""
     return value if isinstance(value, list) else []
 
 
