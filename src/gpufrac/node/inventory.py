@@ -185,8 +185,9 @@ def kubelet_gpus(allocatable: Mapping[str, str] | None) -> int:
 
 def plugin_shares(advertised: Sequence[str], kubelet_count: int, gpu_count: int) -> bool:
     """Whether the device plugin hands out parts of GPUs: NVIDIA's, sharing by time-slicing or MPS,
-    advertises replicas `<uuid>::<n>`, or more `nvidia.com/gpu` than the node has GPUs. A reservation then
-    takes one replica, and the others of its GPU still go to other pods, so no share there is safe."""
+    advertises replicas `<uuid>::<n>`, and any plugin that hands out parts (those, or MIG slices under the
+    single strategy) advertises more `nvidia.com/gpu` than the node has GPUs. A reservation then takes one
+    part, and the others of its GPU still go to other pods, so no share there is safe."""
     return any("::" in device for device in advertised) or kubelet_count > gpu_count
 
 
@@ -370,9 +371,10 @@ def _first_failure(facts: Facts) -> tuple[str, str] | None:
         (
             mode is DevicePluginMode.COEXIST and facts.plugin_shares,
             "DevicePluginSharesGPUs",
-            f"the device plugin shares this node's GPUs ({node_inventory.GPU_RESOURCE} replicas, by "
-            "time-slicing or MPS): a GPU gpufrac reserves could still be handed to other pods; switch that "
-            "sharing off on this node, or keep it out of gpufrac (gpufrac.io/enabled)",
+            f"the device plugin hands out parts of this node's GPUs as {node_inventory.GPU_RESOURCE} "
+            "(time-slicing or MPS replicas, or MIG slices): a GPU gpufrac reserves could still be handed "
+            "to other pods; switch that sharing off on this node, or keep it out of gpufrac "
+            "(gpufrac.io/enabled)",
         ),
     )
     for failed, reason, message in checks:
