@@ -16,8 +16,9 @@ from ..kubeapi.fakeapi import FakeClock
 
 
 def scheduler(client: Any = None, clock: FakeClock | None = None, **settings: Any) -> Scheduler:
-    """A scheduler whose queue runs on `clock`, so backoffs pass only when a test says so."""
-    return Scheduler(client, SchedulerConfig(**settings), queue=SchedulingQueue(clock=clock or FakeClock()))
+    """A scheduler and its queue that run on `clock`, so backoffs pass only when a test says so."""
+    clock = clock or FakeClock()
+    return Scheduler(client, SchedulerConfig(**settings), queue=SchedulingQueue(clock=clock), clock=clock)
 
 
 def pod_nodes(made: Scheduler) -> dict[str, str]:

@@ -449,16 +449,32 @@ async def test_a_standby_leaves_a_misbound_pod_to_the_leader_and_deletes_it_once
     assert client.stored("Pod", "p") is None and made.misbound == {}
 
 
-async def test_a_misbound_pod_whose_deletion_is_unanswered_is_tried_again() -> None:
+async def test_a_misbound_pod_whose_deletion_is_unanswered_is_tried_again_after_a_backoff() -> None:
     misbound = bound(successor("p", "uid-p-2"), "n1", {keys.BOUND_UID_ANNOTATION: "uid-p"})
-    made, client, _ = setup([gpu_node()], [misbound])
+    made, client, clock = setup([gpu_node()], [misbound])
     client.lose.append(("delete Pod", "request"))
     await made.schedule_pending()
     await made.wait_for_binds()
     assert set(made.misbound) == {"uid-p-2"}
+    await made.schedule_pending()  # the next round, at once: the deletion waits out its backoff
+    await made.wait_for_binds()
+    assert len(client.made("delete", "Pod")) == 1
+    clock.advance(1.0)
     await made.schedule_pending()
     await made.wait_for_binds()
     assert client.stored("Pod", "p") is None and made.misbound == {}
+
+
+async def test_a_misbound_pods_deletion_refused_in_a_row_is_asked_ever_less_often() -> None:
+    misbound = bound(successor("p", "uid-p-2"), "n1", {keys.BOUND_UID_ANNOTATION: "uid-p"})
+    made, client, clock = setup([gpu_node()], [misbound])
+    client.lose.extend([("delete Pod", "request")] * 100)
+    for _ in range(100):  # 100 rounds a tenth of a second apart: 10 s
+        await made.schedule_pending()
+        await made.wait_for_binds()
+        clock.advance(0.1)
+    # Asked at 0 s, then after waits of 1, 2 and 4 s: at 1, 3 and 7 s.
+    assert len(client.made("delete", "Pod")) == 4 and set(made.misbound) == {"uid-p-2"}
 
 
 async def test_a_pod_bound_by_its_own_bind_is_never_taken_for_misbound() -> None:

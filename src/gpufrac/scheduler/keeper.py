@@ -49,8 +49,8 @@ class ReservationKeeper:
         self._idle_since: dict[str, float] = {}
         self._asked: set[str] = set()  # reservation and share pod uids whose deletion is under way
         self._tended_at: float | None = None
-        # A node's creates, or a pod's deletion, refused in a row, and when to ask again (`_refused`).
-        self._refusals: dict[str, tuple[int, float]] = {}
+        # A node's creates, or a pod's deletion, refused lately: asked again after a backoff.
+        self._refusals = retrying.Backoffs(first=1.0, ceiling=60.0)
 
     def due(self, now: float, *, every: float = 0.5) -> bool:
         """Whether to tend now: at most every `every` seconds, since a burst runs many rounds a second and
@@ -81,35 +81,26 @@ class ReservationKeeper:
             self.failed[objects.pod_uid(pod)] = pod
 
     def retry(self, uid: str, *, now: float) -> None:
-        """A deletion this keeper asked for did not go through: ask again after a backoff (`_refused`)."""
+        """A deletion this keeper asked for did not go through: ask again after a backoff."""
         self._asked.discard(uid)
-        self._refused(uid, now)
+        self._refusals.refused(uid, now=now)
 
     def created(self, node: str, *, ok: bool, now: float) -> None:
         """A reservation create on `node` went through, or not; after a refusal, asked again after a backoff
-        (`_refused`)."""
+        (tending runs twice a second, for each free GPU of each node)."""
         if ok:
-            self._refusals.pop(_NODE + node, None)
+            self._refusals.forget(_NODE + node)
         else:
-            self._refused(_NODE + node, now)
-
-    def _refused(self, key: str, now: float) -> None:
-        """Ask again only after a backoff doubling up to a minute: a refusal that lasts (a namespace being
-        deleted, a quota, RBAC) would otherwise be asked again at every tending, twice a second, for each
-        free GPU of each node or each pod to delete."""
-        times = self._refusals.get(key, (0, 0.0))[0] + 1
-        self._refusals[key] = (times, now + retrying.doubling(times - 1, first=1.0, ceiling=60.0))
-
-    def _waiting(self, key: str, now: float) -> bool:
-        return self._refusals.get(key, (0, now))[1] > now
+            self._refusals.refused(_NODE + node, now=now)
 
     def _busy(self, uid: str, now: float) -> bool:
         """Whether a pod's deletion is under way, or waits out a backoff after a refusal."""
-        return uid in self._asked or self._waiting(uid, now)
+        return uid in self._asked or self._refusals.waiting(uid, now=now)
 
     def deleted(self, uid: str) -> None:
-        for table in (self.failed, self._first_seen, self._idle_since, self._refusals):
+        for table in (self.failed, self._first_seen, self._idle_since):
             table.pop(uid, None)
+        self._refusals.forget(uid)
         self._asked.discard(uid)
 
     def tend(self, cache: SchedulerCache, now: float) -> Actions:
@@ -148,7 +139,7 @@ class ReservationKeeper:
             row = found
             shared = [gpu for gpu in range(len(view.holds)) if cache.state.gpu_tenants[row, gpu]]
             unheld = [gpu for gpu in shared if view.holds[gpu] in (Hold.FREE, Hold.PENDING, Hold.CLAIMED)]
-            waiting = self._waiting(_NODE + node, now)
+            waiting = self._refusals.waiting(_NODE + node, now=now)
             if unheld and node not in unpublished_on and view.count(Hold.FREE) and not waiting:
                 actions.create[node] = view.count(Hold.FREE)
             for gpu in shared:

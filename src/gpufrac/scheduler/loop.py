@@ -25,7 +25,7 @@ import numpy as np
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
-from gpufrac import contract
+from gpufrac import contract, retrying
 from gpufrac.cluster.model import Placement, Unschedulable
 from gpufrac.cluster.state import PlacementRefused
 from gpufrac.contract.podgroups import group_of
@@ -129,6 +129,7 @@ class Scheduler:
         self._holds: Callable[[], bool] = lambda: True  # the elector's word that the Lease is still ours
         self._binds: set[asyncio.Task[None]] = set()
         self.misbound: dict[str, dict[str, Any]] = {}  # uid -> bound pod holding another pod's contract
+        self._unbinds = retrying.Backoffs(first=1.0, ceiling=60.0)  # their deletions refused lately
         self._slots = asyncio.Semaphore(config.max_concurrent_binds)
         self._wakeup = asyncio.Event()
         self.policy = self._policy(Workload.from_pods([]))
@@ -258,6 +259,7 @@ class Scheduler:
         """The pod was deleted or finished: nothing waits for it or on it any more; what it held is freed."""
         self._forget_pending(uid)
         self.misbound.pop(uid, None)
+        self._unbinds.forget(uid)
         if (held := self.gangs.drop(uid)) is not None:  # held for its gang: its room is freed now
             self.cache.forget(held[1])
         freed = self.cache.remove_pod(uid)
@@ -621,9 +623,13 @@ class Scheduler:
             log.info("released GPU reservation %s", objects.pod_key(pod))
 
     def _unbind_misbound(self) -> None:
-        """Start deleting each pod bound with another pod's contract; one not settled is tried next round."""
-        while self.leading and self.misbound:
-            uid, pod = self.misbound.popitem()
+        """Start deleting each pod bound with another pod's contract; one whose deletion was not settled is
+        tried again after a backoff, not at every round (a burst of events runs many a second)."""
+        if not self.leading:
+            return
+        now = self.clock()
+        for uid in [uid for uid in self.misbound if not self._unbinds.waiting(uid, now=now)]:
+            pod = self.misbound.pop(uid)
             log.warning(
                 "pod %s is bound with the contract of pod UID %s: deleting it",
                 objects.pod_key(pod),
@@ -639,7 +645,11 @@ class Scheduler:
         task.add_done_callback(self._binds.discard)
 
     async def _unbind(self, uid: str, pod: dict[str, Any]) -> None:
-        if not await unbind_misbound(self.client, pod, component=self.config.name):
+        if await unbind_misbound(self.client, pod, component=self.config.name):
+            self._unbinds.forget(uid)
+        else:
+            log.error("cannot delete pod %s; trying again", objects.pod_key(pod))
+            self._unbinds.refused(uid, now=self.clock())
             self.misbound.setdefault(uid, pod)
 
     async def wait_for_binds(self) -> None:
