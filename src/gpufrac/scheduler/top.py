@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from gpufrac.cluster.state import MODE_OF_CODE, ClusterState
 from gpufrac.contract.queues import Resource
@@ -127,9 +127,10 @@ def queue_table(rows: list[dict[str, Any]]) -> Table:
 
 
 def _add_row(view: Table, *cells: str) -> None:
-    """Every cell escaped: rich reads "[main]" as a style tag and drops it, and a "[/]" in a GPU model from
-    a node's annotation or in a Queue's parentQueue would stop the whole table with a MarkupError."""
-    view.add_row(*(escape(cell) for cell in cells))
+    """Every cell plain text, never markup: rich reads "[main]" as a style tag and drops it, and a "[/]" in a
+    GPU model from a node's annotation or in a Queue's parentQueue would stop the whole table with a
+    MarkupError."""
+    view.add_row(*(Text(cell) for cell in cells))
 
 
 async def collect(kubeconfig: Path | None, *, queues: bool = False) -> list[dict[str, Any]]:
