@@ -124,6 +124,13 @@ MALFORMED_PODS = [
         [PODS_HEADER, "p,1,1,1,500,,,", "q,1,1,1,500,,,,extra"], ":3:", None, "fields", id="extra-field"
     ),
     pytest.param([PODS_HEADER, "p,1,1,1"], ":2:", None, "fields", id="missing-field"),
+    pytest.param(
+        [PODS_HEADER, "p,1,1,1,500,,,", "q,1,1,1,500,,,", " p ,1,1,1,500,,,"],
+        ":4:",
+        "name",
+        "line 2 has this name already",
+        id="repeated-name",
+    ),
     pytest.param([], ":1:", "name", "missing column", id="empty-file"),
     pytest.param([PODS_HEADER], None, None, "no pods", id="header-only"),
 ]
@@ -157,6 +164,10 @@ def test_a_malformed_pod_list_names_file_line_and_column(
         ([NODES_HEADER, f"n,{10**30},1000,2,T4"], f':2: column cpu_milli="{10**30}": must be at most'),
         (["sn,cpu_milli,gpu", "n,1,1"], ":1: missing column(s) memory_mib, model"),
         ([NODES_HEADER], ": no nodes"),
+        (
+            [NODES_HEADER, "n,1000,1000,2,T4", "n,1000,1000,2,T4"],
+            ':3: column sn="n": line 2 has this name already; every row needs its own',
+        ),
     ],
 )
 def test_a_malformed_node_list_names_file_line_and_column(

@@ -105,10 +105,6 @@ def prepare(trace: Trace, settings: Settings) -> Inputs:
     """Check the settings and the trace against each other and build the jobs' inputs; every bad input
     is refused here, before any long work."""
     settings.check()
-    names = Counter(pod.name for pod in trace.pods)
-    repeated = [name for name, count in names.items() if count > 1]
-    if repeated:
-        raise UserError(f"pod names must be unique; repeated: {', '.join(sorted(repeated)[:5])}")
     if settings.timed:
         timed.require_times(trace.pods)
     nodes = tuple(inputs.retarget(trace.nodes, settings.gpu_model))

@@ -112,8 +112,10 @@ def load(nodes: Path | None = None, pods: Path | None = None) -> Trace:
 
 def load_nodes(path: Path) -> list[NodeSpec]:
     nodes = []
+    names: dict[str, int] = {}
     for line, row in _rows(path, NODE_COLUMNS):
         cell = _Cells(path, line, row)
+        cell.unique("sn", names)
         count = cell.integer("gpu", maximum=MAX_GPUS_PER_NODE)
         model = row["model"].strip()
         if count and not model:
@@ -129,8 +131,10 @@ def load_nodes(path: Path) -> list[NodeSpec]:
 
 def load_pods(path: Path) -> list[TracePod]:
     pods = []
+    names: dict[str, int] = {}
     for line, row in _rows(path, POD_COLUMNS):
         cell = _Cells(path, line, row)
+        cell.unique("name", names)
         num_gpu, gpu_milli = cell.integer("num_gpu", maximum=MAX_GPUS_PER_NODE), cell.integer("gpu_milli")
         if num_gpu and not 0 < gpu_milli <= 1000:
             raise cell.error("gpu_milli", "must be between 1 and 1000 for a pod with GPUs")
@@ -208,6 +212,14 @@ class _Cells:
         if not value:
             raise self.error(column, "must not be empty")
         return value
+
+    def unique(self, column: str, seen: dict[str, int]) -> None:
+        """A name no earlier row in `seen` (name -> line) has: nodes and pods are known by name, so a second
+        row of the same name would stand for the first one's node or pod and the replay could not place it."""
+        value = self.text(column)
+        first = seen.setdefault(value, self.line)
+        if first != self.line:
+            raise self.error(column, f"line {first} has this name already; every row needs its own")
 
     def integer(self, column: str, *, maximum: int = MAX_AMOUNT) -> int:
         """A whole number from 0 to `maximum`: a node's GPUs are built one by one, and every amount ends in
