@@ -243,6 +243,54 @@ async def test_a_compressed_body_is_not_inflated_but_denied(tmp_path: Path) -> N
     assert answer["status"]["message"] == "malformed AdmissionReview: not JSON (UnicodeDecodeError)"
 
 
+MALFORMED_HTTP = {
+    "a garbage request line": b"GARBAGE\r\n\r\n",
+    "a header without a colon": b"POST /validate HTTP/1.1\r\nHost: webhook\r\nBad Header\r\n\r\n",
+    "a header line over the limit": b"POST /validate HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n",
+    "a length that is no number": b"POST /validate HTTP/1.1\r\nHost: webhook\r\nContent-Length: x\r\n\r\n",
+}
+
+
+async def send_raw(url: str, trust: ssl.SSLContext, data: bytes) -> bytes:
+    """The status line `serving`'s server answers to `data`, sent as it is over TLS."""
+    port = int(url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=trust, server_hostname="localhost")
+    try:
+        writer.write(data)
+        await writer.drain()
+        return await asyncio.wait_for(reader.readline(), 10)
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("data", MALFORMED_HTTP.values(), ids=MALFORMED_HTTP.keys())
+async def test_malformed_http_is_answered_400_and_logged_on_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, data: bytes
+) -> None:
+    """aiohttp logged each as an error with a traceback, which reads as a bug of ours."""
+    caplog.set_level(logging.DEBUG)
+    async with serving(tmp_path) as (url, trust):
+        status = await send_raw(url, trust, data)
+    assert status.startswith(b"HTTP/1.0 400")
+    told = [record for record in caplog.records if "answered 400" in record.getMessage()]
+    assert len(told) == 1 and "\n" not in told[0].getMessage() and told[0].levelno <= logging.WARNING
+    assert not [record for record in caplog.records if record.exc_info or record.exc_text]
+
+
+async def test_a_bug_in_a_handler_keeps_its_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(_: web.Request) -> bytes:
+        raise KeyError("bug")
+
+    monkeypatch.setattr(server, "_read_body", broken)
+    async with serving(tmp_path) as (url, trust):
+        status = await send_raw(url, trust, b"POST /validate HTTP/1.1\r\nHost: webhook\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 500")
+    [record] = [record for record in caplog.records if record.exc_info]
+    assert record.levelno == logging.ERROR and isinstance(record.exc_info[1], KeyError)
+
+
 async def test_a_certificate_that_will_not_load_is_a_user_error(tmp_path: Path) -> None:
     (tmp_path / "tls.crt").write_text("not a certificate")
     with pytest.raises(server.UserError, match="cannot load them"):

@@ -32,7 +32,7 @@ from gpufrac.contract.queues import QueueSpec
 from gpufrac.errors import UserError
 from gpufrac.kubeapi.client import async_client
 from gpufrac.kubeapi.custom import Index, queue_index
-from gpufrac.kubeapi.probes import add_probe_routes
+from gpufrac.kubeapi.probes import SERVER_LOG, add_probe_routes
 from gpufrac.stopping import stop_on_signals
 
 log = logging.getLogger("gpufrac.webhook")
@@ -271,7 +271,9 @@ async def serve(
     # The apiserver sends reviews uncompressed, so no body is inflated: aiohttp would otherwise inflate a
     # `Content-Encoding: gzip` body on the event loop, and drain the rest of one refused over the limit, so
     # that a 2 MiB gzip of zeros stalled every other review for seconds. Compressed, a body is not JSON.
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, auto_decompress=False)
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, auto_decompress=False, logger=SERVER_LOG
+    )
     await runner.setup()
     watching = asyncio.create_task(queues.watch(queue_client)) if queues and queue_client else None
     try:
