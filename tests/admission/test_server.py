@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, event, given, settings
@@ -25,11 +26,12 @@ from prometheus_client import CollectorRegistry
 
 from gpufrac import admission
 from gpufrac.admission import certs, exchange, server
-from gpufrac.contract import keys
+from gpufrac.contract import keys, quantity
 
 from .reviews import NAME, POLICY, SCHEDULER, TENANT, apply_patch, container, pod, review, share_pods
 
 Client = TestClient[web.Request, web.Application]
+CHART_VALUES = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpufrac" / "values.yaml"
 
 
 @pytest.fixture
@@ -154,10 +156,12 @@ async def test_a_body_that_will_not_inflate_is_denied_as_unreadable(client: Clie
     assert answer["allowed"] is False and answer["status"]["code"] == 400
 
 
-async def stall_a_body(client: Client) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def stall_a_body(
+    client: Client, length: int = 1000
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A client that stalls after the first byte of its body, its connection left open (the writer kept)."""
     reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
-    writer.write(b"POST /validate HTTP/1.1\r\nHost: webhook\r\nContent-Length: 1000\r\n\r\n{")
+    writer.write(b"POST /validate HTTP/1.1\r\nHost: webhook\r\nContent-Length: %d\r\n\r\n{" % length)
     await writer.drain()
     return reader, writer
 
@@ -180,6 +184,47 @@ async def test_a_body_not_sent_in_time_is_denied_as_unreadable(
     answer = json.loads(await reader.readuntil(b"}}}"))["response"]
     assert answer["allowed"] is False and answer["status"]["code"] == 400
     writer.close()
+
+
+async def test_large_reviews_past_the_slots_are_refused_unread(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slow clients each sending a large body held up to 8 MiB apiece, as many as came."""
+    monkeypatch.setattr(server, "SLOT_WAIT_SECONDS", 0.01)
+    reads: asyncio.Queue[None] = asyncio.Queue()
+    read_body = server._read_body
+
+    async def counted(http: web.Request) -> bytes:
+        reads.put_nowait(None)
+        return await read_body(http)
+
+    monkeypatch.setattr(server, "_read_body", counted)
+    large = pod({})
+    container(large)["args"] = ["x" * server.INLINE_BYTES]
+    stalled = [await stall_a_body(client, server.INLINE_BYTES + 1) for _ in range(server.LARGE_REVIEWS)]
+    for _ in stalled:
+        await asyncio.wait_for(reads.get(), 10)  # each is being read, and holds a slot
+
+    refused = (await post(client, "validate", review(large)))["response"]
+    assert reads.empty()  # refused unread
+    assert refused["uid"] == "" and refused["allowed"] is False and refused["status"]["code"] == 429
+    assert 'gpufrac_webhook_denials_total{endpoint="validate",rule="busy"} 1.0' in await metrics(client)
+    assert (await post(client, "validate", review(pod({}))))["response"]["allowed"] is True  # small: no slot
+
+    reader, writer = stalled[0]
+    writer.write(b" " * server.INLINE_BYTES)  # its body complete (and not JSON), its slot is free again
+    assert (await asyncio.wait_for(reader.readline(), 10)).startswith(b"HTTP/1.1 200")
+    assert (await post(client, "validate", review(large)))["response"]["allowed"] is True
+    for _, writer in stalled:
+        writer.close()
+
+
+def test_the_large_reviews_in_flight_take_a_quarter_of_the_charts_memory_limit_at_most() -> None:
+    """The bound was chosen from the chart's limit: a smaller limit needs a smaller bound."""
+    values = yaml.safe_load(CHART_VALUES.read_text())
+    limit = quantity.parse_quantity(values["webhook"]["resources"]["limits"]["memory"])
+    held = server.LARGE_REVIEWS * 2 * server.MAX_BODY_BYTES  # each body, and aiohttp's buffer of it
+    assert held <= limit / 4
 
 
 async def test_a_bug_in_a_rule_still_gets_an_answer(
@@ -241,6 +286,54 @@ async def test_a_compressed_body_is_not_inflated_but_denied(tmp_path: Path) -> N
             answer = (await response.json())["response"]
     assert answer["allowed"] is False
     assert answer["status"]["message"] == "malformed AdmissionReview: not JSON (UnicodeDecodeError)"
+
+
+MALFORMED_HTTP = {
+    "a garbage request line": b"GARBAGE\r\n\r\n",
+    "a header without a colon": b"POST /validate HTTP/1.1\r\nHost: webhook\r\nBad Header\r\n\r\n",
+    "a header line over the limit": b"POST /validate HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n",
+    "a length that is no number": b"POST /validate HTTP/1.1\r\nHost: webhook\r\nContent-Length: x\r\n\r\n",
+}
+
+
+async def send_raw(url: str, trust: ssl.SSLContext, data: bytes) -> bytes:
+    """The status line `serving`'s server answers to `data`, sent as it is over TLS."""
+    port = int(url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=trust, server_hostname="localhost")
+    try:
+        writer.write(data)
+        await writer.drain()
+        return await asyncio.wait_for(reader.readline(), 10)
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("data", MALFORMED_HTTP.values(), ids=MALFORMED_HTTP.keys())
+async def test_malformed_http_is_answered_400_and_logged_on_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, data: bytes
+) -> None:
+    """aiohttp logged each as an error with a traceback, which reads as a bug of ours."""
+    caplog.set_level(logging.DEBUG)
+    async with serving(tmp_path) as (url, trust):
+        status = await send_raw(url, trust, data)
+    assert status.startswith(b"HTTP/1.0 400")
+    told = [record for record in caplog.records if "answered 400" in record.getMessage()]
+    assert len(told) == 1 and "\n" not in told[0].getMessage() and told[0].levelno <= logging.WARNING
+    assert not [record for record in caplog.records if record.exc_info or record.exc_text]
+
+
+async def test_a_bug_in_a_handler_keeps_its_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(_: web.Request) -> bytes:
+        raise KeyError("bug")
+
+    monkeypatch.setattr(server, "_read_body", broken)
+    async with serving(tmp_path) as (url, trust):
+        status = await send_raw(url, trust, b"POST /validate HTTP/1.1\r\nHost: webhook\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 500")
+    [record] = [record for record in caplog.records if record.exc_info]
+    assert record.levelno == logging.ERROR and isinstance(record.exc_info[1], KeyError)
 
 
 async def test_a_certificate_that_will_not_load_is_a_user_error(tmp_path: Path) -> None:

@@ -104,3 +104,31 @@ def test_idle_connections_hold_few_threads_and_not_for_ever(monkeypatch: pytest.
     finally:
         for connection in idle:
             connection.close()
+
+
+# Each is sent whole and read whole before the answer, so that the server closes no connection with bytes
+# left unread, which would reset it before the client reads the answer.
+MALFORMED_HTTP = {
+    "a request line over the limit": (b"GET /" + b"a" * (65_537 - 5), b"HTTP/1.0 414"),
+    "a header line over the limit": (b"GET /metrics HTTP/1.1\r\nX: " + b"a" * (65_537 - 3), b"HTTP/1.0 431"),
+    "too many headers": (b"GET /metrics HTTP/1.1\r\n" + b"X: y\r\n" * 101, b"HTTP/1.0 431"),
+    "a version that is no number": (b"GET /metrics HTTP/x.y\r\n", b"Error code: 400"),
+}
+
+
+@pytest.mark.parametrize(("data", "status"), MALFORMED_HTTP.values(), ids=MALFORMED_HTTP.keys())
+def test_malformed_http_is_answered_without_a_traceback(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, data: bytes, status: bytes
+) -> None:
+    """The agent's server is the standard library's, not aiohttp's: this holds it to the same rule as the
+    webhook's, that a client's bad request is never a traceback."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    Exporter().serve(port, address="127.0.0.1")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(data)
+        answer = connection.makefile("rb").read()  # the server closes the connection after an error
+    assert status in answer
+    assert "Traceback" not in capsys.readouterr().err
+    assert not [record for record in caplog.records if record.exc_info]

@@ -102,6 +102,36 @@ def test_an_unreachable_agent_is_a_problem_too() -> None:
     assert usage.sources[0].problem
 
 
+def redirect_to(location: str) -> Callable[[BinaryIO], None]:
+    def answer(stream: BinaryIO) -> None:
+        stream.write(f"HTTP/1.0 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\n\r\n".encode())
+
+    return answer
+
+
+def test_a_redirect_is_a_problem_not_followed() -> None:
+    """A source, or anything on its path, could send the report to any other host or scheme (a cloud
+    metadata address, an internal service): the report reads only what it was given, and the warning names
+    where the redirect pointed."""
+    asked: list[str] = []
+
+    def elsewhere(stream: BinaryIO) -> None:
+        asked.append("elsewhere")
+        stream.write(f"HTTP/1.0 200 OK\r\n\r\n{agent_body(share_line('a', 1))}".encode())
+
+    with serving({"/metrics": elsewhere}) as other:
+        target = f"{other}/metrics"
+        redirects = {"/metrics": redirect_to(target), "/api/v1/query": redirect_to(target)}
+        with serving(redirects) as base, collect.http_client() as http:
+            usages = [collect.scrape(f"{base}/metrics", http), collect.query_prometheus(base, http)]
+    assert not asked
+    for usage in usages:
+        assert usage.samples == () and not usage.counters_read
+        assert usage.sources[0].problem == (
+            f"redirected (302) to {target}, not followed: point the flag at the final address"
+        )
+
+
 def vector(*results: tuple[dict[str, str], str]) -> str:
     return vector_of([{"metric": metric, "value": [0, value]} for metric, value in results])
 

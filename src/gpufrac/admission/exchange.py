@@ -80,6 +80,12 @@ def malformed(error: MalformedReview) -> Decision:
     return Decision(False, f"malformed AdmissionReview: {error}", "malformed", code=400)
 
 
+def busy(slots: int) -> Decision:
+    """The answer to a review refused unread, while `slots` large ones are read or decided: denied, as the
+    webhook fails closed; the apiserver, finding no uid in it, applies the webhook's failurePolicy."""
+    return Decision(False, f"the webhook is busy with {slots} large reviews; try again", "busy", code=429)
+
+
 def missing_object(request: Request) -> str | None:
     """The object field (`object`, `oldObject`) the request's operation needs but lacks, if any."""
     if request.operation in ("CREATE", "UPDATE") and request.object is None:
@@ -149,7 +155,7 @@ def review_response(uid: str, decision: Decision) -> dict[str, Any]:
     """
     response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
     if not decision.allowed:
-        reason = "BadRequest" if decision.code == 400 else "Forbidden"
+        reason = {400: "BadRequest", 429: "TooManyRequests"}.get(decision.code, "Forbidden")
         response["status"] = {"code": decision.code, "reason": reason, "message": decision.message}
     if decision.patch:
         response["patchType"] = "JSONPatch"

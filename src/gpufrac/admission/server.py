@@ -32,7 +32,7 @@ from gpufrac.contract.queues import QueueSpec
 from gpufrac.errors import UserError
 from gpufrac.kubeapi.client import async_client
 from gpufrac.kubeapi.custom import Index, queue_index
-from gpufrac.kubeapi.probes import add_probe_routes
+from gpufrac.kubeapi.probes import SERVER_LOG, add_probe_routes
 from gpufrac.stopping import stop_on_signals
 
 log = logging.getLogger("gpufrac.webhook")
@@ -50,6 +50,17 @@ BODY_READ_SECONDS = 30.0
 INLINE_BYTES = 64 * 1024
 # Worker threads for big reviews: more would only queue for the same interpreter lock.
 WORKERS = 2
+# Reviews over `INLINE_BYTES` (or of no stated length) read or decided at once. Each holds its body until
+# it is answered, up to `MAX_BODY_BYTES` twice over while it is read (aiohttp's buffer of it, then the
+# bytes joined), so 4 hold at most 64 MiB: a quarter of the 256 MiB the chart gives the webhook
+# (`webhook.resources`), the rest being the process's own (about 50 MiB) and the reviews being decided,
+# several times their body once parsed. Without a bound, slow clients each sending 8 MiB could hold any
+# multiple of it. Small reviews, nearly all, take no slot: a client trickling large bodies cannot hold
+# them up, and until its body is read aiohttp buffers under 1 MiB of it.
+LARGE_REVIEWS = 4
+# How long a large review waits for a slot before it is refused, unread: a moment, so that one arriving
+# as another ends is taken, and well within the apiserver's timeout for the webhook (the chart's 5 s).
+SLOT_WAIT_SECONDS = 1.0
 CERT_RELOAD_SECONDS = 30.0
 ENDPOINTS = ("mutate", "validate")
 
@@ -91,6 +102,7 @@ class _Handlers:
     metrics: Metrics
     configmap_name: Callable[[], str]
     workers: ThreadPoolExecutor
+    slots: asyncio.Semaphore  # `LARGE_REVIEWS`
     queues: Index[QueueSpec] | None = None  # the Queue objects, when the server watches them
 
     async def mutate(self, request: web.Request) -> web.Response:
@@ -106,18 +118,47 @@ class _Handlers:
         return await self._review(request, "validate", trusted_namespace=True)
 
     async def _review(self, http: web.Request, endpoint: str, *, trusted_namespace: bool) -> web.Response:
-        body = await _read_body(http)
-        started = time.perf_counter()
-        name = self.configmap_name()
-        known = dict(self.queues.specs) if self.queues is not None else None
-        if len(body) > INLINE_BYTES:
-            loop = asyncio.get_running_loop()
-            request, decision, reply = await loop.run_in_executor(
-                self.workers, _answer, body, endpoint, self.policy, name, trusted_namespace, known
-            )
-        else:
-            request, decision, reply = _answer(body, endpoint, self.policy, name, trusted_namespace, known)
-        self.metrics.seconds.labels(endpoint).observe(time.perf_counter() - started)
+        async with self._slot(http) as taken:
+            if not taken:  # unread, so its uid is unknown, as an unreadable body's
+                refused = exchange.busy(LARGE_REVIEWS)
+                return self._answered(endpoint, None, refused, _reply("", refused))
+            body = await _read_body(http)
+            started = time.perf_counter()
+            name = self.configmap_name()
+            known = dict(self.queues.specs) if self.queues is not None else None
+            if len(body) > INLINE_BYTES:
+                loop = asyncio.get_running_loop()
+                request, decision, reply = await loop.run_in_executor(
+                    self.workers, _answer, body, endpoint, self.policy, name, trusted_namespace, known
+                )
+            else:
+                request, decision, reply = _answer(
+                    body, endpoint, self.policy, name, trusted_namespace, known
+                )
+            self.metrics.seconds.labels(endpoint).observe(time.perf_counter() - started)
+        return self._answered(endpoint, request, decision, reply)
+
+    @contextlib.asynccontextmanager
+    async def _slot(self, http: web.Request) -> AsyncIterator[bool]:
+        """Whether a slot came free within `SLOT_WAIT_SECONDS`, for a body that may be large. It is held until
+        the review is answered, so that a body read and waiting for a worker counts too."""
+        if http.content_length is not None and http.content_length <= INLINE_BYTES:
+            yield True
+            return
+        try:
+            async with asyncio.timeout(SLOT_WAIT_SECONDS):
+                await self.slots.acquire()
+        except TimeoutError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            self.slots.release()
+
+    def _answered(
+        self, endpoint: str, request: exchange.Request | None, decision: exchange.Decision, reply: bytes
+    ) -> web.Response:
         outcome = "denied" if not decision.allowed else "patched" if decision.patch else "allowed"
         self.metrics.reviews.labels(endpoint, outcome).inc()
         if not decision.allowed:
@@ -171,12 +212,18 @@ def _answer(
                 "internal",
                 code=500,
             )
-    return request, decision, json.dumps(exchange.review_response(uid, decision)).encode()
+    return request, decision, _reply(uid, decision)
+
+
+def _reply(uid: str, decision: exchange.Decision) -> bytes:
+    return json.dumps(exchange.review_response(uid, decision)).encode()
 
 
 def _log_denial(endpoint: str, request: exchange.Request | None, decision: exchange.Decision) -> None:
     if request is None:
-        log.warning("%s denied an unreadable review: %s", endpoint, decision.message)
+        log.warning(
+            "%s denied a review it could not read (rule %s): %s", endpoint, decision.rule, decision.message
+        )
         return
     log.warning(
         "%s denied %s %s %s for user %r (rule %s): %s",
@@ -200,7 +247,8 @@ def build_app(
     """The aiohttp application: `POST /mutate` and `/validate` (the untrusted tier), `/mutate/trusted` and
     `/validate/trusted` (namespaces labelled `settings.TRUST_LABEL`), `GET /healthz`, `GET /metrics`."""
     workers = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="gpufrac-review")
-    handlers = _Handlers(policy, Metrics(registry or CollectorRegistry()), configmap_name, workers, queues)
+    metrics = Metrics(registry or CollectorRegistry())
+    handlers = _Handlers(policy, metrics, configmap_name, workers, asyncio.Semaphore(LARGE_REVIEWS), queues)
     app = web.Application(client_max_size=MAX_BODY_BYTES)
 
     async def stop_workers(_: web.Application) -> AsyncIterator[None]:
@@ -271,7 +319,9 @@ async def serve(
     # The apiserver sends reviews uncompressed, so no body is inflated: aiohttp would otherwise inflate a
     # `Content-Encoding: gzip` body on the event loop, and drain the rest of one refused over the limit, so
     # that a 2 MiB gzip of zeros stalled every other review for seconds. Compressed, a body is not JSON.
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, auto_decompress=False)
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, auto_decompress=False, logger=SERVER_LOG
+    )
     await runner.setup()
     watching = asyncio.create_task(queues.watch(queue_client)) if queues and queue_client else None
     try:

@@ -1,14 +1,40 @@
-"""The HTTP routes every long-running gpufrac server answers: `/metrics`, `/healthz` and `/readyz`.
+"""The HTTP routes every long-running gpufrac server answers: `/metrics`, `/healthz` and `/readyz`, and the
+log its server writes (`SERVER_LOG`).
 
 One definition for the scheduler and the webhook, so a probe in the chart means the same thing for both.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+
+class _ProtocolErrorsOnOneLine(logging.Filter):
+    """A request aiohttp cannot parse (a garbage request line, a bad header, a line over its limit) is the
+    client's mistake, already answered 400; aiohttp logs it as an error with a traceback, which reads as a
+    bug of ours. It becomes one warning line here. Any other error, a bug in a handler among them, keeps
+    its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            # aiohttp points at the bad byte with a caret on a line of its own: on one line it points nowhere
+            detail = " ".join(line.strip() for line in error.message.splitlines() if line.strip(" ^"))
+            record.msg, record.args = "%s: answered %d, %s", (record.getMessage(), error.code, detail)
+            record.exc_info, record.exc_text = None, None
+            if record.levelno > logging.WARNING:
+                record.levelno, record.levelname = logging.WARNING, logging.getLevelName(logging.WARNING)
+        return True
+
+
+# For `web.AppRunner(app, logger=SERVER_LOG)`: aiohttp's own `aiohttp.server` is left as it is.
+SERVER_LOG = logging.getLogger("gpufrac.http")
+SERVER_LOG.addFilter(_ProtocolErrorsOnOneLine())
 
 
 def add_probe_routes(

@@ -4,7 +4,9 @@ each agent's /metrics or from a Prometheus that scrapes them.
 A source that cannot be read is a warning, not a failure: the report is still written, and the shares it
 would have measured say "not measured". Bodies are read within a bound of size and of time, and checked for
 shape and sense (a count or a size is a finite number, 0 or more), since a URL may point anywhere; text a
-source wrote reaches the terminal only as printable characters.
+source wrote reaches the terminal only as printable characters. No redirect is followed: a source, or
+anything between, could send the report to another host or scheme (a cloud metadata address, an internal
+service).
 """
 
 from __future__ import annotations
@@ -170,6 +172,8 @@ def _get(http: httpx2.Client, url: str, **options: Any) -> str:
 
 def _read(http: httpx2.Client, url: str, **options: Any) -> str:
     with http.stream("GET", url, **options) as response:
+        if response.has_redirect_location:
+            raise ValueError(_redirect(response))
         response.raise_for_status()
         body = bytearray()
         for chunk in response.iter_bytes():
@@ -177,6 +181,14 @@ def _read(http: httpx2.Client, url: str, **options: Any) -> str:
             if len(body) > MAX_BODY_BYTES:
                 raise ValueError(f"answer larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB")
     return body.decode("utf-8", errors="replace")
+
+
+def _redirect(response: httpx2.Response) -> str:
+    """The warning names where the redirect pointed, for the operator to pass that address if it is meant."""
+    target = response.next_request.url if response.next_request else response.headers["location"]
+    return (
+        f"redirected ({response.status_code}) to {target}, not followed: point the flag at the final address"
+    )
 
 
 def _problem(error: Exception) -> str:
@@ -191,4 +203,6 @@ def printable(text: str) -> str:
 
 
 def http_client() -> httpx2.Client:
-    return httpx2.Client(timeout=TIMEOUT_SECONDS, follow_redirects=True)
+    """No redirect is followed (`_redirect`): one followed would also be read whole, outside
+    `MAX_BODY_BYTES`."""
+    return httpx2.Client(timeout=TIMEOUT_SECONDS, follow_redirects=False)
