@@ -237,6 +237,7 @@ async def test_a_bug_in_a_rule_still_gets_an_answer(
     response = (await post(client, "validate", review(pod({}))))["response"]
     assert response["uid"] == review(None)["request"]["uid"]
     assert response["allowed"] is False and response["status"]["code"] == 500
+    assert response["status"]["reason"] == "InternalError"
     assert "internal error in the gpufrac webhook" in response["status"]["message"]
     assert any(record.exc_info for record in caplog.records)
 

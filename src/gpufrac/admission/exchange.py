@@ -147,6 +147,10 @@ def read_review(body: bytes) -> Request:
     )
 
 
+# The Kubernetes `Status.reason` of each code a denial carries (metav1.StatusReason); 403 otherwise.
+STATUS_REASONS = {400: "BadRequest", 429: "TooManyRequests", 500: "InternalError"}
+
+
 def review_response(uid: str, decision: Decision) -> dict[str, Any]:
     """The AdmissionReview v1 reply: uid, allowed, the denial's status, the base64 JSONPatch.
 
@@ -155,7 +159,7 @@ def review_response(uid: str, decision: Decision) -> dict[str, Any]:
     """
     response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
     if not decision.allowed:
-        reason = {400: "BadRequest", 429: "TooManyRequests"}.get(decision.code, "Forbidden")
+        reason = STATUS_REASONS.get(decision.code, "Forbidden")
         response["status"] = {"code": decision.code, "reason": reason, "message": decision.message}
     if decision.patch:
         response["patchType"] = "JSONPatch"
