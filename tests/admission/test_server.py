@@ -146,6 +146,15 @@ async def test_a_body_over_the_limit_is_denied_as_unreadable(
     assert response["allowed"] is False and response["status"]["code"] == 400
 
 
+async def test_a_review_of_more_values_than_its_bound_is_denied_unparsed(client: Client) -> None:
+    """Parsed, a body of tiny values takes 25 times its size: the webhook's memory is not left to them (the
+    message is the count's, made before any parse)."""
+    many = {"filler": [{}] * exchange.MAX_JSON_VALUES}
+    response = (await post(client, "validate", json.dumps(review(pod(many))).encode()))["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 400
+    assert "JSON values or more, over the 1,000,000 a review may hold" in response["status"]["message"]
+
+
 @pytest.mark.parametrize("encoding", ["gzip", "deflate"])
 async def test_a_body_that_will_not_inflate_is_denied_as_unreadable(client: Client, encoding: str) -> None:
     response = await client.post(
@@ -591,3 +600,20 @@ async def test_the_path_says_the_tier_and_the_plain_one_is_the_untrusted(client:
     assert untrusted["allowed"] is False and "is not trusted" in untrusted["status"]["message"]
     assert trusted["allowed"] is True
     assert (await post(client, "mutate/trusted", review(sm)))["response"]["allowed"] is True
+
+
+def _values(node: object) -> int:
+    """The values in a parsed JSON document, keys included."""
+    if isinstance(node, dict):
+        return 1 + sum(1 + _values(child) for child in node.values())
+    if isinstance(node, list):
+        return 1 + sum(_values(child) for child in node)
+    return 1
+
+
+@given(document=json_values)
+def test_the_values_counted_are_at_least_those_parsed(document: Any) -> None:
+    for compact in (True, False):
+        separators = (",", ":") if compact else (", ", ": ")
+        body = json.dumps(document, separators=separators).encode()
+        assert exchange.json_values(body) >= _values(json.loads(body))

@@ -95,8 +95,27 @@ def missing_object(request: Request) -> str | None:
     return None
 
 
+# The most JSON values a review may hold, counted before it is parsed (`json_values`). Parsed, a value
+# costs up to about 60 bytes however small its text (`{},` is three bytes and a 64-byte dict), so an 8 MiB
+# body of empty objects took 200 MiB, most of the memory the chart gives the webhook: a million values take
+# at most about 60 MiB. A real review is far from it: the apiserver stores no object over 1.5 MiB, and a
+# review holds two at most.
+MAX_JSON_VALUES = 1_000_000
+
+
+def json_values(body: bytes) -> int:
+    """At least the number of values and keys in the JSON text `body`: each but the first follows a comma
+    or a colon, or opens an object or array. Characters inside strings count too, so it may be more."""
+    return sum(body.count(mark) for mark in (b",", b":", b"{", b"[")) + 1
+
+
 def read_review(body: bytes) -> Request:
-    """The AdmissionRequest in `body`; MalformedReview if it is not JSON or not shaped like one."""
+    """The AdmissionRequest in `body`; MalformedReview if it is not JSON or not shaped like one, or holds
+    more values than `MAX_JSON_VALUES`, refused before it is parsed."""
+    if (values := json_values(body)) > MAX_JSON_VALUES:
+        raise MalformedReview(
+            f"{values:,} JSON values or more, over the {MAX_JSON_VALUES:,} a review may hold"
+        )
     try:
         review = json.loads(body)
     except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors

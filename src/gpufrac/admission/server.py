@@ -48,8 +48,9 @@ BODY_READ_SECONDS = 30.0
 # the others while it runs (every rule is linear in the pod, but a 6 MiB pod still takes a while); smaller
 # ones, nearly all, are decided inline, which is quicker than a hand-off.
 INLINE_BYTES = 64 * 1024
-# Worker threads for big reviews: more would only queue for the same interpreter lock.
-WORKERS = 2
+# Worker threads for big reviews: one, since more would only queue for the same interpreter lock while
+# each held a parsed review (up to `exchange.MAX_JSON_VALUES`, about 60 MiB) in memory at once.
+WORKERS = 1
 # Reviews over `INLINE_BYTES` (or of no stated length) read or decided at once. Each holds its body until
 # it is answered, up to `MAX_BODY_BYTES` twice over while it is read (aiohttp's buffer of it, then the
 # bytes joined), so 4 hold at most 64 MiB: a quarter of the 256 MiB the chart gives the webhook
