@@ -269,6 +269,27 @@ GANGS = [
         binds={"c1": ANY},
         evicted={"a1": MOVED},
     ),
+    # actions/reclaim/reclaim_test.go, "reclaim from multiple queues running on multiple nodes for a job with
+    # multiple tasks" (ages as KAI makes them: job0 the oldest)
+    Scenario(
+        "KAI gang reclaim: a gang of three reclaims from two queues, leaving the one with a quota its GPU",
+        nodes={"n1": Node(gpus=2), "n2": Node(gpus=2)},
+        queues={
+            "q0": {"gpus": {"overQuotaWeight": 0}},
+            "q1": {"gpus": {"quota": 1, "overQuotaWeight": 0}},
+            "q2": {"gpus": {"quota": 3, "overQuotaWeight": 0}},
+        },
+        groups={"job": {"minMember": 3, "queue": "q2"}},
+        running={
+            "job0": Run("n1:0", queue="q0", priority=TRAIN, age=4000),
+            "job1": Run("n1:1", queue="q1", priority=TRAIN, age=3900),
+            "job2": Run("n2:0", queue="q0", priority=TRAIN, age=3800),
+            "job3": Run("n2:1", queue="q1", priority=TRAIN, age=3700),
+        },
+        pending=pods("w", 3, gpus=1, group="job", priority=TRAIN),
+        binds={"w1": ANY, "w2": ANY, "w3": ANY},
+        evicted={"job0": RECLAIMED, "job2": RECLAIMED, "job3": RECLAIMED},
+    ),
 ]
 
 FRACTIONS = [
