@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from .driver import ANY, MOVED, RECLAIMED, Ask, Node, Run, Scenario, cases, check, pods
+from .driver import ANY, MOVED, PREEMPTED, RECLAIMED, Ask, Node, Run, Scenario, cases, check, pods
 
 TRAIN, INTERACTIVE, BUILD = 50, 75, 100
 A_B_QUOTA_1 = {"a": {"gpus": {"quota": 1}}, "b": {"gpus": {"quota": 1}}}
@@ -362,6 +362,24 @@ FRACTIONS = [
 ]
 
 
-@pytest.mark.parametrize("scenario", cases(RECLAIM + GPU_MEMORY + GANGS + FRACTIONS))
+PREEMPTION = [
+    # actions/integration_tests/preempt/preemptGang_test.go, "preempt gang job"
+    Scenario(
+        "KAI preemption: a build pod past its queue's quota preempts a gang whole, which brings it within",
+        nodes={"n1": Node(gpus=2)},
+        queues={"q0": {"gpus": {"quota": 1}}},
+        groups={"gang": {"minMember": 2, "queue": "q0"}},
+        running={
+            "g1": Run("n1:0", group="gang", priority=TRAIN),
+            "g2": Run("n1:1", group="gang", priority=TRAIN),
+        },
+        pending={"build": Ask(gpus=1, queue="q0", priority=BUILD)},
+        binds={"build": "n1"},
+        evicted={"g1": PREEMPTED, "g2": PREEMPTED},
+    ),
+]
+
+
+@pytest.mark.parametrize("scenario", cases(RECLAIM + GPU_MEMORY + GANGS + FRACTIONS + PREEMPTION))
 async def test_scenario(scenario: Scenario) -> None:
     await check(scenario)
