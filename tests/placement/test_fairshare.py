@@ -26,7 +26,7 @@ def queue(
     return QueueSpec(name, parent, {GPU: Entitlement(quota, weight, limit)})
 
 
-def gpu_shares(queues: list[QueueSpec], capacity: int, demand: dict[str, int]) -> dict[str, float]:
+def gpu_shares(queues: list[QueueSpec], capacity: float, demand: dict[str, float]) -> dict[str, float]:
     shares = fair_shares(
         {q.name: q for q in queues}, {GPU: capacity}, {k: {GPU: v} for k, v in demand.items()}
     )
@@ -101,6 +101,222 @@ SCENARIOS = {
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_fair_shares_as_worked_out_by_hand(scenario: str) -> None:
     queues, capacity, demand, expected = SCENARIOS[scenario]
+    assert gpu_shares(queues, capacity, demand) == expected
+
+
+# Cases of KAI Scheduler's own fair-share division, its numbers kept (Deserved is the quota, Request the
+# demand, MaxAllowed the limit, OverQuotaWeight the weight; KAI's weight is 0 where its case leaves it unset).
+# Left out, each for a rule gpufrac has its own way: KAI gives what is left past the quotas in whole GPUs (the
+# rest one at a time to the largest remainder, then the oldest queue; gpufrac splits it exactly), quotas past
+# the capacity in full (gpufrac: in proportion, README "Queues and fair share"), a child more quota than its
+# parent (refused by the webhook), and queue priorities (gpufrac has none).
+KAI_DIVISION = {
+    # resource_division_test.go, "two queues": "allocates many available gpus"
+    "KAI: past their quotas two queues get their demand, the rest stays undivided": (
+        [queue("q1", 2, weight=2), queue("q2", 2, weight=2)],
+        15,
+        {"q1": 6, "q2": 6},
+        {"q1": 6, "q2": 6},
+    ),
+    # "allocates exact requested amount gpus"
+    "KAI: capacity that is exactly the demand is all given": (
+        [queue("q1", 2, weight=2), queue("q2", 2, weight=2)],
+        12,
+        {"q1": 6, "q2": 6},
+        {"q1": 6, "q2": 6},
+    ),
+    # "allocates GPUs proportionally"
+    "KAI: what is past the quotas goes 1 to 3 by weight": (
+        [queue("q1", 2, weight=1), queue("q2", 2, weight=3)],
+        8,
+        {"q1": 6, "q2": 6},
+        {"q1": 3, "q2": 5},
+    ),
+    # "doesn't allocate more than allowed"
+    "KAI: a limit caps a share, the rest is left undivided when nobody else wants it": (
+        [queue("q1", 2, weight=2, limit=5), queue("q2", 2, weight=2)],
+        12,
+        {"q1": 6, "q2": 6},
+        {"q1": 5, "q2": 6},
+    ),
+    # "single queue over quota (sanity)": "doesn't give more GPUs than allowed"
+    "KAI: one queue past its quota stops at its limit": (
+        [queue("q1", 3, weight=1, limit=4)],
+        5,
+        {"q1": 5},
+        {"q1": 4},
+    ),
+    # "single queue over quota (sanity)": "doesn't give when over quota weight is zero"
+    "KAI: weight 0 gets its quota and no more, though all else is idle": (
+        [queue("q1", 3, weight=0)],
+        13,
+        {"q1": 5},
+        {"q1": 3},
+    ),
+    # "single queue within quota (sanity)": "doesn't give if deserved is zero" (weight 0)
+    "KAI: no quota and weight 0 gets nothing": (
+        [queue("q1", 0, weight=0)],
+        2,
+        {"q1": 2},
+        {"q1": 0},
+    ),
+    # "setResourceShare - CPU", "three queues", "one queue request more than it deserves": "reclaims unneeded
+    # resources from an allocated queue to fulfill the unallocated queue" (and the same with MaxAllowed 7000)
+    "KAI: the quota two queues do not ask for goes to the third": (
+        [queue("q1", 5000, weight=5000), queue("q2", 5000, weight=5000), queue("q3", 5000, weight=5000)],
+        10000,
+        {"q1": 7000, "q2": 2000, "q3": 2000},
+        {"q1": 6000, "q2": 2000, "q3": 2000},
+    ),
+    "KAI: the same, with a limit past the share": (
+        [
+            queue("q1", 5000, weight=5000, limit=7000),
+            queue("q2", 5000, weight=5000),
+            queue("q3", 5000, weight=5000),
+        ],
+        10000,
+        {"q1": 7000, "q2": 2000, "q3": 2000},
+        {"q1": 6000, "q2": 2000, "q3": 2000},
+    ),
+    # "three queues", "q2 has no deserved CPU but is allowed OQ": "reclaims all resources of queue 2 and
+    # allocates allowed resource in queue 3"
+    "KAI: quotas that take the whole capacity leave a queue without one nothing": (
+        [queue("q1", 5000, weight=5000), queue("q2", 0, weight=5000), queue("q3", 5000, weight=5000)],
+        10000,
+        {"q1": 5000, "q2": 5000, "q3": 5000},
+        {"q1": 5000, "q2": 0, "q3": 5000},
+    ),
+    # "two queues", "queue 2 has no deserved CPU": "reclaims all resources of queue 2"
+    "KAI: a queue with no quota and weight 0 gets nothing of what it holds": (
+        [queue("q1", 5000, weight=5000), queue("q2", 0, weight=0)],
+        10000,
+        {"q1": 10000, "q2": 5000},
+        {"q1": 10000, "q2": 0},
+    ),
+    # "SetResourcesShare", "two queues": "Request more than total with same Over Quota and deserved - divide
+    # evenly"
+    "KAI: equal quotas and weights divide the capacity evenly": (
+        [queue("q1", 1, weight=1), queue("q2", 1, weight=1)],
+        10,
+        {"q1": 8, "q2": 8},
+        {"q1": 5, "q2": 5},
+    ),
+    # "Request more than total with different Over Quota"
+    "KAI: quotas 250 and 150, then the rest 1 to 2": (
+        [queue("q1", 250, weight=1), queue("q2", 150, weight=2)],
+        1000,
+        {"q1": 5000, "q2": 5000},
+        {"q1": 450, "q2": 550},
+    ),
+    # "Request more than total with different Over Quota and max allowed"
+    "KAI: the part a limit holds back goes to the other queue": (
+        [queue("q1", 250, weight=1), queue("q2", 150, weight=2, limit=400)],
+        1000,
+        {"q1": 5000, "q2": 5000},
+        {"q1": 600, "q2": 400},
+    ),
+    # "three queues": "divide resource evenly queues"
+    "KAI: three equal queues split 9999 into thirds": (
+        [queue("q1", 1000, weight=1), queue("q2", 1000, weight=1), queue("q3", 1000, weight=1)],
+        9999,
+        {"q1": 10000, "q2": 10000, "q3": 10000},
+        {"q1": 3333, "q2": 3333, "q3": 3333},
+    ),
+    # "three queues": "divide resource between queues with different over quota"
+    "KAI: no quotas, weights 6, 2 and 1": (
+        [queue("q1", 0, weight=6), queue("q2", 0, weight=2), queue("q3", 0, weight=1)],
+        9999,
+        {"q1": 10000, "q2": 10000, "q3": 10000},
+        {"q1": 6666, "q2": 2222, "q3": 1111},
+    ),
+    # "advanced scenarios": "fractional fair share"
+    "KAI: demands in parts of GPUs are met in full when there is room": (
+        [queue("q1", 12, weight=12), queue("q2", 7, weight=7), queue("q3", 2, weight=2, limit=2)],
+        45,
+        {"q1": 32.55, "q2": 9.5, "q3": 1.65},
+        {"q1": 32.55, "q2": 9.5, "q3": 1.65},
+    ),
+    # proportion_test.go, "Set fair share for multi hierarchy queues": "simple scenario with single top queue"
+    "KAI: a chain of quotas down to two leaves": (
+        [
+            queue("top", 3, weight=0),
+            queue("mid", 3, weight=0, parent="top"),
+            queue("leaf1", 2, weight=0, parent="mid"),
+            queue("leaf2", 1, weight=0, parent="mid"),
+        ],
+        3,
+        {"leaf1": 2, "leaf2": 1},
+        {"top": 3, "mid": 3, "leaf1": 2, "leaf2": 1},
+    ),
+    # "two top parent queues"
+    "KAI: two roots; a child with no demand gets nothing, its sibling its parent's share": (
+        [
+            queue("top1", 2, weight=0),
+            queue("c1", 1, weight=0, parent="top1"),
+            queue("c2", 1, weight=0, parent="top1"),
+            queue("top2", 2, weight=0),
+            queue("c3", 0, weight=0, parent="top2"),
+            queue("c4", 1, weight=1, parent="top2"),
+        ],
+        4,
+        {"c1": 1, "c2": 1, "c3": 0, "c4": 2},
+        {"top1": 2, "c1": 1, "c2": 1, "top2": 2, "c3": 0, "c4": 2},
+    ),
+    # "Set fair share for 2 hierarchy queues - simplified": "two top parent queues - sanity"
+    "KAI: two departments of one queue each, quotas met": (
+        [
+            queue("d1", 2, weight=1),
+            queue("q1", 2, weight=1, parent="d1"),
+            queue("d2", 2, weight=1),
+            queue("q2", 2, weight=1, parent="d2"),
+        ],
+        4,
+        {"q1": 100, "q2": 100},
+        {"d1": 2, "q1": 2, "d2": 2, "q2": 2},
+    ),
+    # "two top parent queues - over-quota" (KAI's q2 has a quota of 2 under d2's 1, which the webhook refuses:
+    # cut to its parent's, which changes no share)
+    "KAI: departments with quotas 3 and 1 split the rest evenly": (
+        [
+            queue("d1", 3, weight=1),
+            queue("q1", 2, weight=1, parent="d1"),
+            queue("d2", 1, weight=1),
+            queue("q2", 1, weight=1, parent="d2"),
+        ],
+        12,
+        {"q1": 100, "q2": 100},
+        {"d1": 7, "q1": 7, "d2": 5, "q2": 5},
+    ),
+    # "two top parent queues - over-quota weight"
+    "KAI: departments with quotas 3 and 1 split the rest 1 to 7": (
+        [
+            queue("d1", 3, weight=1),
+            queue("q1", 2, weight=1, parent="d1"),
+            queue("d2", 1, weight=7),
+            queue("q2", 1, weight=1, parent="d2"),
+        ],
+        12,
+        {"q1": 100, "q2": 100},
+        {"d1": 4, "q1": 4, "d2": 8, "q2": 8},
+    ),
+    # "two top parent queues - over-quota weight - reversed"
+    "KAI: departments with quotas 3 and 1 split the rest 7 to 1": (
+        [
+            queue("d1", 3, weight=7),
+            queue("q1", 2, weight=1, parent="d1"),
+            queue("d2", 1, weight=1),
+            queue("q2", 1, weight=1, parent="d2"),
+        ],
+        12,
+        {"q1": 100, "q2": 100},
+        {"d1": 10, "q1": 10, "d2": 2, "q2": 2},
+    ),
+}
+
+
+@pytest.mark.parametrize("scenario", KAI_DIVISION)
+def test_fair_shares_as_kai_scheduler_divides(scenario: str) -> None:
+    queues, capacity, demand, expected = KAI_DIVISION[scenario]
     assert gpu_shares(queues, capacity, demand) == expected
 
 

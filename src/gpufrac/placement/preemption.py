@@ -23,7 +23,7 @@ from gpufrac.cluster.model import Placement, PodDemand
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.defrag import TRIALS, fewest_victims
 from gpufrac.placement.engine import decide
-from gpufrac.placement.fit import find_fit
+from gpufrac.placement.fit import Fit, find_fit
 from gpufrac.placement.framework import Policy
 
 
@@ -62,15 +62,38 @@ def plan_eviction(
         candidates = []
         for at, row in enumerate(fit.rows):
             here = [name for name in state.pods_on[row] if name in allowed]
-            chosen = fewest_victims(state, fit, at, here, lambda _: True, cost=_cost)
+            chosen = _allowed_victims(state, fit, at, here, allow, _cost)
             if chosen and len(chosen) <= max_victims:
                 candidates.append((len(chosen), *_cost(chosen), int(state.tie_rank[row]), int(row), chosen))
         candidates.sort(key=lambda candidate: candidate[:5])
-        for *_, row, chosen in [candidate for candidate in candidates if allow(candidate[-1])][:TRIALS]:
+        for *_, row, chosen in candidates[:TRIALS]:
             placement = _trial(state, pod, policy, row, chosen)
             if placement is not None:
                 return Eviction(placement, tuple(chosen))
     return None
+
+
+def _allowed_victims(
+    state: ClusterState,
+    fit: Fit,
+    at: int,
+    here: list[str],
+    allow: Callable[[Sequence[str]], bool],
+    cost: Callable[[list[str]], tuple[float, float]],
+) -> list[str] | None:
+    """The victims on node `fit.rows[at]` to evict, among `here`: the cheapest set, if `allow` accepts it,
+    else the cheapest of the sets found without one of its pods that `allow` accepts. `allow` judges sets
+    (a queue's fair share with all of a plan's victims gone), so the cheapest pod of a node may be refused
+    where another alike is not: two queues' pods on a node, one of whose queue may give up no more."""
+    chosen = fewest_victims(state, fit, at, here, lambda _: True, cost=cost)
+    if chosen is None or allow(chosen):
+        return chosen
+    others = []
+    for name in chosen:
+        other = fewest_victims(state, fit, at, [n for n in here if n != name], lambda _: True, cost=cost)
+        if other is not None and allow(other):
+            others.append((len(other), cost(other), sorted(other)))
+    return min(others)[2] if others else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,16 +79,27 @@ class Evictions:
         placements = dict(self.cache.state.placements) if preemptible or reclaimable else {}
         tenant = self.tenants.tenant(pod)
         contested = self.tenants.reclaiming(tenant, asked) if reclaimable else set()
+        _, gangs = self._evictable()
+
+        def going(victims: Sequence[str]) -> list[str]:
+            """The victims with the other members of their gangs, which the mover evicts with them: what
+            leaves is what a queue's limit and fair share are judged by."""
+            return [
+                member
+                for member in dict.fromkeys(m for v in victims for m in gangs.get(v, [v]))
+                if member in placements
+            ]
 
         def within_limit(victims: Sequence[str]) -> bool:
             return (
-                not capped or self.tenants.past_limit(tenant, asked, [placements[v] for v in victims]) is None
+                not capped
+                or self.tenants.past_limit(tenant, asked, [placements[v] for v in going(victims)]) is None
             )
 
         def within_surplus(victims: Sequence[str]) -> bool:
             """Each victim was offered alone (`victims`): together they must leave every queue its share."""
             taken: dict[str, list[Placement]] = {}
-            for victim in victims:
+            for victim in going(victims):
                 taken.setdefault(self.tenants.tenant(self.cache.bound.get(victim, {})), []).append(
                     placements[victim]
                 )

@@ -190,6 +190,26 @@ SCENARIOS = [
         evicted={"b1": RECLAIMED},
     ),
     Scenario(
+        "a victim's gang mates count against its queue's fair share: a node whose victims, with theirs, "
+        "would take the queue below it is passed over",
+        nodes=TWO_GPUS | {"n2": Node(gpus=2)},
+        queues={
+            "a": {"gpus": {"quota": 2}},
+            "b": {"gpus": {"quota": 1, "overQuotaWeight": 0}},
+            "c": {"gpus": {"overQuotaWeight": 0}},
+        },
+        groups=GANG_IN_B,
+        running={  # on n1 the victims that lose least work: with w1 goes w2 too, and b keeps nothing
+            "w1": Run("n1:0", group="train", age=1000),
+            "b1": Run("n1:1", queue="b", age=1000),
+            "w2": Run("n2:0", group="train", age=5000),
+            "c1": Run("n2:1", queue="c", age=5000),
+        },
+        pending={"a1": Ask(gpus=2, queue="a")},
+        binds={"a1": "n2"},
+        evicted={"w1": RECLAIMED, "w2": RECLAIMED, "c1": RECLAIMED},
+    ),
+    Scenario(
         "a gang whose member is younger than the minimum runtime is not preempted",
         nodes={"n1": Node(), "n2": Node()},
         groups={"train": {"minMember": 2}},
