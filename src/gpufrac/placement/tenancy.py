@@ -104,17 +104,19 @@ def reclaiming(
 
 
 def unguaranteed(
-    spec: QueueSpec, usage: Mapping[Resource, float], wanted: Mapping[Resource, float]
+    spec: QueueSpec, protected: Mapping[Resource, float], wanted: Mapping[Resource, float]
 ) -> Resource | None:
-    """For a pod no eviction may take back (non-preemptible): the resource it would hold beyond what its
-    queue is guaranteed, or None. Borrowed, such a pod could never be reclaimed, and the queue that lent
-    would never get its quota back; so, as KAI Scheduler runs non-preemptible workloads, it runs only within
-    its queue's quota: every quota it asks for must hold (`past_quota`), and a pod asking for GPUs needs its
-    queue to have a quota of GPUs (`gpus` or `gpuMemory`) at all."""
+    """For a pod no eviction may take back (non-preemptible): the resource that it and the queue's other
+    such pods (holding `protected`) would hold beyond what the queue is guaranteed, or None. Borrowed, such
+    pods could never be reclaimed, and the queue that lent would never get its quota back; so, as KAI
+    Scheduler runs non-preemptible workloads, they run only within their queue's quota: every quota the pod
+    asks for must hold for them (`past_quota`), and a pod asking for GPUs needs its queue to have a quota of
+    GPUs (`gpus` or `gpuMemory`) at all. The queue's preemptible pods do not count: beside them, the queue
+    may pass its quota, and then they are what other queues reclaim."""
     gpu = [resource for resource in GPU_RESOURCES if wanted.get(resource, 0.0) > 0]
     if gpu and not any(spec.entitlement(resource).quota > 0 for resource in gpu):
         return gpu[0]
-    return past_quota(spec, usage, wanted)
+    return past_quota(spec, protected, wanted)
 
 
 def surplus_covers(

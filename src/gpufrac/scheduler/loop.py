@@ -429,7 +429,7 @@ class Scheduler:
             )
         try:
             self.cache.assume(pod, outcome)
-            self.tenants.placed(self.tenants.tenant(pod), outcome)
+            self.tenants.placed(self.tenants.tenant(pod), outcome, objects.priority(pod))
         except PlacementRefused as error:  # the cache holds it already: a bind or the watch got there first
             log.warning("pod %s: not bound, already accounted: %s", objects.pod_key(pod), error)
             self._forget_pending(uid)

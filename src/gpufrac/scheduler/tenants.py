@@ -60,12 +60,15 @@ class Tenants:
             on_bad=lambda item, error: report(Problem.about("Queue", item, INVALID, f"ignored: {error}"))
         )
         self.usage: dict[str, Amounts] = {}
+        # What each queue's pods of the protected priority hold: the part of its use no reclaim can take
+        # back, which alone is held to its quota (`past_limit`).
+        self.protected_usage: dict[str, Amounts] = {}
         self.held: dict[str, dict[Resource, float]] = {}  # per queue, with the queues under it
         self.shares: dict[str, dict[Resource, float]] = {}
         self.ranks: dict[str, float] = {}
-        # The queues of the placements the loop made (`placed`) that are neither bound nor pending: binds
-        # under way and gang members held, whose pods only the loop holds.
-        self._placed_in: dict[str, str] = {}
+        # The queues of the placements the loop made (`placed`) that are neither bound nor pending (binds
+        # under way and gang members held, whose pods only the loop holds), and whether each is protected.
+        self._placed_in: dict[str, tuple[str, bool]] = {}
         self._weighed: set[str] = set()  # the pending pods the last pass counted
         self._state = ClusterState()  # the cache's, from the first pass: the GPUs placements are on
         self._at = -math.inf
@@ -111,12 +114,15 @@ class Tenants:
         a share measured without the pod may show no queue over its share to reclaim from."""
         return uid in self._weighed
 
-    def placed(self, tenant: str, placement: Placement) -> None:
+    def placed(self, tenant: str, placement: Placement, priority: int) -> None:
         """Count a placement the loop just made at once, before the next pass."""
-        self._placed_in[placement.pod] = tenant
+        protected = self._protected(priority)
+        self._placed_in[placement.pod] = (tenant, protected)
         usage = self.usage.setdefault(tenant, {})
         amounts = tenancy.held(placement, self._state)
         tenancy.add(usage, amounts)
+        if protected:
+            tenancy.add(self.protected_usage.setdefault(tenant, {}), amounts)
         for queue in fairshare.ancestry(self.specs, tenant):
             tenancy.add(self.held.setdefault(queue, {}), amounts)
         self.ranks[tenant] = fairshare.starvation(usage, self.shares.get(tenant, {}))
@@ -149,9 +155,9 @@ class Tenants:
 
     def past_limit(self, tenant: str, demand: PodDemand, freeing: Iterable[Placement] = ()) -> str | None:
         """Why the pod may not be placed: with it (and without the queue's pods `freeing`), its queue or one
-        above it would pass a limit, or, for a pod never evicted, its queue's quota
-        (`tenancy.unguaranteed`); None when it may. A share asked as a fraction counts on the cluster's
-        median GPU, as in fair shares."""
+        above it would pass a limit, or, for a pod never evicted, the queue's pods never evicted would pass
+        its quota (`tenancy.unguaranteed`); None when it may. A share asked as a fraction counts on the
+        cluster's median GPU, as in fair shares."""
         wanted = tenancy.asked(demand, self._reference)
         freed: Amounts = {}
         for placement in freeing:
@@ -162,20 +168,23 @@ class Tenants:
         if past is not None:
             queue, over, limit = past
             return f"queue {queue} would pass its {over.value} limit ({limit}{_UNIT_TEXT[over]})"
-        protected, spec = self.protected_priority, self.specs.get(tenant)
-        if protected is None or demand.priority < protected or spec is None:
+        spec = self.specs.get(tenant)
+        if not self._protected(demand.priority) or spec is None:
             return None
-        usage = dict(self.usage.get(tenant, {}))
-        tenancy.add(usage, freed, -1.0)
-        resource = tenancy.unguaranteed(spec, usage, wanted)
+        # The pods `freeing` are victims, never protected: they leave the protected use as it is.
+        resource = tenancy.unguaranteed(spec, self.protected_usage.get(tenant, {}), wanted)
         if resource is None:
             return None
         quota = f"{spec.entitlement(resource).quota}{_UNIT_TEXT[resource]}"
         return (
-            f"queue {tenant} would pass its {resource.value} quota ({quota}) with a pod of priority "
-            f"{demand.priority}, which is never evicted and so runs only on what its queue is guaranteed; "
-            f"give queue {tenant} a larger quota, or the pod a priority below {protected}"
+            f"queue {tenant}'s pods never evicted would pass its {resource.value} quota ({quota}) with this "
+            f"one, of priority {demand.priority}: such pods run only on what their queue is guaranteed; "
+            f"give queue {tenant} a larger quota, or the pod a priority below {self.protected_priority}"
         )
+
+    def _protected(self, priority: int) -> bool:
+        """Whether a pod of `priority` is never evicted, and so held to its queue's quota."""
+        return self.protected_priority is not None and priority >= self.protected_priority
 
     def reclaiming(self, tenant: str, demand: PodDemand) -> set[Resource]:
         """The resources the pod asks for that its queue may reclaim (`tenancy.reclaiming`)."""
@@ -205,21 +214,30 @@ class Tenants:
     def _recompute(self, cache: SchedulerCache, pending: Mapping[str, Mapping[str, Any]]) -> None:
         self._weighed, self._state = set(pending), cache.state
         usage: dict[str, Amounts] = {}
+        protected_usage: dict[str, Amounts] = {}
         promised, leaving = self.in_flight()
         for uid, placement in [*cache.state.placements.items(), *promised.items()]:
             if uid in leaving:
                 continue
             pod = cache.bound.get(uid) or pending.get(uid)
-            tenant = self.tenant(pod) if pod is not None else self._placed_in.get(uid)
-            if tenant is not None:
-                tenancy.add(usage.setdefault(tenant, {}), tenancy.held(placement, self._state))
-        self._placed_in = {uid: tenant for uid, tenant in self._placed_in.items() if uid in cache.assumed}
+            if pod is not None:
+                known: tuple[str, bool] | None = (self.tenant(pod), self._protected(objects.priority(pod)))
+            else:
+                known = self._placed_in.get(uid)
+            if known is None:
+                continue
+            tenant, protected = known
+            amounts = tenancy.held(placement, self._state)
+            tenancy.add(usage.setdefault(tenant, {}), amounts)
+            if protected:
+                tenancy.add(protected_usage.setdefault(tenant, {}), amounts)
+        self._placed_in = {uid: known for uid, known in self._placed_in.items() if uid in cache.assumed}
         demand = {tenant: dict(amounts) for tenant, amounts in usage.items()}
         memory = cache.state.gpu_mem[cache.state.gpu_mem > 0]
         self._reference = int(np.median(memory)) if memory.size else 0  # what a portion means, roughly
         for pod in pending.values():
             tenancy.add(demand.setdefault(self.tenant(pod), {}), _asked(pod, self._reference))
-        self.usage = usage
+        self.usage, self.protected_usage = usage, protected_usage
         self.held = fairshare.held_under(self.specs, usage)
         self.shares = fairshare.fair_shares(self.specs, tenancy.capacity(cache.state), demand)
         self.ranks = {

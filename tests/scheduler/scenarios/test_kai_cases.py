@@ -650,7 +650,7 @@ FRACTIONS = [
             "s4": Ask(mib=3000, queue="a", priority=BUILD),
         },
         binds={"s1": "n1:1", "s2": "n1:0", "s4": "n1:1"},
-        waiting={"s3": "queue a would pass its gpus quota (2) with a pod of priority 100"},
+        waiting={"s3": "queue a's pods never evicted would pass its gpus quota (2)"},
     ),
     Scenario(
         "KAI fractions: a gang of three half shares past its parent queue's GPU limit binds none",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from .driver import MOVED, PREEMPTED, SM, Ask, Node, Run, Scenario, cases, check
+from .driver import MOVED, PREEMPTED, RECLAIMED, SM, Ask, Node, Run, Scenario, cases, check
 
 ONE_GPU = {"n1": Node()}
 TWO_NODES = {"n1": Node(), "n2": Node()}
@@ -364,7 +364,7 @@ SCENARIOS = [
         queues=A_QUOTA_1,
         running={"a1": Run("n1:0", queue="a", priority=100)},
         pending={"a2": Ask(gpus=1, queue="a", priority=100)},
-        waiting={"a2": "queue a would pass its gpus quota (1) with a pod of priority 100"},
+        waiting={"a2": "queue a's pods never evicted would pass its gpus quota (1)"},
     ),
     Scenario(
         "the same pod below the protected priority borrows the idle GPU",
@@ -378,11 +378,29 @@ SCENARIOS = [
         "a pod never evicted in a queue without a GPU quota waits, saying how to give it one",
         nodes=ONE_GPU,
         pending={"p": Ask(gpus=1, priority=1000)},
-        waiting={"p": "queue default would pass its gpus quota (0)"},
+        waiting={"p": "queue default's pods never evicted would pass its gpus quota (0)"},
     ),
     Scenario(
-        "a pod never evicted comes within its quota by preempting its queue's lower priorities",
+        "a pod never evicted counts against its quota only with its queue's others never evicted: it takes "
+        "the idle GPU beside a lower priority of its queue, which is then what other queues reclaim",
         nodes=TWO_NODES,
+        queues=A_QUOTA_1,
+        running={"a1": Run("n1:0", queue="a", priority=10)},
+        pending={"a2": Ask(gpus=1, queue="a", priority=100)},
+        binds={"a2": "n2"},
+    ),
+    Scenario(
+        "beside a pod never evicted, its queue's lower priority past the quota is what others reclaim",
+        nodes=TWO_NODES,
+        queues={"a": {"gpus": {"quota": 1}}, "b": {"gpus": {"quota": 1}}},
+        running={"a1": Run("n1:0", queue="a", priority=10), "a2": Run("n2:0", queue="a", priority=100)},
+        pending={"b1": Ask(gpus=1, queue="b", priority=10)},
+        binds={"b1": "n1"},
+        evicted={"a1": RECLAIMED},
+    ),
+    Scenario(
+        "a pod never evicted, within its quota, preempts its queue's lower priorities for room",
+        nodes=ONE_GPU,
         queues=A_QUOTA_1,
         running={"a1": Run("n1:0", queue="a", priority=10)},
         pending={"a2": Ask(gpus=1, queue="a", priority=100)},
