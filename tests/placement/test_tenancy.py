@@ -55,18 +55,32 @@ def queue(**quotas: int) -> QueueSpec:
     return QueueSpec("q", resources={Resource(name): Entitlement(quota) for name, quota in quotas.items()})
 
 
+SCARCE = set(Resource)
+
+
 def test_a_queue_reclaims_only_within_its_quota() -> None:
     spec = queue(gpus=4)
-    assert tenancy.reclaiming(spec, {GPUS: 3.0}, {GPUS: 1.0, Resource.CPU: 100.0}) == {GPUS}
-    assert tenancy.reclaiming(spec, {GPUS: 3.0}, {GPUS: 2.0}) == set()  # past the quota with the pod
+    assert tenancy.reclaiming(spec, {GPUS: 3.0}, {GPUS: 1.0, Resource.CPU: 100.0}, SCARCE) == {GPUS}
+    assert tenancy.reclaiming(spec, {GPUS: 3.0}, {GPUS: 2.0}, SCARCE) == set()  # past the quota with the pod
 
 
 def test_a_queue_reclaims_only_resources_it_has_a_quota_of() -> None:
     spec = queue(gpus=4)
-    assert tenancy.reclaiming(spec, {}, {MEMORY: 8000.0}) == set()
+    assert tenancy.reclaiming(spec, {}, {MEMORY: 8000.0}, SCARCE) == set()
     both = queue(gpus=4, gpuMemory=16_000)
-    assert tenancy.reclaiming(both, {MEMORY: 8000.0}, {MEMORY: 8000.0, GPUS: 1.0}) == {MEMORY, GPUS}
-    assert tenancy.reclaiming(both, {MEMORY: 8001.0}, {MEMORY: 8000.0, GPUS: 1.0}) == set()
+    assert tenancy.reclaiming(both, {MEMORY: 8000.0}, {MEMORY: 8000.0, GPUS: 1.0}, SCARCE) == {MEMORY, GPUS}
+    assert tenancy.reclaiming(both, {MEMORY: 8001.0}, {MEMORY: 8000.0, GPUS: 1.0}, SCARCE) == set()
+
+
+def test_a_queue_reclaims_only_resources_the_queues_ask_more_of_than_the_cluster_has() -> None:
+    spec = queue(gpus=4, cpu=8000)
+    capacity = {GPUS: 2.0, Resource.CPU: 64_000.0}
+    demand = {"a": {GPUS: 2.0, Resource.CPU: 2000.0}, "b": {GPUS: 1.0, Resource.CPU: 1000.0}}
+    scarce = tenancy.contested(capacity, demand)
+    assert scarce == {GPUS}  # 3 GPUs asked of 2; CPU to spare, so every queue's share of it is its demand
+    assert tenancy.reclaiming(spec, {}, {GPUS: 1.0, Resource.CPU: 1000.0}, scarce) == {GPUS}
+    assert tenancy.contested(capacity, {"a": {GPUS: 2.0}}) == set()  # it fits: waiting is for packing
+    assert tenancy.reclaiming(spec, {}, {GPUS: 1.0}, set()) == set()
 
 
 def test_a_pod_never_evicted_holds_only_what_its_queue_is_guaranteed() -> None:

@@ -68,6 +68,7 @@ def test_reclaim_takes_only_what_a_queue_holds_beyond_its_fair_share() -> None:
     one_gpu = Placement("p", "n1", 100, 0, (Assignment("main", (0,), GPU_MIB, GPU_MIB, None),))
     tenants.usage = {"b": {Resource.GPUS: 2.0, Resource.CPU: 200.0}}
     tenants.shares = {"a": {Resource.GPUS: 1.0}, "b": {Resource.GPUS: 1.0, Resource.CPU: 200.0}}
+    tenants.contested = {Resource.GPUS, Resource.CPU}
     asking = pod("w", whole=1)
     contested = tenants.reclaiming("a", objects.pod_demand(asking))
     assert contested == {Resource.GPUS}  # a has no CPU quota: CPU is not what it reclaims

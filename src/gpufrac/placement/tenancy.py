@@ -2,9 +2,10 @@
 
 The rules behind reclaim across queues, written once for every caller that keeps its own books (the
 simulator's tenant replay keeps them in plain dictionaries): a queue may reclaim only the resources it has a
-quota of, and only while its use with the pending pod stays within that quota; a running pod is offered
-as a victim only when its queue, without it, still holds at least its fair share of those resources. So
-reclaim takes back what a queue lent, never what another queue is owed.
+quota of and that are contested (the queues ask more of them than the cluster has), and only while its use
+with the pending pod stays within that quota; a running pod is offered as a victim only when its queue,
+without it, still holds at least its fair share of those resources. So reclaim takes back what a queue
+lent, never what another queue is owed.
 """
 
 from __future__ import annotations
@@ -90,16 +91,35 @@ def past_quota(
     return None
 
 
-def reclaiming(
-    spec: QueueSpec, usage: Mapping[Resource, float], wanted: Mapping[Resource, float]
+def contested(
+    capacity: Mapping[Resource, float], demand: Mapping[str, Mapping[Resource, float]]
 ) -> set[Resource]:
-    """The resources a pod asks for (`wanted`) that its queue has a quota of, when the queue's use with the
-    pod stays within every such quota (`past_quota`): those it may reclaim from queues over their fair
-    share. Empty otherwise."""
+    """The resources the queues together ask more of (`demand`: what each holds and waits for) than the
+    cluster has. Only those are reclaimed: where every queue's demand fits (CPU on a GPU cluster, often),
+    each queue's fair share is its whole demand, so no eviction would leave a victim its share of it, and a
+    quota of it would block every reclaim; and a pod that waits though its resources are not contested waits
+    for packing, which evicting another queue's pods is not the answer to."""
+    totals: Amounts = {}
+    for amounts in demand.values():
+        add(totals, amounts)
+    return {resource for resource, total in totals.items() if total > capacity.get(resource, 0.0) + _EPSILON}
+
+
+def reclaiming(
+    spec: QueueSpec,
+    usage: Mapping[Resource, float],
+    wanted: Mapping[Resource, float],
+    scarce: set[Resource],
+) -> set[Resource]:
+    """The resources a pod asks for (`wanted`) that its queue has a quota of and that are `scarce`
+    (`contested`), when the queue's use with the pod stays within every quota it asks for (`past_quota`):
+    those it may reclaim from queues over their fair share. Empty otherwise."""
     if past_quota(spec, usage, wanted) is not None:
         return set()
     return {
-        resource for resource, amount in wanted.items() if amount > 0 and spec.entitlement(resource).quota > 0
+        resource
+        for resource, amount in wanted.items()
+        if amount > 0 and spec.entitlement(resource).quota > 0 and resource in scarce
     }
 
 

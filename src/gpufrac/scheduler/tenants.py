@@ -65,6 +65,7 @@ class Tenants:
         self.protected_usage: dict[str, Amounts] = {}
         self.held: dict[str, dict[Resource, float]] = {}  # per queue, with the queues under it
         self.shares: dict[str, dict[Resource, float]] = {}
+        self.contested: set[Resource] = set()  # what the queues ask more of than the cluster has
         self.ranks: dict[str, float] = {}
         # The queues of the placements the loop made (`placed`) that are neither bound nor pending (binds
         # under way and gang members held, whose pods only the loop holds), and whether each is protected.
@@ -191,7 +192,8 @@ class Tenants:
         spec = self.specs.get(tenant)
         if spec is None:
             return set()
-        return tenancy.reclaiming(spec, self.usage.get(tenant, {}), tenancy.asked(demand, self._reference))
+        wanted = tenancy.asked(demand, self._reference)
+        return tenancy.reclaiming(spec, self.usage.get(tenant, {}), wanted, self.contested)
 
     def surplus_covers(self, tenant: str, placements: Iterable[Placement], resources: set[Resource]) -> bool:
         """Whether the queue, without these placements (a pod, or a gang's), keeps its fair share of
@@ -239,7 +241,9 @@ class Tenants:
             tenancy.add(demand.setdefault(self.tenant(pod), {}), _asked(pod, self._reference))
         self.usage, self.protected_usage = usage, protected_usage
         self.held = fairshare.held_under(self.specs, usage)
-        self.shares = fairshare.fair_shares(self.specs, tenancy.capacity(cache.state), demand)
+        capacity = tenancy.capacity(cache.state)
+        self.shares = fairshare.fair_shares(self.specs, capacity, demand)
+        self.contested = tenancy.contested(capacity, demand)
         self.ranks = {
             tenant: fairshare.starvation(usage.get(tenant, {}), self.shares.get(tenant, {}))
             for tenant in set(usage) | set(demand)

@@ -16,6 +16,16 @@ B_BORROWED_BOTH = {"b1": Run("n1:0", queue="b"), "b2": Run("n2:0", queue="b")}
 
 SCENARIOS = [
     Scenario(
+        "a quota of CPU to spare blocks no reclaim: only what the queues ask more of than the cluster has "
+        "is held to fair shares",
+        nodes=TWO_NODES,
+        queues={q: {"gpus": {"quota": 1}, "cpu": {"quota": 4}} for q in ("a", "b")},
+        running=B_BORROWED_BOTH,
+        pending={"a1": Ask(gpus=1, queue="a")},
+        binds={"a1": ANY},
+        evicted={"b1": RECLAIMED},
+    ),
+    Scenario(
         "a queue below its quota reclaims the GPU another queue borrowed",
         nodes=TWO_NODES,
         queues=A_B_ONE_EACH,

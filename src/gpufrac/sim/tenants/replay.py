@@ -455,10 +455,11 @@ class _Replay:
         plans = 0
         changed = False
         order = sorted(self.leaves, key=lambda q: fairshare.starvation(self.usage[q], shares[q]))
+        scarce = tenancy.contested(self.capacity, self._demand())
         for queue in order:
             spec = self.config.queues[queue]
             for pod in self._stuck(queue):
-                contested = tenancy.reclaiming(spec, self.usage[queue], pod.asks)
+                contested = tenancy.reclaiming(spec, self.usage[queue], pod.asks, scarce)
                 if not contested:
                     continue
                 if pod.entitled_at is None:
