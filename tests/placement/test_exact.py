@@ -337,6 +337,27 @@ def test_a_hundred_shares_that_do_not_fit_cost_the_budget_and_no_more() -> None:
     assert search.steps <= 100 + exact.BUDGET
 
 
+def test_identical_nodes_are_searched_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    state = ClusterState([node(f"n{i}", 16) for i in range(5)])
+    steps = []
+    run = exact.Search.run
+
+    def counted(search: exact.Search, budget: int = exact.BUDGET) -> tuple[Assignment, ...] | None:
+        found = run(search, budget)
+        steps.append(search.steps)
+        return found
+
+    monkeypatch.setattr(exact.Search, "run", counted)
+    assert refused(state, a_hundred_shares(), policy("bestfit")).reasons == {exact.TOO_MANY_COMBINATIONS: 5}
+    greedy = 48  # 3 shares of 0.3 on each of 16 GPUs, then the 49th fits nowhere
+    assert steps == [greedy + exact.BUDGET] + [greedy] * 4
+    steps.clear()
+    one_gpu = ClusterState([node(f"n{i}", 1) for i in range(5)])
+    two_modes = pod(("ts", 250, TS, 1), ("sm", 250, SM, 1))
+    assert refused(one_gpu, two_modes, policy("bestfit")).reasons == {NO_COMBINATION: 5}
+    assert len(steps) == 1  # a node proved not to fit: the others in its state do not run at all
+
+
 def test_a_pod_the_greedy_pick_places_is_placed_however_many_containers_it_has() -> None:
     count = 3 * exact.BUDGET
     demand = PodDemand(

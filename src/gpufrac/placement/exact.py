@@ -52,6 +52,7 @@ BUDGET = 1_000
 # None where it takes nothing more. GPUs in one state are interchangeable for every container still to place.
 _Gpu = tuple[int, bool, bool, int, int, int] | None
 _Gpus = tuple[_Gpu, ...]
+_Signature = tuple[bool, tuple[_Gpu, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,14 +71,22 @@ class _Item:
 def decide(state: ClusterState, fit: Fit) -> Placement | Unschedulable:
     pod = fit.pod
     rejected = Counter(fit.rejected)
+    # A node in the same state as one refused before is refused alike: in a cluster of identical nodes a
+    # pod that fits none costs one search, not one per node. Where the budget ran out the greedy pass still
+    # runs (budget 0): with the GPUs in another order its ties fall elsewhere, and it ran on every node.
+    refused: dict[_Signature, str] = {}
     for row in fit.rows[np.argsort(state.tie_rank[fit.rows], kind="stable")]:
         search = Search(state, int(row), pod)
-        assignments = search.run()
-        if assignments is not None:
-            return Placement(
-                pod.name, state.names[row], pod.cpu_milli, pod.memory_mib, assignments, pod.fault_domain
-            )
-        rejected[TOO_MANY_COMBINATIONS if search.exhausted else NO_COMBINATION] += 1
+        reason = refused.get(search.signature)
+        if reason != NO_COMBINATION:
+            assignments = search.run(BUDGET if reason is None else 0)
+            if assignments is not None:
+                return Placement(
+                    pod.name, state.names[row], pod.cpu_milli, pod.memory_mib, assignments, pod.fault_domain
+                )
+            reason = TOO_MANY_COMBINATIONS if search.exhausted else NO_COMBINATION
+            refused[search.signature] = reason
+        rejected[reason] += 1
     return Unschedulable(pod.name, dict(rejected))
 
 
@@ -107,6 +116,11 @@ class Search:
         )
         self.steps = 0  # picks tried, the greedy one's included
         self.exhausted = False
+
+    @property
+    def signature(self) -> _Signature:
+        """The node's state up to the order of its GPUs: nodes of one signature take the pod alike."""
+        return self.guaranteed, _canonical(self.start)
 
     def run(self, budget: int = BUDGET) -> tuple[Assignment, ...] | None:
         """The pod's assignments, or None where nothing fits or (`exhausted`) `budget` picks beyond the
