@@ -358,6 +358,27 @@ def test_identical_nodes_are_searched_once(monkeypatch: pytest.MonkeyPatch) -> N
     assert len(steps) == 1  # a node proved not to fit: the others in its state do not run at all
 
 
+def test_one_decision_searches_at_most_its_budget_over_nodes_in_states_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nodes = 3 * exact.DECISION_BUDGET // exact.BUDGET
+    state = ClusterState([node(f"n{i}", 16) for i in range(nodes)])
+    for i in range(nodes):  # no two nodes alike: a share of its own size on each
+        state.apply(share_at(f"x{i}", f"n{i}", (0,), 100 + i))
+    searched = []
+    run = exact.Search.run
+
+    def counted(search: exact.Search, budget: int = exact.BUDGET) -> tuple[Assignment, ...] | None:
+        found = run(search, budget)
+        searched.append(search.searched)
+        return found
+
+    monkeypatch.setattr(exact.Search, "run", counted)
+    outcome = refused(state, a_hundred_shares(), policy("bestfit"))
+    assert outcome.reasons == {exact.TOO_MANY_COMBINATIONS: nodes}
+    assert len(searched) == nodes and sum(searched) == exact.DECISION_BUDGET  # the rest: greedy only
+
+
 def test_a_pod_the_greedy_pick_places_is_placed_however_many_containers_it_has() -> None:
     count = 3 * exact.BUDGET
     demand = PodDemand(
