@@ -332,6 +332,18 @@ async def test_malformed_http_is_answered_400_and_logged_on_one_line(
     assert not [record for record in caplog.records if record.exc_info or record.exc_text]
 
 
+@pytest.mark.parametrize(
+    "data", [b"", b"POST /validate HTTP/1.1\r\nHost: webhook\r\n"], ids=["idle", "headers"]
+)
+async def test_a_connection_that_stalls_is_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: bytes
+) -> None:
+    """aiohttp keeps such a connection an hour: thousands would hold the webhook's sockets and memory."""
+    monkeypatch.setattr(server, "IDLE_SECONDS", 0.2)
+    async with serving(tmp_path) as (url, trust):
+        assert await send_raw(url, trust, data) == b""  # closed, unanswered, well before send_raw gives up
+
+
 async def test_a_bug_in_a_handler_keeps_its_traceback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
