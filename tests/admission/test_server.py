@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from gpufrac import admission
 from gpufrac.admission import certs, exchange, server
 from gpufrac.contract import keys, quantity
+from gpufrac.kubeapi import probes
 
 from .reviews import NAME, POLICY, SCHEDULER, TENANT, apply_patch, container, pod, review, share_pods
 
@@ -339,7 +340,7 @@ async def test_a_connection_that_stalls_is_closed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: bytes
 ) -> None:
     """aiohttp keeps such a connection an hour: thousands would hold the webhook's sockets and memory."""
-    monkeypatch.setattr(server, "IDLE_SECONDS", 0.2)
+    monkeypatch.setattr(probes, "IDLE_SECONDS", 0.2)
     async with serving(tmp_path) as (url, trust):
         assert await send_raw(url, trust, data) == b""  # closed, unanswered, well before send_raw gives up
 

@@ -32,7 +32,7 @@ from gpufrac.contract.queues import QueueSpec
 from gpufrac.errors import UserError
 from gpufrac.kubeapi.client import async_client
 from gpufrac.kubeapi.custom import Index, queue_index
-from gpufrac.kubeapi.probes import SERVER_LOG, add_probe_routes
+from gpufrac.kubeapi.probes import add_probe_routes, app_runner
 from gpufrac.stopping import stop_on_signals
 
 log = logging.getLogger("gpufrac.webhook")
@@ -62,11 +62,6 @@ LARGE_REVIEWS = 4
 # How long a large review waits for a slot before it is refused, unread: a moment, so that one arriving
 # as another ends is taken, and well within the apiserver's timeout for the webhook (the chart's 5 s).
 SLOT_WAIT_SECONDS = 1.0
-# A connection that sends nothing, or stops inside a request's headers, is closed after this long; aiohttp
-# keeps one for an hour, so that a client could hold thousands open with a few bytes each. The apiserver
-# opens a new one when it next needs it (Go's client sends again a request a closing connection dropped
-# unsent).
-IDLE_SECONDS = 30.0
 CERT_RELOAD_SECONDS = 30.0
 ENDPOINTS = ("mutate", "validate")
 
@@ -325,14 +320,7 @@ async def serve(
     # The apiserver sends reviews uncompressed, so no body is inflated: aiohttp would otherwise inflate a
     # `Content-Encoding: gzip` body on the event loop, and drain the rest of one refused over the limit, so
     # that a 2 MiB gzip of zeros stalled every other review for seconds. Compressed, a body is not JSON.
-    runner = web.AppRunner(
-        app,
-        access_log=None,
-        handle_signals=False,
-        auto_decompress=False,
-        logger=SERVER_LOG,
-        keepalive_timeout=IDLE_SECONDS,
-    )
+    runner = app_runner(app, access_log=None, handle_signals=False, auto_decompress=False)
     await runner.setup()
     watching = asyncio.create_task(queues.watch(queue_client)) if queues and queue_client else None
     try:

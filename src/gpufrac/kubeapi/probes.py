@@ -1,5 +1,5 @@
-"""The HTTP routes every long-running gpufrac server answers: `/metrics`, `/healthz` and `/readyz`, and the
-log its server writes (`SERVER_LOG`).
+"""The HTTP routes every long-running gpufrac server answers: `/metrics`, `/healthz` and `/readyz`, and how
+its server runs (`app_runner`).
 
 One definition for the scheduler and the webhook, so a probe in the chart means the same thing for both.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -32,9 +33,21 @@ class _ProtocolErrorsOnOneLine(logging.Filter):
         return True
 
 
-# For `web.AppRunner(app, logger=SERVER_LOG)`: aiohttp's own `aiohttp.server` is left as it is.
+# For `app_runner`: aiohttp's own `aiohttp.server` is left as it is.
 SERVER_LOG = logging.getLogger("gpufrac.http")
 SERVER_LOG.addFilter(_ProtocolErrorsOnOneLine())
+
+# A connection that sends nothing, or stops inside a request's headers, is closed after this long; aiohttp
+# keeps one for an hour, so that a client could hold thousands open with a few bytes each. A client opens a
+# new one when it next needs it (the apiserver's Go client sends again a request a closing connection
+# dropped unsent).
+IDLE_SECONDS = 30.0
+
+
+def app_runner(app: web.Application, **options: Any) -> web.AppRunner:
+    """`web.AppRunner` as every gpufrac server runs one: protocol errors logged on one line (`SERVER_LOG`),
+    and stalled connections closed after `IDLE_SECONDS`."""
+    return web.AppRunner(app, logger=SERVER_LOG, keepalive_timeout=IDLE_SECONDS, **options)
 
 
 def add_probe_routes(

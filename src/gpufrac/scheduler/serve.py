@@ -24,7 +24,7 @@ from lightkube.resources.core_v1 import Node
 
 from gpufrac.errors import UserError
 from gpufrac.kubeapi import client as kube_client
-from gpufrac.kubeapi.probes import SERVER_LOG
+from gpufrac.kubeapi.probes import app_runner
 from gpufrac.scheduler.config import SchedulerConfig
 from gpufrac.scheduler.leader import DEFAULT_TIMING, LeaderElector, LeaseTiming
 from gpufrac.scheduler.loop import Scheduler
@@ -51,7 +51,7 @@ async def serve(
     except kube_client.NO_API_SERVER as error:
         raise kube_client.unreachable(error, kube) from None
     scheduler = Scheduler(client, config, leading=False)
-    runner = web.AppRunner(http_app(scheduler.metrics, ready=lambda: scheduler.ready), logger=SERVER_LOG)
+    runner = app_runner(http_app(scheduler.metrics, ready=lambda: scheduler.ready))
     await runner.setup()
     try:
         await web.TCPSite(runner, port=metrics_port).start()
