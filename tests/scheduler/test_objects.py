@@ -166,6 +166,37 @@ def test_pod_resources_take_the_largest_init_container_when_it_is_more() -> None
     assert objects.pod_resources(pod("p", containers=running, init_containers=smaller)) == (1000, 4096)
 
 
+def sidecar(name: str, cpu: str, mem: str) -> dict[str, Any]:
+    return {**container(name, cpu=cpu, mem=mem), "restartPolicy": "Always"}
+
+
+def test_pod_resources_count_sidecars_beside_the_containers_and_before_later_init_containers() -> None:
+    running = [container("a", cpu="1", mem="1Gi")]
+    # A sidecar keeps running: it adds to the containers, and to every init container started after it.
+    init = [sidecar("proxy", "500m", "256Mi"), container("migrate", cpu="1200m", mem="2Gi")]
+    assert objects.pod_resources(pod("p", containers=running, init_containers=init)) == (1700, 2304)
+    # An init container before the sidecar runs alone.
+    init = [container("fetch", cpu="1200m", mem="128Mi"), sidecar("proxy", "500m", "256Mi")]
+    assert objects.pod_resources(pod("p", containers=running, init_containers=init)) == (1500, 1280)
+
+
+def test_pod_resources_add_the_runtime_class_overhead() -> None:
+    demo = pod("p", containers=[container("a", cpu="1", mem="1Gi")])
+    demo["spec"]["overhead"] = {"cpu": "250m", "memory": "120Mi"}
+    assert objects.pod_resources(demo) == (1250, 1144)
+    demo["spec"]["overhead"] = {"cpu": "lots"}
+    with pytest.raises(contract.ContractError, match=r"spec\.overhead\.cpu"):
+        objects.pod_resources(demo)
+
+
+def test_whole_gpus_of_a_sidecar_count_beside_the_containers() -> None:
+    demo = pod("p", containers=[container("a", whole=1)])
+    demo["spec"]["initContainers"] = [{**container("s", whole=1), "restartPolicy": "Always"}]
+    assert objects.gpu_resource_count(demo) == 2
+    demo["spec"]["initContainers"] = [container("i", whole=1)]
+    assert objects.gpu_resource_count(demo) == 1
+
+
 def test_pod_resources_without_requests_are_zero() -> None:
     assert objects.pod_resources(pod("p", containers=[container("a", cpu=None)])) == (0, 0)
 

@@ -109,7 +109,11 @@ def memory_mib(quantity: object, where: str = "memory") -> int:
 # null, a list item may not. `check` runs once per object, so the readers may then use the fields freely.
 _STRINGS = {str: str}
 _QUANTITY = (str, int, float)
-_CONTAINER = {"name": str, "resources": {"requests": {str: _QUANTITY}, "limits": {str: _QUANTITY}}}
+_CONTAINER = {
+    "name": str,
+    "restartPolicy": str,
+    "resources": {"requests": {str: _QUANTITY}, "limits": {str: _QUANTITY}},
+}
 POD_SHAPE: Mapping[Any, Any] = {
     "metadata": {"name": str, "namespace": str, "uid": str, "annotations": _STRINGS},
     "spec": {
@@ -118,6 +122,7 @@ POD_SHAPE: Mapping[Any, Any] = {
         "priority": int,
         "containers": [_CONTAINER],
         "initContainers": [_CONTAINER],
+        "overhead": {str: _QUANTITY},
         "nodeSelector": _STRINGS,
         "tolerations": [{"key": str, "operator": str, "value": str, "effect": str}],
     },
@@ -356,23 +361,49 @@ def is_done(pod: Obj) -> bool:
     return text_field(pod, "status", "phase") in _DONE_PHASES or bool(meta(pod).get("deletionTimestamp"))
 
 
+def pod_total(spec: Obj, measure: Callable[[Obj, str], tuple[int, ...]]) -> tuple[int, ...]:
+    """What a pod asks of its node, of amounts `measure` reads per container (given the container and
+    where it is, `spec.containers[0]`), as Kubernetes counts a pod's requests: its containers and its
+    sidecars (init containers of `restartPolicy: Always`, which keep running beside them) together, or, if
+    more, an init container with the sidecars started before it. Counted otherwise, a pod with sidecars
+    would be placed where the kubelet then refuses it."""
+
+    def plus(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(x + y for x, y in zip(a, b, strict=True))
+
+    def most(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(max(x, y) for x, y in zip(a, b, strict=True))
+
+    running: tuple[int, ...] | None = None
+    for position, container in enumerate(spec.get("containers") or []):
+        own = measure(_mapping(container), f"spec.containers[{position}]")
+        running = own if running is None else plus(running, own)
+    if running is None:
+        return ()
+    sidecars = starting = tuple(0 for _ in running)
+    for position, container in enumerate(spec.get("initContainers") or []):
+        own = measure(_mapping(container), f"spec.initContainers[{position}]")
+        if _mapping(container).get("restartPolicy") == "Always":
+            running, sidecars = plus(running, own), plus(sidecars, own)
+            starting = most(starting, sidecars)
+        else:
+            starting = most(starting, plus(own, sidecars))
+    return most(running, starting)
+
+
 def gpu_resource_count(pod: Obj) -> int:
-    """The `nvidia.com/gpu` a pod asks the kubelet for, as the kubelet counts it (the sum over containers,
-    or the largest init container if more); 0 for anything unreadable, which the kubelet would refuse."""
-    spec = _mapping(pod.get("spec"))
+    """The `nvidia.com/gpu` a pod asks the kubelet for, as the kubelet counts it (`pod_total`); 0 for
+    anything unreadable, which the kubelet would refuse."""
 
-    def counts(kind: str) -> list[int]:
-        found = []
-        for container in spec.get(kind) or []:
-            resources = _mapping(_mapping(container).get("resources"))
-            value = _mapping(resources.get("limits")).get(keys.GPU_RESOURCE)
-            if value is None:
-                value = _mapping(resources.get("requests")).get(keys.GPU_RESOURCE)
-            text = str(value) if isinstance(value, str | int) and not isinstance(value, bool) else "0"
-            found.append(int(text) if text.isascii() and text.isdigit() and len(text) < 4 else 0)
-        return found
+    def count(container: Obj, _: str) -> tuple[int]:
+        resources = _mapping(container.get("resources"))
+        value = _mapping(resources.get("limits")).get(keys.GPU_RESOURCE)
+        if value is None:
+            value = _mapping(resources.get("requests")).get(keys.GPU_RESOURCE)
+        text = str(value) if isinstance(value, str | int) and not isinstance(value, bool) else "0"
+        return (int(text) if text.isascii() and text.isdigit() and len(text) < 4 else 0,)
 
-    return max(sum(counts("containers")), max(counts("initContainers"), default=0))
+    return sum(pod_total(_mapping(pod.get("spec")), count))
 
 
 def movable_since(pod: Obj) -> float | None:
@@ -427,27 +458,24 @@ def priority(pod: Obj) -> int:
 
 
 def pod_resources(pod: Obj) -> tuple[int, int]:
-    """CPU (milli) and memory (MiB) the pod requests: the sum over containers, or the largest init
-    container if that is more, as kube-scheduler counts them. `ContractError` for a malformed amount."""
+    """CPU (milli) and memory (MiB) the pod requests, as kube-scheduler counts them: its containers' as
+    `pod_total` adds them up, and its RuntimeClass's `overhead`. `ContractError` for a malformed amount."""
     check(pod, POD_SHAPE)
     spec = _mapping(pod.get("spec"))
 
-    def requests(kind: str) -> list[tuple[int, int]]:
-        found = []
-        for position, container in enumerate(spec.get(kind) or []):
-            wanted = _mapping(_mapping(container.get("resources")).get("requests"))
-            where = f"spec.{kind}[{position}].resources.requests"
-            found.append(
-                (
-                    cpu_milli(wanted.get("cpu"), f"{where}.cpu"),
-                    memory_mib(wanted.get("memory"), f"{where}.memory"),
-                )
-            )
-        return found
+    def cpu_and_memory(wanted: Obj, where: str) -> tuple[int, int]:
+        return cpu_milli(wanted.get("cpu"), f"{where}.cpu"), memory_mib(
+            wanted.get("memory"), f"{where}.memory"
+        )
 
-    running, init = requests("containers"), requests("initContainers")
-    cpu = max(sum(c for c, _ in running), max((c for c, _ in init), default=0))
-    memory = max(sum(m for _, m in running), max((m for _, m in init), default=0))
+    def requests(container: Obj, where: str) -> tuple[int, int]:
+        return cpu_and_memory(
+            _mapping(_mapping(container.get("resources")).get("requests")), f"{where}.resources.requests"
+        )
+
+    cpu, memory = pod_total(spec, requests) or (0, 0)
+    extra_cpu, extra_memory = cpu_and_memory(_mapping(spec.get("overhead")), "spec.overhead")
+    cpu, memory = cpu + extra_cpu, memory + extra_memory
     if cpu > MAX_AMOUNT or memory > MAX_AMOUNT:
         raise contract.ContractError(
             "spec.containers", f"{cpu}m, {memory}Mi", "the pod asks for more than any node has"
