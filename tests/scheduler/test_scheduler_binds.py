@@ -562,3 +562,34 @@ async def test_a_pod_the_engine_fails_on_is_parked_and_reported_and_the_round_go
     event = client.made("create", "Event")[0].body
     assert (event.reason, event.involvedObject.name) == ("FailedScheduling", "odd")
     assert "placement engine failed" in event.message
+
+
+# ---- placement constraints ---------------------------------------------------------------------------------
+
+
+async def test_a_pod_binds_only_where_its_required_node_affinity_holds() -> None:
+    nodes = [gpu_node("n1"), node("n2", agent=inventory("n2", 2), labels=MANAGED | {"pool": "infer"})]
+    wanting = share_pod("p")
+    required = {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["infer"]}]}]
+    }
+    wanting["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+    }
+    made, _, _ = setup(nodes, [wanting], node_selector=MANAGED)
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert pod_nodes(made) == {key("p"): "n2"}
+
+
+async def test_a_pod_with_required_anti_affinity_waits_saying_what_to_change() -> None:
+    spread = share_pod("p")
+    term = {"labelSelector": {"matchLabels": {"app": "infer"}}, "topologyKey": "kubernetes.io/hostname"}
+    spread["spec"]["affinity"] = {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    }
+    made, client, _ = setup([gpu_node("n1")], [spread])
+    await made.schedule_pending()
+    assert pod_nodes(made) == {} and attempts(made, "invalid") == 1
+    message = client.calls[0].body["status"]["conditions"][0]["message"]
+    assert message.startswith("gpufrac does not place by spec.affinity.podAntiAffinity.required")

@@ -1,8 +1,9 @@
 """Which nodes a pod may be considered for at all, before the engine looks at resources.
 
 Kubernetes-level filters the engine knows nothing about: node readiness and cordons, the scheduler's own
-`--node-selector` (the nodes gpufrac manages), the pod's `nodeSelector`, and NoSchedule/NoExecute taints
-the pod does not tolerate. Each rejected node is counted under its reason, for the pod's failure message.
+`--node-selector` (the nodes gpufrac manages), the pod's `nodeSelector` and required node affinity
+(`affinity`), and NoSchedule/NoExecute taints the pod does not tolerate. Each rejected node is counted
+under its reason, for the pod's failure message.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from gpufrac import contract
 from gpufrac.cluster.state import ClusterState
 from gpufrac.contract import node_inventory
-from gpufrac.scheduler import objects
+from gpufrac.scheduler import affinity, objects
 
 
 def tolerates(tolerations: list[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
@@ -135,14 +137,21 @@ class Eligibility:
         spec = pod.get("spec") or {}
         wanted = spec.get("nodeSelector") or {}
         tolerations = spec.get("tolerations") or []
-        # Most nodes carry no taint and most pods no node selector: only the others are looked at one by one.
-        check = np.ones(len(rows), bool) if wanted else self._tainted[rows]
+        try:
+            terms = affinity.node_terms(pod)
+        except contract.ContractError:  # refused before it gets here (`affinity.refusal`): no node matches
+            terms = ()
+        # Most nodes carry no taint and most pods no node selector or affinity: only the others are looked at
+        # one by one.
+        check = np.ones(len(rows), bool) if wanted or terms is not None else self._tainted[rows]
         keep = ~check
         for position in np.flatnonzero(check):
             row = int(rows[position])
             labels = self._labels.get(row, {})
             if any(labels.get(key) != value for key, value in wanted.items()):
                 excluded["node(s) didn't match the pod's node selector"] += 1
+            elif not affinity.matches(terms, labels, state.names[row]):
+                excluded["node(s) didn't match the pod's node affinity"] += 1
             elif any(not tolerates(tolerations, taint) for taint in self._taints.get(row, ())):
                 excluded["node(s) had a taint the pod does not tolerate"] += 1
             else:

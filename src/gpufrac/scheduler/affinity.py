@@ -1,0 +1,179 @@
+"""A pod's required node affinity, matched as kube-scheduler matches it, and the placement constraints on
+other pods that gpufrac does not place by, which it refuses rather than ignore. Pure.
+
+`spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution` is where GPU pods usually name
+their GPU product or pool (`nvidia.com/gpu.product In [...]`), so a scheduler that skipped it would put them
+on GPUs they were written against. Its terms are ORed, each term's requirements ANDed; a term without any
+matches no node. Preferred terms only rank nodes for kube-scheduler and are not read.
+
+Inter-pod affinity and anti-affinity and topology spread constraints that must hold
+(`requiredDuringScheduling...`, `whenUnsatisfiable: DoNotSchedule`) depend on where other pods are; gpufrac's
+engine places by GPUs, CPU and memory only, so a pod that carries one is refused with what to change, never
+placed where the constraint might not hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpufrac import contract
+
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_NODE_AFFINITY = f"spec.affinity.nodeAffinity.{_REQUIRED}"
+_LABEL_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+_FIELD_OPERATORS = ("In", "NotIn")
+_NODE_NAME_FIELD = "metadata.name"  # the one field a term's matchFields may name
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    key: str
+    operator: str
+    values: tuple[str, ...]
+
+    def holds(self, value: str | None) -> bool:
+        """Whether a node whose label (or field) `key` is `value` (None: absent) meets the requirement."""
+        if self.operator == "In":
+            return value is not None and value in self.values
+        if self.operator == "NotIn":
+            return value is None or value not in self.values
+        if self.operator == "Exists":
+            return value is not None
+        if self.operator == "DoesNotExist":
+            return value is None
+        number = _integer(value)
+        if number is None:
+            return False
+        bound = int(self.values[0])
+        return number > bound if self.operator == "Gt" else number < bound
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    expressions: tuple[Requirement, ...]
+    fields: tuple[Requirement, ...]
+
+    def matches(self, labels: Mapping[str, str], name: str) -> bool:
+        if not (self.expressions or self.fields):
+            return False
+        return all(r.holds(labels.get(r.key)) for r in self.expressions) and all(
+            r.holds(name) for r in self.fields
+        )
+
+
+def node_terms(pod: Mapping[str, Any]) -> tuple[Term, ...] | None:
+    """The pod's required node affinity terms, or None when it has none; `ContractError` for one the API
+    server would not have taken (a pod made past its validation, or an older one)."""
+    required = _field(pod, "spec", "affinity", "nodeAffinity", _REQUIRED)
+    if required is None:
+        return None
+    terms = _mapping(required, _NODE_AFFINITY).get("nodeSelectorTerms")
+    if not isinstance(terms, list) or not terms:
+        raise contract.ContractError(
+            f"{_NODE_AFFINITY}.nodeSelectorTerms", repr(terms), "name one term or more"
+        )
+    return tuple(_term(term, f"{_NODE_AFFINITY}.nodeSelectorTerms[{i}]") for i, term in enumerate(terms))
+
+
+def matches(terms: tuple[Term, ...] | None, labels: Mapping[str, str], name: str) -> bool:
+    """Whether a node of `labels` and `name` meets the pod's required node affinity (`node_terms`)."""
+    return terms is None or any(term.matches(labels, name) for term in terms)
+
+
+def refusal(pod: Mapping[str, Any]) -> str | None:
+    """Why gpufrac will not place the pod by its placement constraints, with what to do; None when it may:
+    a required node affinity it cannot read, or a constraint on other pods it does not place by."""
+    try:
+        node_terms(pod)
+        spread = _list(
+            _field(pod, "spec", "topologySpreadConstraints") or [], "spec.topologySpreadConstraints"
+        )
+        must_spread = any(
+            _mapping(constraint, "spec.topologySpreadConstraints[]").get("whenUnsatisfiable", "DoNotSchedule")
+            == "DoNotSchedule"
+            for constraint in spread
+        )
+    except contract.ContractError as error:
+        return f"unreadable placement constraints: {error}"
+    for kind in ("podAffinity", "podAntiAffinity"):
+        if _field(pod, "spec", "affinity", kind, _REQUIRED):
+            return (
+                f"gpufrac does not place by spec.affinity.{kind}.{_REQUIRED}: make it "
+                "preferredDuringSchedulingIgnoredDuringExecution, or leave the pod to another scheduler"
+            )
+    if must_spread:
+        return (
+            "gpufrac does not place by spec.topologySpreadConstraints that must hold: give them "
+            "whenUnsatisfiable: ScheduleAnyway, or leave the pod to another scheduler"
+        )
+    return None
+
+
+# Per operator: how many values it takes ("some", "none" or "one" whole number).
+_VALUES = {"In": "some", "NotIn": "some", "Exists": "none", "DoesNotExist": "none", "Gt": "one", "Lt": "one"}
+_VALUES_RULE = {"some": "needs values", "none": "takes no values", "one": "needs one whole number"}
+
+
+def _term(term: object, where: str) -> Term:
+    fields = _mapping(term, where)
+
+    def requirements(name: str, operators: tuple[str, ...]) -> tuple[Requirement, ...]:
+        items = _list(fields.get(name) or [], f"{where}.{name}")
+        return tuple(_requirement(item, f"{where}.{name}[{i}]", operators) for i, item in enumerate(items))
+
+    return Term(
+        requirements("matchExpressions", _LABEL_OPERATORS), requirements("matchFields", _FIELD_OPERATORS)
+    )
+
+
+def _requirement(item: object, where: str, operators: tuple[str, ...]) -> Requirement:
+    fields = _mapping(item, where)
+    key, operator, values = fields.get("key"), fields.get("operator"), fields.get("values") or []
+    if operators is _FIELD_OPERATORS and key != _NODE_NAME_FIELD:
+        raise contract.ContractError(f"{where}.key", repr(key), f"must be {_NODE_NAME_FIELD}")
+    if not isinstance(key, str) or not key:
+        raise contract.ContractError(f"{where}.key", repr(key), "must name a label")
+    if operator not in operators:
+        raise contract.ContractError(
+            f"{where}.operator", repr(operator), f"must be one of {', '.join(operators)}"
+        )
+    if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
+        raise contract.ContractError(f"{where}.values", repr(values), "must be a list of strings")
+    count = _VALUES[operator]
+    if (
+        (count == "some" and not values)
+        or (count == "none" and values)
+        or (count == "one" and (len(values) != 1 or _integer(values[0]) is None))
+    ):
+        raise contract.ContractError(f"{where}.values", repr(values), f"{operator} {_VALUES_RULE[count]}")
+    return Requirement(key, operator, tuple(values))
+
+
+def _integer(text: str | None) -> int | None:
+    """A label value read as Kubernetes reads one for Gt and Lt: a whole number, or nothing."""
+    if text is None:
+        return None
+    digits = text[1:] if text[:1] in "+-" else text
+    return int(text) if digits.isascii() and digits.isdigit() and len(digits) <= 18 else None
+
+
+def _field(obj: object, *path: str) -> Any:
+    for name in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(name)
+    return obj
+
+
+def _mapping(obj: object, where: str) -> Mapping[str, Any]:
+    if not isinstance(obj, Mapping):
+        raise contract.ContractError(where, repr(obj), "must be an object")
+    return obj
+
+
+def _list(obj: object, where: str) -> list[Any]:
+    if not isinstance(obj, list):
+        raise contract.ContractError(where, repr(obj), "must be a list")
+    return obj
