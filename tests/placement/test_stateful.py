@@ -36,13 +36,14 @@ NODE_NAMES = [f"node-{i}" for i in range(5)]
 MODELS = ["T4", "A100"]
 
 nodes = st.builds(
-    lambda name, gpus, memory, model, cpu, healthy: NodeSpec(
+    lambda name, gpus, memory, model, cpu, healthy, max_pods: NodeSpec(
         name,
         cpu_milli=cpu,
         memory_mib=64_000,
         gpus=tuple(
             GpuSpec(i, f"{name}-{i}", model, memory, healthy=(i != 0 or healthy)) for i in range(gpus)
         ),
+        max_pods=max_pods,
     ),
     st.sampled_from(NODE_NAMES),
     st.integers(0, 4),
@@ -50,6 +51,7 @@ nodes = st.builds(
     st.sampled_from(MODELS),
     st.sampled_from([4_000, 16_000, 64_000]),
     st.booleans(),
+    st.sampled_from([None, 0, 2, 110]),
 )
 
 amounts: st.SearchStrategy[MemoryAmount] = st.one_of(

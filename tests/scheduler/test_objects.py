@@ -43,7 +43,25 @@ def test_node_spec_from_gpu_feature_discovery_labels_uses_indices_for_uuids() ->
         cpu_milli=8000,
         memory_mib=32 * 1024,
         gpus=tuple(GpuSpec(i, str(i), "Tesla-T4", 24_000) for i in range(3)),
+        max_pods=110,  # the kubelet's allocatable pods
     )
+
+
+def test_a_node_takes_no_more_pods_than_its_kubelet_runs() -> None:
+    full = node("n1", gpus=1, memory=24_000)
+    full["status"]["allocatable"]["pods"] = "2"
+    state = ClusterState([objects.node_spec(full)])
+    for name in ("a", "b"):
+        state.apply(Placement(name, "n1", 100, 0))
+    policy = POLICIES["bestfit"](CONTEXT)
+    demand = objects.pod_demand(pod("p", cpu="100m"))
+    outcome = decide(state, demand, policy)
+    assert not isinstance(outcome, Placement) and outcome.reasons == {"too many pods": 1}
+    state.release("a")
+    assert isinstance(decide(state, demand, policy), Placement)
+    full["status"]["allocatable"]["pods"] = "many"
+    with pytest.raises(contract.ContractError, match=r"status\.allocatable\.pods"):
+        objects.node_spec(full)
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,10 @@ def violations(state: ClusterState) -> list[str]:
         row = state.index[node]
         if used > state.cpu_cap[row] or memory[node] > state.mem_cap[row]:
             problems.append(f"{node}: pods request more CPU or memory than the node has")
+        if 0 <= state.pods_cap[row] < len(state.pods_on[row]):
+            problems.append(
+                f"{node}: {len(state.pods_on[row])} pods where the kubelet runs {state.pods_cap[row]}"
+            )
     for (node, gpu), total in requested.items():
         capacity = int(state.gpu_mem[state.index[node], gpu])
         if total > capacity:

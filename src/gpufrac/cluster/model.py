@@ -40,7 +40,8 @@ class NodeSpec:
 
     A node's GPUs are one model, as on every real node; `model` is that model ("" for a CPU-only node).
     `compute_guarantee`: the operator guarantees compute on the node's pool, so the compute claims of the
-    sm-sharing shares on each GPU (`compute_claim`) may add up to 100 at most.
+    sm-sharing shares on each GPU (`compute_claim`) may add up to 100 at most. `max_pods`: the most pods the
+    kubelet runs there (its allocatable `pods`, 110 by default), None for no bound (a trace's nodes).
     """
 
     name: str
@@ -48,6 +49,7 @@ class NodeSpec:
     memory_mib: int
     gpus: tuple[GpuSpec, ...] = ()
     compute_guarantee: bool = False
+    max_pods: int | None = None
 
     @property
     def model(self) -> str:

@@ -21,6 +21,7 @@ MODE_NONE = 0
 MODE_CODE = {ComputeMode.TIME_SLICING: 1, ComputeMode.SM_SHARING: 2}
 MODE_OF_CODE = {code: mode for mode, code in MODE_CODE.items()}
 DOMAIN_NONE = 0  # `gpu_domain` of a GPU without sm-sharing shares
+NO_POD_BOUND = 2**62  # `pods_free` of a node without a bound on its pods: more than any cluster holds
 _serials = itertools.count()
 
 
@@ -51,6 +52,8 @@ class ClusterState:
         self.cpu_free = np.zeros(rows, np.int64)
         self.mem_free = np.zeros(rows, np.int64)
         self.cpu_cap = np.zeros(rows, np.int64)
+        self.pods_free = np.zeros(rows, np.int64)  # pods the kubelet still takes there (`NodeSpec.max_pods`)
+        self.pods_cap = np.zeros(rows, np.int64)  # -1: no bound
         self.mem_cap = np.zeros(rows, np.int64)
         self.model_id = np.zeros(rows, np.int32)
         self.gpu_count = np.zeros(rows, np.int64)
@@ -73,6 +76,8 @@ class ClusterState:
         "cpu_free",
         "mem_free",
         "cpu_cap",
+        "pods_free",
+        "pods_cap",
         "mem_cap",
         "model_id",
         "gpu_count",
@@ -132,6 +137,8 @@ class ClusterState:
         gpus = sorted(spec.gpus, key=lambda gpu: gpu.index)
         self.active[row] = True
         self.cpu_cap[row] = self.cpu_free[row] = spec.cpu_milli
+        self.pods_cap[row] = -1 if spec.max_pods is None else spec.max_pods
+        self.pods_free[row] = NO_POD_BOUND if spec.max_pods is None else spec.max_pods
         self.mem_cap[row] = self.mem_free[row] = spec.memory_mib
         self.model_id[row] = self.models.index(spec.model)
         self.gpu_count[row] = len(gpus)
@@ -186,6 +193,7 @@ class ClusterState:
 
     def _put(self, row: int, placement: Placement) -> None:
         self.cpu_free[row] -= placement.cpu_milli
+        self.pods_free[row] -= 1
         self.mem_free[row] -= placement.memory_mib
         for assignment in placement.assignments:
             for gpu in assignment.gpus:
@@ -234,6 +242,7 @@ class ClusterState:
 
     def _give_back(self, row: int, placement: Placement) -> None:
         self.cpu_free[row] += placement.cpu_milli
+        self.pods_free[row] += 1
         self.mem_free[row] += placement.memory_mib
         for assignment in placement.assignments:
             for gpu in assignment.gpus:
@@ -256,6 +265,8 @@ class ClusterState:
         row = self.index.get(placement.node)
         if row is None or not self.active[row]:
             raise PlacementRefused(f"pod {placement.pod}: node {placement.node} is not in the cluster")
+        if self.pods_free[row] < 1:
+            raise PlacementRefused(f"pod {placement.pod}: {placement.node} runs as many pods as it may")
         if placement.cpu_milli > self.cpu_free[row] or placement.memory_mib > self.mem_free[row]:
             raise PlacementRefused(f"pod {placement.pod}: not enough CPU or memory on {placement.node}")
         taken: dict[int, int] = {}
@@ -354,6 +365,7 @@ class ClusterState:
             memory_mib=int(self.mem_cap[row]),
             gpus=gpus,
             compute_guarantee=bool(self.compute_guarantee[row]),
+            max_pods=None if self.pods_cap[row] < 0 else int(self.pods_cap[row]),
         )
 
     def open_gpus(self, rows: np.ndarray | slice | int = slice(None)) -> np.ndarray:

@@ -21,6 +21,7 @@ from gpufrac.contract.model import ComputeMode, Mebibytes, MemoryAmount
 # Reasons that other code names too: the MIG packer rejects nodes for them, the planner reads what ran out.
 NOT_ENOUGH_CPU = "not enough CPU"
 NOT_ENOUGH_MEMORY = "not enough memory"
+TOO_MANY_PODS = "too many pods"
 GPU_MODEL_NOT_ALLOWED = "GPU model not allowed"
 NOT_ENOUGH_FREE_GPUS = "not enough free GPUs"
 COMPUTE_CAPS_FULL = "GPU compute caps would pass 100%"
@@ -159,6 +160,7 @@ FILTERS: tuple[Filter, ...] = (
         NOT_ENOUGH_MEMORY,
         lambda pod: True,
     ),
+    Filter("pods", lambda c: c.state.pods_free[c.rows] >= 1, TOO_MANY_PODS, lambda pod: True),
     Filter("gpu-count", lambda c: c.state.gpu_count[c.rows] >= gpus_wanted(c.pod), "too few GPUs"),
     Filter(
         "gpu-model",

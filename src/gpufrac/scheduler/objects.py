@@ -94,6 +94,11 @@ def _mib_units(text: str) -> int:
     return math.ceil(contract.parse_quantity(text) / 2**20)
 
 
+@functools.lru_cache(maxsize=4096)
+def _whole_units(text: str) -> int:
+    return math.floor(contract.parse_quantity(text))
+
+
 def cpu_milli(quantity: object, where: str = "cpu") -> int:
     return _amount(quantity, where, _milli_units)
 
@@ -251,7 +256,15 @@ def node_spec(node: Obj) -> NodeSpec:
         memory_mib=memory_mib(allocatable.get("memory"), "status.allocatable.memory"),
         gpus=gpus,
         compute_guarantee=guarantees_compute(node_meta_labels),
+        max_pods=_max_pods(allocatable.get("pods")),
     )
+
+
+def _max_pods(quantity: object) -> int | None:
+    """The node's allocatable `pods`: None when it does not say (the kubelet always does)."""
+    if quantity is None:
+        return None
+    return _amount(quantity, "status.allocatable.pods", _whole_units)
 
 
 def guarantees_compute(labels: Mapping[str, str]) -> bool:
