@@ -593,3 +593,19 @@ async def test_a_pod_with_required_anti_affinity_waits_saying_what_to_change() -
     assert pod_nodes(made) == {} and attempts(made, "invalid") == 1
     message = client.calls[0].body["status"]["conditions"][0]["message"]
     assert message.startswith("gpufrac does not place by spec.affinity.podAntiAffinity.required")
+
+
+async def test_a_pod_with_scheduling_gates_waits_until_the_last_is_removed() -> None:
+    gated = share_pod("p")
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}, {"name": "example.com/b"}]
+    made, client, _ = setup([gpu_node("n1")], [gated])
+    assert await made.schedule_pending() == 0
+    assert pod_nodes(made) == {} and client.calls == []  # not tried: no Event, no condition
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/b"}]
+    made.on_pod_event("MODIFIED", gated)
+    assert await made.schedule_pending() == 0
+    del gated["spec"]["schedulingGates"]
+    made.on_pod_event("MODIFIED", gated)
+    assert await made.schedule_pending() == 1
+    await made.wait_for_binds()
+    assert pod_nodes(made) == {key("p"): "n1"}

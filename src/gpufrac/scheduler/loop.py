@@ -213,6 +213,9 @@ class Scheduler:
                 self._forget_pending(uid)
                 self.problems.report(Problem.about("Pod", pod, INVALID, f"cannot be scheduled: {error}"))
                 return
+            if objects.gated(pod):  # not ready to be scheduled: the update that removes its gates brings it
+                self._forget_pending(uid)
+                return
             previous = self.pending.get(uid)
             self.pending[uid] = pod
             if previous is None or _spec_changed(previous, pod):

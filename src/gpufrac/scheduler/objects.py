@@ -128,6 +128,7 @@ POD_SHAPE: Mapping[Any, Any] = {
         "containers": [_CONTAINER],
         "initContainers": [_CONTAINER],
         "overhead": {str: _QUANTITY},
+        "schedulingGates": [{"name": str}],
         "nodeSelector": _STRINGS,
         "tolerations": [{"key": str, "operator": str, "value": str, "effect": str}],
     },
@@ -367,6 +368,12 @@ def node_taints(node: Obj) -> list[Obj]:
 
 
 # ---- pods -------------------------------------------------------------------------------------------------
+
+
+def gated(pod: Obj) -> bool:
+    """Whether the pod still has scheduling gates: something (a queueing controller such as Kueue, an
+    operator) holds it back, and no scheduler may place it until the last gate is removed."""
+    return bool(_mapping(pod.get("spec")).get("schedulingGates"))
 
 
 def is_done(pod: Obj) -> bool:
