@@ -61,8 +61,9 @@ class Evictions:
         queues over their fair share when its own is below its quota, or by preempting lower priorities of
         its queue. `capped`: its queue would pass a limit with it, so only preemption in its queue may help,
         and only if the pods preempted bring it within. A gang member is planned for with the members its
-        gang still needs, all at once (moves make room for one pod: none for them). True when pods are on
-        their way out."""
+        gang still needs, all at once (moves make room for one pod: none for them). A pod of
+        `preemptionPolicy: Never` preempts and reclaims nothing, as Kubernetes promises; pods that opted in
+        may still be moved for it. True when pods are on their way out."""
         rows = rows[~np.isin(rows, self.cache.hold_matrix()[0])]
         members = self._still_needed(uid, pod, demand, rows)
         if not members:  # a gang whose members could not all run even then: nothing is evicted for it
@@ -71,7 +72,7 @@ class Evictions:
             with self.cache.device_view(Hold.RESERVED):
                 if await self.mover.make_room(uid, pod, demand, policy, rows):
                     return True
-        if not self.config.preemption:
+        if not self.config.preemption or objects.never_preempts(pod):
             return False
         asked = together([wanted for *_, wanted, _ in members])
         preemptible, reclaimable = self.victims(pod, asked)

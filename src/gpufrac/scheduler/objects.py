@@ -129,6 +129,7 @@ POD_SHAPE: Mapping[Any, Any] = {
         "initContainers": [_CONTAINER],
         "overhead": {str: _QUANTITY},
         "schedulingGates": [{"name": str}],
+        "preemptionPolicy": str,
         "nodeSelector": _STRINGS,
         "tolerations": [{"key": str, "operator": str, "value": str, "effect": str}],
     },
@@ -368,6 +369,12 @@ def node_taints(node: Obj) -> list[Obj]:
 
 
 # ---- pods -------------------------------------------------------------------------------------------------
+
+
+def never_preempts(pod: Obj) -> bool:
+    """`preemptionPolicy: Never`: the pod waits for room rather than have other pods evicted for it (its
+    PriorityClass's policy, copied into the pod at admission)."""
+    return _mapping(pod.get("spec")).get("preemptionPolicy") == "Never"
 
 
 def gated(pod: Obj) -> bool:

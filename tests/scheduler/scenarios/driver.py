@@ -96,6 +96,7 @@ class Ask:
     cpu: str = "100m"
     mem: str | None = None
     arrives: int = 0
+    never_preempts: bool = False  # `preemptionPolicy: Never`
 
 
 @dataclass(frozen=True)
@@ -339,6 +340,8 @@ def _pending(name: str, ask: Ask, order: int) -> dict[str, Any]:
         priority=ask.priority,
         created=_stamp(EPOCH + ask.arrives * TICK + order),
     )
+    if ask.never_preempts:
+        body["spec"]["preemptionPolicy"] = "Never"
     return _labelled(body, ask.queue, ask.group)
 
 

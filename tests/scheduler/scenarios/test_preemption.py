@@ -359,6 +359,21 @@ SCENARIOS = [
         evicted={"hour-old": PREEMPTED},
     ),
     Scenario(
+        "a pod of preemptionPolicy Never waits for room rather than preempt a lower priority",
+        nodes=ONE_GPU,
+        running={"low": Run("n1:0", priority=1)},
+        pending={"high": Ask(gpus=1, priority=10, never_preempts=True)},
+        waiting={"high": "no healthy free GPU"},
+    ),
+    Scenario(
+        "a pod of preemptionPolicy Never reclaims nothing either",
+        nodes=TWO_NODES,
+        queues={"a": {"gpus": {"quota": 1}}, "b": {"gpus": {"quota": 1}}},
+        running={"b1": Run("n1:0", queue="b"), "b2": Run("n2:0", queue="b")},
+        pending={"a1": Ask(gpus=1, queue="a", never_preempts=True)},
+        waiting={"a1": ""},
+    ),
+    Scenario(
         "a pod never evicted runs only within its queue's quota: it does not borrow the idle GPU",
         nodes=TWO_NODES,
         queues=A_QUOTA_1,
