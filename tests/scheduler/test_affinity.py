@@ -143,3 +143,13 @@ def test_eligible_nodes_are_those_the_affinity_matches() -> None:
         with_affinity({"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["t4"]}]}), state
     )
     assert names(state, rows) == ["t4"]
+
+
+def test_an_affinity_too_large_to_match_every_node_against_is_refused() -> None:
+    many = [label(f"k{i}", "Exists") for i in range(affinity.MAX_REQUIREMENTS + 1)]
+    why = affinity.refusal(with_affinity(*many))
+    assert why is not None and f"at most {affinity.MAX_REQUIREMENTS}" in why
+    values = [str(i) for i in range(affinity.MAX_VALUES + 1)]
+    why = affinity.refusal(with_affinity(label("k", "In", *values)))
+    assert why is not None and f"{affinity.MAX_VALUES} values" in why
+    assert affinity.refusal(with_affinity(*many[: affinity.MAX_REQUIREMENTS])) is None

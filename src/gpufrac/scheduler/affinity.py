@@ -25,6 +25,11 @@ _NODE_AFFINITY = f"spec.affinity.nodeAffinity.{_REQUIRED}"
 _LABEL_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 _FIELD_OPERATORS = ("In", "NotIn")
 _NODE_NAME_FIELD = "metadata.name"  # the one field a term's matchFields may name
+# The most requirements, and values, a pod's node affinity may hold in all. Every node is matched against
+# them on every try, and the spec is the tenant's: a pod of ten thousand would cost the scheduler seconds a
+# try. Real pods name a few.
+MAX_REQUIREMENTS = 256
+MAX_VALUES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +75,17 @@ def node_terms(pod: Mapping[str, Any]) -> tuple[Term, ...] | None:
     if required is None:
         return None
     terms = _mapping(required, _NODE_AFFINITY).get("nodeSelectorTerms")
+    where = f"{_NODE_AFFINITY}.nodeSelectorTerms"
     if not isinstance(terms, list) or not terms:
-        raise contract.ContractError(
-            f"{_NODE_AFFINITY}.nodeSelectorTerms", repr(terms), "name one term or more"
-        )
-    return tuple(_term(term, f"{_NODE_AFFINITY}.nodeSelectorTerms[{i}]") for i, term in enumerate(terms))
+        raise contract.ContractError(where, repr(terms), "name one term or more")
+    if len(terms) > MAX_REQUIREMENTS:
+        raise contract.ContractError(where, f"{len(terms)} terms", f"at most {MAX_REQUIREMENTS} in all")
+    parsed = tuple(_term(term, f"{where}[{i}]") for i, term in enumerate(terms))
+    requirements = [r for term in parsed for r in (*term.expressions, *term.fields)]
+    if len(requirements) > MAX_REQUIREMENTS or sum(len(r.values) for r in requirements) > MAX_VALUES:
+        rule = f"at most {MAX_REQUIREMENTS} requirements, of {MAX_VALUES} values, in all"
+        raise contract.ContractError(where, f"{len(requirements)} requirements", rule)
+    return parsed
 
 
 def matches(terms: tuple[Term, ...] | None, labels: Mapping[str, str], name: str) -> bool:
