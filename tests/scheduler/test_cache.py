@@ -152,6 +152,20 @@ def test_a_node_heartbeat_is_no_change() -> None:
     assert cache.add_node(node("n1", agent=inventory("n1", 2, unhealthy=[1]))) is True
 
 
+def test_a_node_whose_pod_limit_alone_changes_takes_the_new_limit() -> None:
+    cache = cache_with_n1()
+    cache.add_pod(bound(pod("p"), "n1", share_notes("main", "GPU-n1-0", f"{HALF}Mi")))
+    row = cache.state.index["n1"]
+    changed = n1()
+    changed["status"]["allocatable"]["pods"] = "2"
+    assert cache.add_node(changed) is True
+    assert (cache.state.pods_cap[row], cache.state.pods_free[row]) == (2, 1)
+    changed["status"]["allocatable"]["pods"] = "250"
+    cache.add_node(changed)
+    assert (cache.state.pods_cap[row], cache.state.pods_free[row]) == (250, 249)
+    assert gpu_free(cache, "n1") == [HALF, GPU_MIB]
+
+
 def test_a_bound_pod_on_a_gpu_gone_unhealthy_still_counts_there() -> None:
     """A share keeps running on a GPU that went unhealthy under it; read again (a relist, a restart), it must
     still count there, not leave its node held as unaccountable while its memory looks free."""
