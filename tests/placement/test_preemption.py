@@ -193,6 +193,15 @@ def test_a_whole_gpu_pod_on_gpus_of_different_sizes_frees_each_of_them_whole() -
     assert plan is not None and plan.victims == ("a",) and plan.placement.assignments[0].gpus == (0, 1)
 
 
+def test_a_node_at_its_pod_limit_frees_a_slot() -> None:
+    """Small shares fill a node's 110 pods before its GPUs: a pod that outranks one of them takes its slot."""
+    state = ClusterState([NodeSpec("n0", 64_000, 64_000, node("n0", 2).gpus, max_pods=2)])
+    for name in ("a", "b"):
+        place_on(state, share_pod(name, 100), "n0")
+    plan = plan_eviction(state, share_pod("p", 100), BINPACK, victims={"a": 0, "b": 0}, max_victims=1)
+    assert plan is not None and len(plan.victims) == 1 and plan.placement.node == "n0"
+
+
 def test_among_victims_otherwise_alike_the_plan_loses_the_least_work() -> None:
     """An eviction throws away what the victim ran: of two pods of one priority, the one that ran less goes,
     whether they are on different nodes or on different GPUs of one node."""

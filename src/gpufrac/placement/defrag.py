@@ -168,8 +168,8 @@ def fewest_victims(
 ) -> list[str] | None:
     """The fewest of the `movable` pods on node `fit.rows[at]` whose going lets the pod in, by a count of
     what each frees (the trial confirms it): the GPUs needing the fewest evictions (of those, the lowest
-    `cost`), then CPU and memory. Pods that `could_move` denies are never chosen; it is asked only about
-    the pods looked at, since it is costly and most are not."""
+    `cost`), then CPU, memory and a pod slot. Pods that `could_move` denies are never chosen; it is asked
+    only about the pods looked at, since it is costly and most are not."""
     row = int(fit.rows[at])
     pod = fit.pod
     here = sorted(movable)
@@ -207,15 +207,17 @@ def fewest_victims(
     mem_short = pod.memory_mib - int(state.mem_free[row])
     cpu_short -= sum(state.placements[name].cpu_milli for name in chosen)
     mem_short -= sum(state.placements[name].memory_mib for name in chosen)
+    pods_short = 1 - int(state.pods_free[row]) - len(chosen)  # a node at its kubelet's pod limit
     for name in others:
-        if cpu_short <= 0 and mem_short <= 0:
+        if cpu_short <= 0 and mem_short <= 0 and pods_short <= 0:
             break
         if not could_move(name):
             continue
         chosen.append(name)
         cpu_short -= state.placements[name].cpu_milli
         mem_short -= state.placements[name].memory_mib
-    return chosen if cpu_short <= 0 and mem_short <= 0 else None
+        pods_short -= 1
+    return chosen if cpu_short <= 0 and mem_short <= 0 and pods_short <= 0 else None
 
 
 def _short(state: ClusterState, fit: Fit, at: int, gpu: int) -> int:
