@@ -89,6 +89,22 @@ async def test_a_share_waits_for_a_reservation_then_lands_on_the_gpu_the_kubelet
     assert stored["metadata"]["annotations"][keys.container_key("main", keys.DEVICES)] == "GPU-n1-1"
 
 
+async def test_no_reservation_is_made_where_the_share_would_then_find_no_pod_slot() -> None:
+    """A reservation is a pod: on a node with one pod slot left, it would take the slot its share needs, the
+    share could never bind, and the idle reservation would go and come back for ever."""
+    tight = dp_node()
+    tight["status"]["allocatable"]["pods"] = "2"
+    other = bound(pod("other", scheduler="default-scheduler"), "n1", {})
+    made, client, clock = setup([tight], [other, share_pod("p")])
+    for _ in range(3):
+        await settle(made, clock)
+    assert reservation_pods(client) == [] and key("p") not in pod_nodes(made)
+    tight["status"]["allocatable"]["pods"] = "3"
+    made.on_node_event("MODIFIED", tight)
+    await settle(made, clock)
+    assert len(reservation_pods(client)) == 1
+
+
 async def test_shares_that_fit_together_wait_for_one_reservation() -> None:
     made, client, clock = setup([dp_node()], [share_pod("p"), share_pod("q")])
     await settle(made)
@@ -175,6 +191,15 @@ async def test_shares_on_a_gpu_whose_reservation_was_deleted_are_held_again() ->
     assert len(reservation_pods(client)) == 2
     await settle(made)
     assert len(reservation_pods(client)) == 2  # not again while those are unpublished
+
+
+async def test_shares_held_again_take_no_more_reservations_than_the_node_has_pod_slots() -> None:
+    share = bound(share_pod("p"), "n1", share_notes("main", "GPU-n1-1", f"{GPU_MIB // 2}Mi"))
+    tight = dp_node(gpus=3, holders={0: "ml/trainer"})
+    tight["status"]["allocatable"]["pods"] = "2"  # the share, and one more
+    made, client, _ = setup([tight], [share])
+    await settle(made)
+    assert len(reservation_pods(client)) == 1
 
 
 async def test_a_reservation_the_api_refuses_is_asked_again_after_a_backoff_not_every_round() -> None:

@@ -140,8 +140,10 @@ class ReservationKeeper:
             shared = [gpu for gpu in range(len(view.holds)) if cache.state.gpu_tenants[row, gpu]]
             unheld = [gpu for gpu in shared if view.holds[gpu] in (Hold.FREE, Hold.PENDING, Hold.CLAIMED)]
             waiting = self._refusals.waiting(_NODE + node, now=now)
-            if unheld and node not in unpublished_on and view.count(Hold.FREE) and not waiting:
-                actions.create[node] = view.count(Hold.FREE)
+            # Each reservation is a pod: as many as the kubelet still takes there (it would refuse the rest).
+            slots = min(view.count(Hold.FREE), max(int(cache.state.pods_free[row]), 0))
+            if unheld and node not in unpublished_on and slots and not waiting:
+                actions.create[node] = slots
             for gpu in shared:
                 if view.holds[gpu] is Hold.HELD:
                     actions.evict.extend(self._evictions(cache, node, row, gpu, now))

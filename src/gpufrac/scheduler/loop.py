@@ -565,6 +565,8 @@ class Scheduler:
         if view is None:
             return False
         used = [view.holds[gpu] for a in trial.assignments for gpu in set(a.gpus)]
+        if used.count(Hold.FREE) >= self.cache.state.pods_free[self.cache.state.index[trial.node]]:
+            return False  # each reservation is a pod: with them the node would have no slot left for this one
         waits = set()
         if Hold.PENDING in used:
             waits |= {
