@@ -20,6 +20,7 @@ from gpufrac.contract import (
     keys,
     parse_pod,
 )
+from gpufrac.contract.parse import MAX_SHARE_CONTAINERS
 
 from .pods import make_pod
 
@@ -528,12 +529,22 @@ def test_reading_a_pod_is_linear_in_its_containers_and_annotations() -> None:
     # One annotation per container: a list lookup per annotation would compare about n*n/2 names.
     n = 2000
     names = [f"c{i}" for i in range(n)]
-    pod = make_pod({f"{N}{name}.gpu-memory.request": "1Gi" for name in names}, names)
+    sharing = names[-MAX_SHARE_CONTAINERS:]
+    pod = make_pod({f"{N}{name}.gpu-memory.request": "1Gi" for name in sharing}, names)
     for container, name in zip(pod["spec"]["containers"], names, strict=True):  # type: ignore[index]
         container["name"] = _CountingName(name)
     _CountingName.comparisons = 0
-    assert len(parse_pod(pod).shares) == n
+    assert len(parse_pod(pod).shares) == MAX_SHARE_CONTAINERS
     assert _CountingName.comparisons <= 4 * n
+
+
+def test_a_pod_may_hold_shares_in_at_most_64_containers() -> None:
+    """The scheduler searches every way of putting a pod's shares on a node's GPUs."""
+    names = [f"c{i}" for i in range(MAX_SHARE_CONTAINERS + 1)]
+    pod = make_pod({f"{N}{name}.gpu-memory.request": "1Gi" for name in names}, names)
+    assert refusal(pod) == (
+        f'{N}c64.gpu-memory.request="1Gi": a pod may hold shares in at most {MAX_SHARE_CONTAINERS} containers'
+    )
 
 
 def test_a_contract_is_granted_to_another_pod_only_when_the_marker_names_another_uid() -> None:

@@ -307,38 +307,40 @@ def test_the_search_finds_an_assignment_whenever_one_exists(case: tuple[ClusterS
 
 
 def wide_hostile_pod() -> PodDemand:
-    """7 shares of 0.3 on 8 GPUs each: 56 slots where 16 GPUs hold 48, yet each share alone fits."""
-    shares = tuple(ShareRequest(f"c{i}", portion(300), portion(300), TS, 8) for i in range(7))
+    """5 shares of 0.35 on 8 GPUs each: 40 slots, 14 GPUs of memory, where 16 GPUs hold 32 such slots, yet
+    each share alone fits."""
+    shares = tuple(ShareRequest(f"c{i}", portion(350), portion(350), TS, 8) for i in range(5))
     return PodDemand("p", shares=shares)
+
+
+def distinct_gpus(state: ClusterState, node_name: str, base: int = 0) -> None:
+    """Every GPU of the 16 on `node_name` in a state of its own: no two are interchangeable."""
+    for gpu in range(16):
+        state.apply(share_at(f"x-{node_name}-{gpu}", node_name, (gpu,), base + (gpu + 1) * 100))
 
 
 def test_shares_of_many_devices_are_refused_once_the_budget_is_spent() -> None:
     state = ClusterState([node("n", 16)])
-    for gpu in range(16):  # every GPU in its own state: no two are interchangeable
-        state.apply(share_at(f"x{gpu}", "n", (gpu,), (gpu + 1) * 100))
+    distinct_gpus(state, "n")
     search = exact.Search(state, 0, wide_hostile_pod())
     assert search.run() is None
     assert search.exhausted
-    assert search.steps <= 7 + exact.BUDGET
+    assert search.steps <= 5 + exact.BUDGET
     outcome = refused(state, wide_hostile_pod(), policy("bestfit"))
     assert outcome.reasons == {exact.TOO_MANY_COMBINATIONS: 1}
     assert outcome.message == f"0/1 nodes are available: 1 {exact.TOO_MANY_COMBINATIONS}"
 
 
-def a_hundred_shares() -> PodDemand:
-    """100 shares of 0.3: 16 GPUs hold 48 of them, in more ways than the budget lets the search try."""
-    return PodDemand("p", shares=tuple(ShareRequest(f"c{i}", portion(300), portion(300)) for i in range(100)))
-
-
-def test_a_hundred_shares_that_do_not_fit_cost_the_budget_and_no_more() -> None:
-    search = exact.Search(ClusterState([node("n", 16)]), 0, a_hundred_shares())
-    assert search.run() is None
-    assert search.exhausted
-    assert search.steps <= 100 + exact.BUDGET
+def test_shares_that_ask_more_memory_than_the_node_has_free_are_refused_without_a_search() -> None:
+    over = PodDemand("p", shares=tuple(ShareRequest(f"c{i}", portion(300), portion(300)) for i in range(100)))
+    search = exact.Search(ClusterState([node("n", 16)]), 0, over)
+    assert search.run() is None and not search.exhausted and search.steps == 0
 
 
 def test_identical_nodes_are_searched_once(monkeypatch: pytest.MonkeyPatch) -> None:
     state = ClusterState([node(f"n{i}", 16) for i in range(5)])
+    for i in range(5):
+        distinct_gpus(state, f"n{i}")
     steps = []
     run = exact.Search.run
 
@@ -348,8 +350,8 @@ def test_identical_nodes_are_searched_once(monkeypatch: pytest.MonkeyPatch) -> N
         return found
 
     monkeypatch.setattr(exact.Search, "run", counted)
-    assert refused(state, a_hundred_shares(), policy("bestfit")).reasons == {exact.TOO_MANY_COMBINATIONS: 5}
-    greedy = 48  # 3 shares of 0.3 on each of 16 GPUs, then the 49th fits nowhere
+    assert refused(state, wide_hostile_pod(), policy("bestfit")).reasons == {exact.TOO_MANY_COMBINATIONS: 5}
+    greedy = 4  # four shares of 8 GPUs take two slots of every GPU; the fifth finds none
     assert steps == [greedy + exact.BUDGET] + [greedy] * 4
     steps.clear()
     one_gpu = ClusterState([node(f"n{i}", 1) for i in range(5)])
@@ -363,8 +365,8 @@ def test_one_decision_searches_at_most_its_budget_over_nodes_in_states_of_their_
 ) -> None:
     nodes = 3 * exact.DECISION_BUDGET // exact.BUDGET
     state = ClusterState([node(f"n{i}", 16) for i in range(nodes)])
-    for i in range(nodes):  # no two nodes alike: a share of its own size on each
-        state.apply(share_at(f"x{i}", f"n{i}", (0,), 100 + i))
+    for i in range(nodes):  # no two nodes alike, nor two GPUs of a node
+        distinct_gpus(state, f"n{i}", base=i)
     searched = []
     run = exact.Search.run
 
@@ -374,7 +376,7 @@ def test_one_decision_searches_at_most_its_budget_over_nodes_in_states_of_their_
         return found
 
     monkeypatch.setattr(exact.Search, "run", counted)
-    outcome = refused(state, a_hundred_shares(), policy("bestfit"))
+    outcome = refused(state, wide_hostile_pod(), policy("bestfit"))
     assert outcome.reasons == {exact.TOO_MANY_COMBINATIONS: nodes}
     assert len(searched) == nodes and sum(searched) == exact.DECISION_BUDGET  # the rest: greedy only
 

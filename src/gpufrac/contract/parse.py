@@ -42,6 +42,11 @@ class _Pod:
     per_container: Mapping[str, Mapping[str, str]]  # container -> NVIDIA key suffix -> value
 
 
+# The most containers of one pod that may each hold a share. The scheduler searches every way of putting
+# them on a node's GPUs (`placement.exact`), and the pod spec is the tenant's; real pods hold a few.
+MAX_SHARE_CONTAINERS = 64
+
+
 def parse_pod(pod: Mapping[str, object]) -> PodGpuRequest:
     """What `pod` asks for: one `ShareRequest` per share container, one `WholeGpuRequest` per whole one.
 
@@ -137,6 +142,10 @@ def _request(view: _Pod) -> PodGpuRequest:
             continue
         cap = _compute_percent(container, own, mode)
         shares.append(ShareRequest(container, request, limit, mode, devices, cap))
+        if len(shares) > MAX_SHARE_CONTAINERS:
+            key = keys.container_key(container, keys.MEMORY_REQUEST)
+            rule = f"a pod may hold shares in at most {MAX_SHARE_CONTAINERS} containers"
+            raise ContractError(key, own.get(keys.MEMORY_REQUEST, ""), rule)
     return PodGpuRequest(tuple(shares), tuple(whole))
 
 

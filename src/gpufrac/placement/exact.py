@@ -17,6 +17,7 @@ under its own reason, so the operator sees that the pod was too large to decide 
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -137,26 +138,43 @@ class Search:
         always did, a pod of any size included. The search orders identical shares next to each other, so
         that placing them in another order reaches a state it has seen.
         """
+        if not self._room_enough():
+            return None
         whole = [_Item(None, self.pod.whole_gpus)] if self.pod.whole_gpus else []
         largest = sorted(
-            self.pod.shares, key=lambda share: -resolve_mib(share.request, max(self.memory, default=0))
+            self.pod.shares, key=lambda share: -_resolved(share.request, max(self.memory, default=0))
         )
-        order = whole + [self._item(share) for share in largest]
+        items = {id(share): self._item(share) for share in largest}
+        order = whole + [items[id(share)] for share in largest]
         picks = self._greedy(order)
         if picks is None:
             if not all(len(self._candidates(item, self.start)) >= item.devices for item in order):
                 return None  # taking the others first only leaves an item fewer GPUs: nothing to search
             first = {_kind(share): i for i, share in reversed(list(enumerate(largest)))}
             grouped = sorted(largest, key=lambda share: first[_kind(share)])  # stable: still largest first
-            order = whole + [self._item(share) for share in grouped]
+            order = whole + [items[id(share)] for share in grouped]
             greedy = self.steps
             picks = self._search(order, greedy + budget)
             self.searched = self.steps - greedy
         return None if picks is None else self._assignments(order, picks)
 
+    def _room_enough(self) -> bool:
+        """A bound that needs no search, for a pod that fits no node of a large cluster: the whole GPUs
+        within the empty ones, and the least memory the shares ask in all (each on the GPU size that makes it
+        smallest) within what the open GPUs have free."""
+        open_gpus = [gpu for gpu in self.start if gpu is not None]
+        if self.pod.whole_gpus > sum(1 for gpu in open_gpus if gpu[2]):
+            return False
+        sizes = set(self.memory)
+        least = sum(
+            share.num_devices * min((_resolved(share.request, size) for size in sizes), default=0)
+            for share in self.pod.shares
+        )
+        return least <= sum(gpu[3] for gpu in open_gpus)
+
     def _item(self, share: ShareRequest) -> _Item:
-        request = tuple(resolve_mib(share.request, memory) for memory in self.memory)
-        limit = tuple(resolve_mib(share.limit, memory) for memory in self.memory)
+        request = tuple(_resolved(share.request, memory) for memory in self.memory)
+        limit = tuple(_resolved(share.limit, memory) for memory in self.memory)
         sm = share.mode is ComputeMode.SM_SHARING
         fits = tuple(
             r >= 1 and memory >= lim and not (sm and gpu is not None and gpu[1])
@@ -271,6 +289,11 @@ class Search:
                 Assignment(share.container, pick, request, limit, share.mode, share.compute_percent)
             )
         return tuple(assignments)
+
+
+# A share resolves alike on every GPU of a size, on every node: resolved once per amount and size, which was
+# most of the search's cost on a cluster of many nodes.
+_resolved = functools.lru_cache(maxsize=4096)(resolve_mib)
 
 
 def _canonical(gpus: _Gpus) -> tuple[_Gpu, ...]:
