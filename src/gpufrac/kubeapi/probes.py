@@ -38,10 +38,10 @@ SERVER_LOG = logging.getLogger("gpufrac.http")
 SERVER_LOG.addFilter(_ProtocolErrorsOnOneLine())
 
 # A connection that sends nothing, or stops inside a request's headers, is closed after this long; aiohttp
-# keeps one for an hour, so that a client could hold thousands open with a few bytes each. A client opens a
-# new one when it next needs it (the apiserver's Go client sends again a request a closing connection
-# dropped unsent).
-IDLE_SECONDS = 30.0
+# keeps one for an hour, so that a client could hold thousands open with a few bytes each. Longer than the
+# 90 s the apiserver's Go client keeps an idle connection, so that it always closes first: a review it sent
+# on a connection the server was closing would fail, and a POST is not sent again.
+IDLE_SECONDS = 120.0
 
 
 def app_runner(app: web.Application, **options: Any) -> web.AppRunner:

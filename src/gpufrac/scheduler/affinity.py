@@ -36,7 +36,7 @@ MAX_VALUES = 4096
 class Requirement:
     key: str
     operator: str
-    values: tuple[str, ...]
+    values: frozenset[str]
 
     def holds(self, value: str | None) -> bool:
         """Whether a node whose label (or field) `key` is `value` (None: absent) meets the requirement."""
@@ -51,7 +51,7 @@ class Requirement:
         number = _integer(value)
         if number is None:
             return False
-        bound = int(self.values[0])
+        bound = int(next(iter(self.values)))
         return number > bound if self.operator == "Gt" else number < bound
 
 
@@ -78,14 +78,13 @@ def node_terms(pod: Mapping[str, Any]) -> tuple[Term, ...] | None:
     where = f"{_NODE_AFFINITY}.nodeSelectorTerms"
     if not isinstance(terms, list) or not terms:
         raise contract.ContractError(where, repr(terms), "name one term or more")
-    if len(terms) > MAX_REQUIREMENTS:
-        raise contract.ContractError(where, f"{len(terms)} terms", f"at most {MAX_REQUIREMENTS} in all")
-    parsed = tuple(_term(term, f"{where}[{i}]") for i, term in enumerate(terms))
-    requirements = [r for term in parsed for r in (*term.expressions, *term.fields)]
-    if len(requirements) > MAX_REQUIREMENTS or sum(len(r.values) for r in requirements) > MAX_VALUES:
-        rule = f"at most {MAX_REQUIREMENTS} requirements, of {MAX_VALUES} values, in all"
-        raise contract.ContractError(where, f"{len(requirements)} requirements", rule)
-    return parsed
+    # Counted before anything is read, so that a huge one costs no more than this.
+    raw = [r for term in terms if isinstance(term, Mapping) for kind in _KINDS for r in _items(term, kind)]
+    values = sum(len(_items(r, "values")) for r in raw if isinstance(r, Mapping))
+    if len(terms) + len(raw) > MAX_REQUIREMENTS or values > MAX_VALUES:
+        rule = f"at most {MAX_REQUIREMENTS} terms and requirements, of {MAX_VALUES} values, in all"
+        raise contract.ContractError(where, f"{len(terms) + len(raw)} terms and requirements", rule)
+    return tuple(_term(term, f"{where}[{i}]") for i, term in enumerate(terms))
 
 
 def matches(terms: tuple[Term, ...] | None, labels: Mapping[str, str], name: str) -> bool:
@@ -159,7 +158,16 @@ def _requirement(item: object, where: str, operators: tuple[str, ...]) -> Requir
         or (count == "one" and (len(values) != 1 or _integer(values[0]) is None))
     ):
         raise contract.ContractError(f"{where}.values", repr(values), f"{operator} {_VALUES_RULE[count]}")
-    return Requirement(key, operator, tuple(values))
+    return Requirement(key, operator, frozenset(values))
+
+
+_KINDS = ("matchExpressions", "matchFields")
+
+
+def _items(obj: Mapping[str, Any], name: str) -> list[Any]:
+    """`obj[name]` where it is a list, else none: for counting before the fields are checked."""
+    value = obj.get(name)
+    return value if isinstance(value, list) else []
 
 
 def _integer(text: str | None) -> int | None:
@@ -167,7 +175,10 @@ def _integer(text: str | None) -> int | None:
     if text is None:
         return None
     digits = text[1:] if text[:1] in "+-" else text
-    return int(text) if digits.isascii() and digits.isdigit() and len(digits) <= 18 else None
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 19):
+        return None
+    number = int(text)
+    return number if -(2**63) <= number < 2**63 else None  # an int64, as Kubernetes parses it
 
 
 def _field(obj: object, *path: str) -> Any:
