@@ -15,7 +15,7 @@ from gpufrac.scheduler.mover import PREEMPT, RECLAIM
 
 from . import fakenodes
 from .scheduling import eventually, gpu_pod, running_scheduler, wait_bound, why_unschedulable
-from .test_defrag import pod, reasons
+from .test_defrag import going, pod, reasons
 from .test_queues import team_pod
 
 
@@ -23,10 +23,6 @@ def whole(name: str, namespace: str, priority_class: str) -> Pod:
     body: dict[str, Any] = gpu_pod(name, namespace, whole_gpus=1).to_dict()
     body["spec"]["priorityClassName"] = priority_class
     return Pod.from_dict(body)
-
-
-async def going(client: lightkube.AsyncClient, namespace: str, name: str) -> bool:
-    return bool((await pod(client, namespace, name))["metadata"].get("deletionTimestamp"))
 
 
 @pytest.mark.parametrize("victim_class", ["gpufrac-test-low", "gpufrac-test-critical"])

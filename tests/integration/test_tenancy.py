@@ -6,7 +6,7 @@ team b keeps its quota, and nothing is evicted twice."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import lightkube
@@ -56,8 +56,9 @@ async def pods_of(client: lightkube.AsyncClient, namespace: str) -> dict[str, di
     return {item.metadata.name: item.to_dict() async for item in client.list(Pod, namespace=namespace)}  # type: ignore[union-attr]
 
 
-def leaving(pods: dict[str, dict[str, Any]]) -> set[str]:
-    return {name for name, pod in pods.items() if pod["metadata"].get("deletionTimestamp")}
+def leaving(pods: dict[str, dict[str, Any]], names: Iterable[str]) -> set[str]:
+    """Which of `names` are evicted: being deleted, or gone (the fake nodes' stand-in kubelet ends it)."""
+    return {name for name in names if name not in pods or pods[name]["metadata"].get("deletionTimestamp")}
 
 
 async def test_two_teams_borrow_reclaim_and_run_a_gang_across_a_scheduler_restart(
@@ -86,7 +87,7 @@ async def test_two_teams_borrow_reclaim_and_run_a_gang_across_a_scheduler_restar
             await admin_client.create(member(name, namespace, "train"))
 
         async def reclaiming() -> bool:
-            return bool(leaving(await pods_of(admin_client, team_b)))
+            return bool(leaving(await pods_of(admin_client, team_b), b_pods))
 
         await eventually(reclaiming, "team b's first pod evicted")
         assert first.metrics.evictions.labels("reclaim", "evicted")._value.get() >= 1
@@ -99,16 +100,21 @@ async def test_two_teams_borrow_reclaim_and_run_a_gang_across_a_scheduler_restar
         assert sorted(bound) == ["a0", "a1"] and len(set(bound.values())) == 2
 
         async def settled() -> bool:
+            """Team a's gang counted, and team b's evicted pods gone (they hold their GPUs until then)."""
+            second.tenants.outdated()  # counted afresh, not as of up to a second ago
             second.tenants.rank(second.cache, second.pending)
-            return second.tenants.usage.get("team-a", {}).get(Resource.GPUS) == 2
+            gone = not {
+                p["metadata"].get("deletionTimestamp") for p in (await pods_of(admin_client, team_b)).values()
+            } - {None}
+            return gone and second.tenants.usage.get("team-a", {}).get(Resource.GPUS) == 2
 
         await eventually(settled, "team a's use counted")
         usage = second.tenants.usage
         assert usage["team-b"][Resource.GPUS] == 2  # its quota, no less: reclaim took only the surplus
     b_after = await pods_of(admin_client, team_b)
-    evicted = leaving(b_after) | (set(b_pods) - set(b_after))
+    evicted = leaving(b_after, b_pods)
     assert len(evicted) == 2, f"evicted {sorted(evicted)}"  # what team a needed, not one more
-    for name in sorted(evicted & set(b_after)):
+    for name in sorted(evicted):
         told = await reasons(admin_client, team_b, name, RECLAIM.reason)
         assert len(told) == 1 and told[0].startswith(RECLAIM.done), told
     assert not b_after["impostor"]["spec"].get("nodeName")
@@ -149,12 +155,12 @@ async def test_nothing_is_evicted_for_a_gang_that_could_not_run_whole(
                 await admin_client.create(member(name, namespace, "train"))
             for name in ("a0", "a1", "a2"):
                 await scheduling_message(admin_client, name, namespace, "free")
-            assert not leaving(await pods_of(admin_client, team_b))
+            assert not leaving(await pods_of(admin_client, team_b), ("b2", "b3"))
             assert scheduler.metrics.evictions.labels("reclaim", "evicted")._value.get() == 0
             await admin_client.delete(Pod, "c0", namespace=team_b, grace_period=0)
             await wait_bound(admin_client, namespace, 3)
             assert scheduler.metrics.evictions.labels("reclaim", "evicted")._value.get() == 2
-        assert leaving(await pods_of(admin_client, team_b)) == {"b2", "b3"}
+        assert leaving(await pods_of(admin_client, team_b), ("b2", "b3")) == {"b2", "b3"}
     finally:
         for name in ("team-a", "team-b", "team-c"):
             await admin_client.delete(QUEUE_RESOURCE, name)

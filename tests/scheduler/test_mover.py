@@ -37,7 +37,8 @@ def going(body: dict[str, Any]) -> dict[str, Any]:
 
 
 class EvictingApi(FakeApi):
-    """An eviction whose pod's going the watch reports before the eviction's reply (`early`), or after."""
+    """An eviction whose pod's going the watch reports (DELETED) before the eviction's reply (`early`), or
+    after."""
 
     def __init__(self, early: bool) -> None:
         super().__init__()
@@ -49,7 +50,7 @@ class EvictingApi(FakeApi):
         if obj.kind == "Eviction":
             self.evicted.append(name or "")
             if self.early and self.scheduler is not None:
-                self.scheduler.on_pod_event("MODIFIED", going(self.stored("Pod", name or "") or {}))
+                self.scheduler.on_pod_event("DELETED", self.stored("Pod", name or "") or {})
         return await super().create(obj, name, namespace=namespace)
 
 
@@ -74,7 +75,10 @@ async def test_the_room_a_moved_share_leaves_goes_to_the_pod_it_was_moved_for(ea
     assert client.evicted == ["a"]
     if not early:
         assert made.mover.waits(key("w"))
+        # Terminating, it still holds its GPU memory for its grace period: the room is not there yet.
         made.on_pod_event("MODIFIED", going(client.stored("Pod", "a") or {}))
+        assert made.mover.waits(key("w"))
+        made.on_pod_event("DELETED", client.stored("Pod", "a") or {})
     # The room is kept: a share that arrives first does not take it.
     assert key("w") in made.cache.kept_rooms
     client.put(share_pod("late", "0.5"))

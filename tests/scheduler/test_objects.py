@@ -296,7 +296,7 @@ def test_pod_identity_helpers() -> None:
     assert objects.is_done(finished) and objects.is_done(pod("p", phase="Failed"))
     deleting = pod("p")
     deleting["metadata"]["deletionTimestamp"] = "2024-05-01T12:00:00Z"
-    assert objects.is_done(deleting) and not objects.is_done(pod("p"))
+    assert objects.terminating(deleting) and not objects.is_done(deleting) and not objects.is_done(pod("p"))
     assert objects.node_name(finished) == "n1" and objects.node_name(pod("p")) == ""
     assert objects.scheduler_name(pod("p", scheduler=None)) == objects.DEFAULT_SCHEDULER
 

@@ -129,13 +129,19 @@ def test_deleting_a_bound_pod_releases_it() -> None:
     assert gpu_free(made, "n1") == [GPU_MIB, 0]
 
 
-def test_a_finished_or_terminating_pod_releases_its_gpus() -> None:
+def test_a_finished_pod_releases_its_gpus_and_a_terminating_one_only_once_gone() -> None:
+    """A pod being deleted runs out its grace period on its GPU, holding the memory a new share would be
+    promised: it counts, as the kubelet counts it, until the watch says it is gone."""
     made = scheduler()
     listed(made, [n1()], [sm_pod(), whole_pod()])
     made.on_pod_event("MODIFIED", with_status(sm_pod(), phase="Succeeded"))
     terminating = whole_pod()
     terminating["metadata"]["deletionTimestamp"] = "2024-05-01T13:00:00Z"
     made.on_pod_event("MODIFIED", terminating)
+    assert gpu_free(made, "n1") == [GPU_MIB, 0]
+    made.on_pods_listed([terminating])  # a relist too
+    assert gpu_free(made, "n1") == [GPU_MIB, 0]
+    made.on_pod_event("DELETED", terminating)
     assert gpu_free(made, "n1") == [GPU_MIB, GPU_MIB]
     assert made.cache.state.placements == {}
     assert fits(made, "0.9")

@@ -46,6 +46,16 @@ class Evictions:
         self.pending, self.config, self.fault_domain, self.clock = pending, settings, fault_domain, clock
         self._evictable_at: tuple[float, dict[str, dict[str, int]], dict[str, list[str]]] | None = None
 
+    def _terminating_on(self, rows: np.ndarray) -> bool:
+        """Whether pods are being deleted on any of `rows`: evicted ones, maybe, whose room is coming (kept
+        for the pod they went for, by a scheduler that may since have restarted and forgotten). Nothing more
+        is evicted until they are gone, as kube-scheduler preempts no more while victims terminate: evicting
+        by what they still hold would take twice what is needed."""
+        bound, pods_on = self.cache.bound, self.cache.state.pods_on
+        return any(
+            objects.terminating(bound[uid]) for row in rows.tolist() for uid in pods_on[row] if uid in bound
+        )
+
     async def make_room(
         self,
         uid: str,
@@ -65,6 +75,8 @@ class Evictions:
         `preemptionPolicy: Never` preempts and reclaims nothing, as Kubernetes promises; pods that opted in
         may still be moved for it. True when pods are on their way out."""
         rows = rows[~np.isin(rows, self.cache.hold_matrix()[0])]
+        if self._terminating_on(rows):
+            return False
         members = self._still_needed(uid, pod, demand, rows)
         if not members:  # a gang whose members could not all run even then: nothing is evicted for it
             return False

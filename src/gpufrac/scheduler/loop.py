@@ -206,6 +206,9 @@ class Scheduler:
             else:
                 self.cache.add_pod(pod)
             return
+        if objects.terminating(pod):  # being deleted before it was bound: nothing to place
+            self._forget_pending(uid)
+            return
         if objects.scheduler_name(pod) == self.config.name and uid not in self.cache.assumed:
             try:
                 objects.check_pod(pod)
@@ -271,7 +274,7 @@ class Scheduler:
 
     def _check_binding(self, pod: dict[str, Any]) -> None:
         """A bound pod whose contract was granted to another UID is deleted by the leader (`binder`)."""
-        if objects.misbound(pod) and not objects.is_done(pod):
+        if objects.misbound(pod) and not (objects.is_done(pod) or objects.terminating(pod)):
             self.misbound[objects.pod_uid(pod)] = pod
             self._wakeup.set()
 

@@ -384,8 +384,15 @@ def gated(pod: Obj) -> bool:
 
 
 def is_done(pod: Obj) -> bool:
-    """A pod that holds nothing any more: finished, or being deleted."""
-    return text_field(pod, "status", "phase") in _DONE_PHASES or bool(meta(pod).get("deletionTimestamp"))
+    """A pod that holds nothing any more: finished (Succeeded or Failed). One being deleted is not done: its
+    containers run out their grace period holding their GPU memory, CPU and pod slot, which the kubelet,
+    and so the scheduler, count until the pod is gone."""
+    return text_field(pod, "status", "phase") in _DONE_PHASES
+
+
+def terminating(pod: Obj) -> bool:
+    """A pod being deleted: never scheduled, never evicted, still counted where it runs (`is_done`)."""
+    return bool(meta(pod).get("deletionTimestamp"))
 
 
 def pod_total(spec: Obj, measure: Callable[[Obj, str], tuple[int, ...]]) -> tuple[int, ...]:
@@ -459,7 +466,7 @@ def created(pod: Mapping[str, Any]) -> float:
 def running_since(pod: Obj) -> float | None:
     """When a pod started (epoch seconds: `status.startTime`, else its creation), for the minimum runtime
     before it may be evicted; None for one already going or without a readable time."""
-    if is_done(pod):
+    if is_done(pod) or terminating(pod):
         return None
     started = text_field(pod, "status", "startTime") or text_field(pod, "metadata", "creationTimestamp")
     try:

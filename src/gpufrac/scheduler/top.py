@@ -144,7 +144,9 @@ async def collect(kubeconfig: Path | None, *, queues: bool = False) -> list[dict
     tenants = Tenants(report=log_problem, refresh=0.0)
     tenants.on_listed(await kube_client.list_objects(kubeconfig, QUEUE_RESOURCE))
     pending = {
-        objects.pod_uid(pod): pod for pod in pods if not objects.node_name(pod) and not objects.is_done(pod)
+        objects.pod_uid(pod): pod
+        for pod in pods
+        if not (objects.node_name(pod) or objects.is_done(pod) or objects.terminating(pod))
     }
     tenants.rank(cache, pending)
     return queue_rows(tenants)

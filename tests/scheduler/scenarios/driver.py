@@ -77,6 +77,7 @@ class Run:
     cpu: str = "100m"
     mem: str | None = None
     budget: bool = False  # a PodDisruptionBudget refuses its eviction
+    terminating: bool = False  # being deleted: it holds what it holds until gone
     movable: bool = False  # its tenant consented to moves, and a controller recreates it
     scheduler: str = "gpufrac"
 
@@ -319,6 +320,8 @@ def _running(name: str, run: Run) -> dict[str, Any]:
         rendered[keys.FAULT_DOMAIN_ANNOTATION] = NAMESPACE
     body["metadata"]["annotations"].update(rendered)
     body["status"]["startTime"] = _stamp(EPOCH - run.age)
+    if run.terminating:
+        body["metadata"]["deletionTimestamp"] = _stamp(EPOCH)
     if run.movable:
         body["metadata"]["annotations"][keys.MOVABLE_ANNOTATION] = "true"
         body["metadata"]["ownerReferences"] = [OWNER]

@@ -359,6 +359,14 @@ SCENARIOS = [
         evicted={"hour-old": PREEMPTED},
     ),
     Scenario(
+        "while a pod is being deleted on the nodes nothing more is evicted: its room is coming, and "
+        "evicting by what it still holds would take twice what is needed",
+        nodes=TWO_NODES,
+        running={"going": Run("n1:0", priority=1, terminating=True), "low": Run("n2:0", priority=1)},
+        pending={"high": Ask(gpus=1, priority=10)},
+        waiting={"high": "no healthy free GPU"},
+    ),
+    Scenario(
         "a pod of preemptionPolicy Never waits for room rather than preempt a lower priority",
         nodes=ONE_GPU,
         running={"low": Run("n1:0", priority=1)},
