@@ -207,6 +207,15 @@ def test_pod_resources_add_the_runtime_class_overhead() -> None:
         objects.pod_resources(demo)
 
 
+def test_pod_level_requests_stand_for_the_containers_where_set() -> None:
+    demo = pod("p", containers=[container("a", cpu="1", mem="1Gi")])
+    demo["spec"]["resources"] = {"requests": {"cpu": "4"}}
+    assert objects.pod_resources(demo) == (4000, 1024)  # memory still the containers'
+    demo["spec"]["resources"]["requests"]["memory"] = "8Gi"
+    demo["spec"]["overhead"] = {"cpu": "100m"}
+    assert objects.pod_resources(demo) == (4100, 8192)
+
+
 def test_whole_gpus_of_a_sidecar_count_beside_the_containers() -> None:
     demo = pod("p", containers=[container("a", whole=1)])
     demo["spec"]["initContainers"] = [{**container("s", whole=1), "restartPolicy": "Always"}]

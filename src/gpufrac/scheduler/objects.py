@@ -128,6 +128,7 @@ POD_SHAPE: Mapping[Any, Any] = {
         "containers": [_CONTAINER],
         "initContainers": [_CONTAINER],
         "overhead": {str: _QUANTITY},
+        "resources": {"requests": {str: _QUANTITY}},
         "schedulingGates": [{"name": str}],
         "preemptionPolicy": str,
         "nodeSelector": _STRINGS,
@@ -492,8 +493,9 @@ def priority(pod: Obj) -> int:
 
 
 def pod_resources(pod: Obj) -> tuple[int, int]:
-    """CPU (milli) and memory (MiB) the pod requests, as kube-scheduler counts them: its containers' as
-    `pod_total` adds them up, and its RuntimeClass's `overhead`. `ContractError` for a malformed amount."""
+    """CPU (milli) and memory (MiB) the pod requests, as kube-scheduler counts them: its pod-level
+    `resources.requests` where set (Kubernetes 1.32+), else its containers' as `pod_total` adds them up, and
+    its RuntimeClass's `overhead`. `ContractError` for a malformed amount."""
     check(pod, POD_SHAPE)
     spec = _mapping(pod.get("spec"))
 
@@ -508,6 +510,10 @@ def pod_resources(pod: Obj) -> tuple[int, int]:
         )
 
     cpu, memory = pod_total(spec, requests) or (0, 0)
+    level = _mapping(_mapping(spec.get("resources")).get("requests"))
+    level_cpu, level_memory = cpu_and_memory(level, "spec.resources.requests")
+    cpu = level_cpu if level.get("cpu") is not None else cpu
+    memory = level_memory if level.get("memory") is not None else memory
     extra_cpu, extra_memory = cpu_and_memory(_mapping(spec.get("overhead")), "spec.overhead")
     cpu, memory = cpu + extra_cpu, memory + extra_memory
     if cpu > MAX_AMOUNT or memory > MAX_AMOUNT:
