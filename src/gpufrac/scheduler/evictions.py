@@ -17,7 +17,7 @@ from gpufrac.contract.podgroups import group_of
 from gpufrac.contract.queues import Resource
 from gpufrac.placement import tenancy
 from gpufrac.placement.framework import Policy
-from gpufrac.scheduler import objects
+from gpufrac.scheduler import affinity, objects
 from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.config import SchedulerConfig
 from gpufrac.scheduler.devices import Hold
@@ -162,6 +162,8 @@ class Evictions:
         for _, other, body in mates:
             if len(members) >= needed:
                 break
+            if affinity.refusal(body):  # it will not be placed as it is: nothing is evicted for it
+                continue
             try:
                 wanted = objects.pod_demand(body, fault_domain=self.fault_domain(body))
             except contract.ContractError:

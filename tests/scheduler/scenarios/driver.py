@@ -98,6 +98,7 @@ class Ask:
     mem: str | None = None
     arrives: int = 0
     never_preempts: bool = False  # `preemptionPolicy: Never`
+    apart: bool = False  # required pod anti-affinity, which gpufrac does not place by
 
 
 @dataclass(frozen=True)
@@ -345,6 +346,11 @@ def _pending(name: str, ask: Ask, order: int) -> dict[str, Any]:
     )
     if ask.never_preempts:
         body["spec"]["preemptionPolicy"] = "Never"
+    if ask.apart:
+        term = {"labelSelector": {"matchLabels": {"app": name}}, "topologyKey": "kubernetes.io/hostname"}
+        body["spec"]["affinity"] = {
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+        }
     return _labelled(body, ask.queue, ask.group)
 
 

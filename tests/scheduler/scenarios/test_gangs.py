@@ -169,6 +169,17 @@ SCENARIOS = [
         evicted={"l1": PREEMPTED, "l2": PREEMPTED},
     ),
     Scenario(
+        "nothing is evicted for a gang one of whose members will not be placed as it is",
+        nodes={"n1": Node(), "n2": Node()},
+        groups={"train": {"minMember": 2}},
+        running={"l1": Run("n1:0", priority=1), "l2": Run("n2:0", priority=1)},
+        pending={
+            "w0": Ask(gpus=1, group="train", priority=10),
+            "w1": Ask(gpus=1, group="train", priority=10, apart=True),
+        },
+        waiting={"w0": "", "w1": "gpufrac does not place by spec.affinity.podAntiAffinity"},
+    ),
+    Scenario(
         "a gang with a member of higher priority than the pending pod is not preempted",
         nodes={"n1": Node(), "n2": Node()},
         groups={"train": {"minMember": 2}},
