@@ -607,3 +607,18 @@ def test_the_quick_shape_walk_and_the_naming_one_agree(odd: dict[str, Any]) -> N
     with pytest.raises(contract.ContractError):
         objects.check_pod(body)
     objects.check_pod(pod("p"))
+
+
+def test_host_ports_clash_on_the_same_protocol_port_and_address_or_on_every_address() -> None:
+    any_tcp = {("0.0.0.0", "TCP", 8080)}
+    assert objects.ports_clash(any_tcp, {("10.0.0.5", "TCP", 8080)})
+    assert objects.ports_clash({("10.0.0.5", "TCP", 8080)}, {("10.0.0.5", "TCP", 8080)})
+    assert not objects.ports_clash({("10.0.0.5", "TCP", 8080)}, {("10.0.0.6", "TCP", 8080)})
+    assert not objects.ports_clash(any_tcp, {("0.0.0.0", "UDP", 8080)})
+    assert not objects.ports_clash(any_tcp, {("0.0.0.0", "TCP", 8081)})
+    sidecar = pod("p")
+    sidecar["spec"]["initContainers"] = [
+        {"name": "proxy", "restartPolicy": "Always", "ports": [{"containerPort": 15001, "hostPort": 15001}]},
+        {"name": "init", "ports": [{"containerPort": 9, "hostPort": 9}]},  # gone before the pod runs
+    ]
+    assert objects.host_ports(sidecar) == {("0.0.0.0", "TCP", 15001)}

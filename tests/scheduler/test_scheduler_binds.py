@@ -609,3 +609,30 @@ async def test_a_pod_with_scheduling_gates_waits_until_the_last_is_removed() -> 
     assert await made.schedule_pending() == 1
     await made.wait_for_binds()
     assert pod_nodes(made) == {key("p"): "n1"}
+
+
+def with_host_port(body: dict[str, Any], port: int, ip: str = "") -> dict[str, Any]:
+    entry: dict[str, Any] = {"containerPort": port, "hostPort": port}
+    if ip:
+        entry["hostIP"] = ip
+    body["spec"]["containers"][0]["ports"] = [entry]
+    return body
+
+
+async def test_a_pod_goes_where_no_pod_binds_its_host_port() -> None:
+    held = with_host_port(bound(pod("web", scheduler="default-scheduler"), "n1", {}), 8080)
+    made, _, _ = setup([gpu_node("n1"), gpu_node("n2")], [held, with_host_port(share_pod("p"), 8080)])
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert pod_nodes(made)[key("p")] == "n2"
+
+
+async def test_a_pod_whose_host_port_every_node_binds_waits_saying_so() -> None:
+    held = with_host_port(bound(pod("web", scheduler="default-scheduler"), "n1", {}), 8080, "10.0.0.5")
+    other_address = with_host_port(share_pod("q"), 8080, "10.0.0.6")
+    made, client, _ = setup([gpu_node("n1")], [held, with_host_port(share_pod("p"), 8080), other_address])
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert key("p") not in pod_nodes(made) and pod_nodes(made)[key("q")] == "n1"
+    messages = [call.body["status"]["conditions"][0]["message"] for call in client.made("patch", "PodStatus")]
+    assert any("1 node(s) didn't have free ports for the requested pod ports" in m for m in messages)

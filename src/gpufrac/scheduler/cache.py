@@ -80,8 +80,26 @@ class SchedulerCache:
         return self.state
 
     def eligible_rows(self, pod: Obj, *, gpus: bool = True) -> tuple[np.ndarray, Any]:
-        """The state rows `pod` may land on, and the other nodes counted by reason."""
-        return self.eligibility.rows_for(pod, self.state, gpus=gpus)
+        """The state rows `pod` may land on, and the other nodes counted by reason: those of the
+        eligibility filters, and nodes where a pod already binds a host port it asks for."""
+        rows, excluded = self.eligibility.rows_for(pod, self.state, gpus=gpus)
+        wanted = objects.host_ports(pod)
+        if not wanted:
+            return rows, excluded
+        free = np.array(
+            [
+                not any(
+                    objects.ports_clash(wanted, objects.host_ports(self.bound[uid]))
+                    for uid in self.state.pods_on[row]
+                    if uid in self.bound
+                )
+                for row in rows.tolist()
+            ],
+            bool,
+        )
+        if (~free).any():
+            excluded["node(s) didn't have free ports for the requested pod ports"] += int((~free).sum())
+        return rows[free], excluded
 
     # ---- nodes --------------------------------------------------------------------------------------------
 

@@ -117,6 +117,7 @@ _QUANTITY = (str, int, float)
 _CONTAINER = {
     "name": str,
     "restartPolicy": str,
+    "ports": [{"hostPort": int, "hostIP": str, "protocol": str}],
     "resources": {"requests": {str: _QUANTITY}, "limits": {str: _QUANTITY}},
 }
 POD_SHAPE: Mapping[Any, Any] = {
@@ -376,6 +377,35 @@ def never_preempts(pod: Obj) -> bool:
     """`preemptionPolicy: Never`: the pod waits for room rather than have other pods evicted for it (its
     PriorityClass's policy, copied into the pod at admission)."""
     return _mapping(pod.get("spec")).get("preemptionPolicy") == "Never"
+
+
+HostPort = tuple[str, str, int]  # host IP ("0.0.0.0": every address), protocol, port
+
+
+def host_ports(pod: Obj) -> set[HostPort]:
+    """The node ports the pod's containers and sidecars bind (`hostPort`; a hostNetwork pod's ports have
+    one too, the API server defaults it), which no two pods on a node may share."""
+    spec = _mapping(pod.get("spec"))
+    running = [*(spec.get("containers") or [])]
+    running += [c for c in spec.get("initContainers") or [] if _mapping(c).get("restartPolicy") == "Always"]
+    found = set()
+    for container in running:
+        for port in _mapping(container).get("ports") or []:
+            number = _mapping(port).get("hostPort")
+            if isinstance(number, int) and not isinstance(number, bool) and number > 0:
+                found.add((port.get("hostIP") or "0.0.0.0", port.get("protocol") or "TCP", number))
+    return found
+
+
+def ports_clash(wanted: set[HostPort], taken: set[HostPort]) -> bool:
+    """Whether a port of `wanted` is one of `taken`'s: the same protocol and port on the same host IP, or on
+    every address (0.0.0.0) on either side."""
+    return any(
+        (protocol, number) == (other_protocol, other_number)
+        and (ip == other_ip or "0.0.0.0" in (ip, other_ip))
+        for ip, protocol, number in wanted
+        for other_ip, other_protocol, other_number in taken
+    )
 
 
 def gated(pod: Obj) -> bool:
