@@ -16,6 +16,7 @@ from gpufrac.cluster.model import Placement, PodDemand
 from gpufrac.contract.podgroups import group_of
 from gpufrac.contract.queues import Resource
 from gpufrac.placement import tenancy
+from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import Policy
 from gpufrac.scheduler import affinity, objects
 from gpufrac.scheduler.cache import SchedulerCache
@@ -46,15 +47,22 @@ class Evictions:
         self.pending, self.config, self.fault_domain, self.clock = pending, settings, fault_domain, clock
         self._evictable_at: tuple[float, dict[str, dict[str, int]], dict[str, list[str]]] | None = None
 
-    def _terminating_on(self, rows: np.ndarray) -> bool:
-        """Whether pods are being deleted on any of `rows`: evicted ones, maybe, whose room is coming (kept
-        for the pod they went for, by a scheduler that may since have restarted and forgotten). Nothing more
-        is evicted until they are gone, as kube-scheduler preempts no more while victims terminate: evicting
-        by what they still hold would take twice what is needed."""
+    def _room_coming(self, demand: PodDemand, rows: np.ndarray, policy: Policy) -> bool:
+        """Whether the pod would fit among `rows` once the pods being deleted there are gone: evicted ones,
+        maybe, whose room is on its way (kept for the pod they went for by a scheduler that may since have
+        restarted and forgotten). Then nothing more is evicted until they are gone, as kube-scheduler
+        preempts no more while its victims terminate: evicting by what they still hold would take twice what
+        is needed. Pods deleted where they would not make room stop nothing."""
         bound, pods_on = self.cache.bound, self.cache.state.pods_on
-        return any(
-            objects.terminating(bound[uid]) for row in rows.tolist() for uid in pods_on[row] if uid in bound
-        )
+        going = [
+            uid
+            for row in rows.tolist()
+            for uid in pods_on[row]
+            if uid in bound and objects.terminating(bound[uid])
+        ]
+        if not going:
+            return False
+        return isinstance(decide(self.cache.state.without(going), demand, policy, rows=rows), Placement)
 
     async def make_room(
         self,
@@ -75,7 +83,7 @@ class Evictions:
         `preemptionPolicy: Never` preempts and reclaims nothing, as Kubernetes promises; pods that opted in
         may still be moved for it. True when pods are on their way out."""
         rows = rows[~np.isin(rows, self.cache.hold_matrix()[0])]
-        if self._terminating_on(rows):
+        if self._room_coming(demand, rows, policy):
             return False
         members = self._still_needed(uid, pod, demand, rows)
         if not members:  # a gang whose members could not all run even then: nothing is evicted for it

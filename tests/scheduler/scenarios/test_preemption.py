@@ -359,12 +359,24 @@ SCENARIOS = [
         evicted={"hour-old": PREEMPTED},
     ),
     Scenario(
-        "while a pod is being deleted on the nodes nothing more is evicted: its room is coming, and "
-        "evicting by what it still holds would take twice what is needed",
+        "while pods being deleted would make room, nothing more is evicted: it is coming, and evicting by "
+        "what they still hold would take twice what is needed",
         nodes=TWO_NODES,
         running={"going": Run("n1:0", priority=1, terminating=True), "low": Run("n2:0", priority=1)},
         pending={"high": Ask(gpus=1, priority=10)},
         waiting={"high": "no healthy free GPU"},
+    ),
+    Scenario(
+        "a pod being deleted where it would not make room stops no eviction",
+        nodes=TWO_NODES,
+        running={
+            "going": Run("n1:0", mib=2000, priority=1, terminating=True),
+            "stay": Run("n1:0", mib=6000, priority=1),
+            "low": Run("n2:0", priority=1),
+        },
+        pending={"high": Ask(gpus=1, priority=10)},
+        binds={"high": "n2"},
+        evicted={"low": PREEMPTED},
     ),
     Scenario(
         "a pod of preemptionPolicy Never waits for room rather than preempt a lower priority",
