@@ -67,7 +67,7 @@ def plan_eviction(
                 candidates.append((len(chosen), *_cost(chosen), int(state.tie_rank[row]), int(row), chosen))
         candidates.sort(key=lambda candidate: candidate[:5])
         for *_, row, chosen in candidates[:TRIALS]:
-            placement = _trial(state, pod, policy, row, chosen)
+            placement = placement_without(state, pod, policy, np.array([row]), chosen)
             if placement is not None:
                 return Eviction(placement, tuple(chosen))
     return None
@@ -157,13 +157,15 @@ def plan_gang_eviction(
             state.restore(placement)
 
 
-def _trial(
-    state: ClusterState, pod: PodDemand, policy: Policy, row: int, chosen: list[str]
+def placement_without(
+    state: ClusterState, pod: PodDemand, policy: Policy, rows: np.ndarray, gone: Sequence[str]
 ) -> Placement | None:
-    """Where the pod goes on `row` with `chosen` gone; the state is put back before returning."""
-    released = [state.release(name) for name in chosen]
+    """Where the pod goes among `rows` with the placed pods `gone` released; the state is put back before
+    returning. Tried on the state itself, not a copy (`ClusterState.without`): a copy is a state of its own
+    to the policy's per-node memos, which would empty them for the next decision."""
+    released = [state.release(name) for name in gone]
     try:
-        outcome = decide(state, pod, policy, rows=np.array([row]))
+        outcome = decide(state, pod, policy, rows=rows)
         return outcome if isinstance(outcome, Placement) else None
     finally:
         for placement in released:

@@ -16,8 +16,8 @@ from gpufrac.cluster.model import Placement, PodDemand
 from gpufrac.contract.podgroups import group_of
 from gpufrac.contract.queues import Resource
 from gpufrac.placement import tenancy
-from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import Policy
+from gpufrac.placement.preemption import placement_without
 from gpufrac.scheduler import affinity, objects
 from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.config import SchedulerConfig
@@ -60,9 +60,7 @@ class Evictions:
             for uid in pods_on[row]
             if uid in bound and objects.terminating(bound[uid])
         ]
-        if not going:
-            return False
-        return isinstance(decide(self.cache.state.without(going), demand, policy, rows=rows), Placement)
+        return bool(going) and placement_without(self.cache.state, demand, policy, rows, going) is not None
 
     async def make_room(
         self,
