@@ -77,7 +77,7 @@ class ReservationKeeper:
 
     def finished(self, pod: Obj) -> None:
         """A reservation pod ended (the kubelet refused it, say): it must still be deleted."""
-        if objects.meta(pod).get("deletionTimestamp") is None:
+        if not objects.terminating(pod):
             self.failed[objects.pod_uid(pod)] = pod
 
     def retry(self, uid: str, *, now: float) -> None:

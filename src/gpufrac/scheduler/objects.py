@@ -387,7 +387,7 @@ def host_ports(pod: Obj) -> set[HostPort]:
     one too, the API server defaults it), which no two pods on a node may share."""
     spec = _mapping(pod.get("spec"))
     running = [*(spec.get("containers") or [])]
-    running += [c for c in spec.get("initContainers") or [] if _mapping(c).get("restartPolicy") == "Always"]
+    running += [c for c in spec.get("initContainers") or [] if _sidecar(c)]
     found = set()
     for container in running:
         for port in _mapping(container).get("ports") or []:
@@ -395,6 +395,11 @@ def host_ports(pod: Obj) -> set[HostPort]:
             if isinstance(number, int) and not isinstance(number, bool) and number > 0:
                 found.add((port.get("hostIP") or "0.0.0.0", port.get("protocol") or "TCP", number))
     return found
+
+
+def _sidecar(container: object) -> bool:
+    """An init container of `restartPolicy: Always`: it keeps running beside the pod's containers."""
+    return _mapping(container).get("restartPolicy") == "Always"
 
 
 def ports_clash(wanted: set[HostPort], taken: set[HostPort]) -> bool:
@@ -448,7 +453,7 @@ def pod_total(spec: Obj, measure: Callable[[Obj, str], tuple[int, ...]]) -> tupl
     sidecars = starting = tuple(0 for _ in running)
     for position, container in enumerate(spec.get("initContainers") or []):
         own = measure(_mapping(container), f"spec.initContainers[{position}]")
-        if _mapping(container).get("restartPolicy") == "Always":
+        if _sidecar(container):
             running, sidecars = plus(running, own), plus(sidecars, own)
             starting = most(starting, sidecars)
         else:
