@@ -26,6 +26,10 @@ from gpufrac.scheduler.gangs import Gangs, bound_members
 from gpufrac.scheduler.mover import PREEMPT, RECLAIM, Mover
 from gpufrac.scheduler.tenants import Tenants
 
+# How long past its grace period a pod being deleted still counts as room on its way (the kubelet stopping
+# its containers and the API server hearing of it take seconds, not minutes).
+STUCK_AFTER_SECONDS = 60.0
+
 
 class Evictions:
     """The loop's evictions, on its cache, queues, gangs and pending pods (read live: `pending` is the loop's
@@ -52,13 +56,18 @@ class Evictions:
         maybe, whose room is on its way (kept for the pod they went for by a scheduler that may since have
         restarted and forgotten). Then nothing more is evicted until they are gone, as kube-scheduler
         preempts no more while its victims terminate: evicting by what they still hold would take twice what
-        is needed. Pods deleted where they would not make room stop nothing."""
+        is needed. Pods deleted where they would not make room stop nothing, nor do pods still there
+        `STUCK_AFTER_SECONDS` past their grace period (a finalizer no one removes, a node gone): a tenant
+        could otherwise hold every eviction on its node back for ever."""
         bound, pods_on = self.cache.bound, self.cache.state.pods_on
+        now = self.mover.wall_clock()
         going = [
             uid
             for row in rows.tolist()
             for uid in pods_on[row]
-            if uid in bound and objects.terminating(bound[uid])
+            if uid in bound
+            and (due := objects.deletion_due(bound[uid])) is not None
+            and now < due + STUCK_AFTER_SECONDS
         ]
         return bool(going) and placement_without(self.cache.state, demand, policy, rows, going) is not None
 

@@ -431,6 +431,13 @@ def terminating(pod: Obj) -> bool:
     return bool(meta(pod).get("deletionTimestamp"))
 
 
+def deletion_due(pod: Obj) -> float | None:
+    """When a pod being deleted is to be gone (epoch seconds: its `deletionTimestamp`, which the API server
+    sets to the request's time plus the grace period); None for one not being deleted, or an unreadable
+    time."""
+    return _epoch(text_field(pod, "metadata", "deletionTimestamp"))
+
+
 def pod_total(spec: Obj, measure: Callable[[Obj, str], tuple[int, ...]]) -> tuple[int, ...]:
     """What a pod asks of its node, of amounts `measure` reads per container (given the container and
     where it is, `spec.containers[0]`), as Kubernetes counts a pod's requests: its containers and its
@@ -504,9 +511,13 @@ def running_since(pod: Obj) -> float | None:
     before it may be evicted; None for one already going or without a readable time."""
     if is_done(pod) or terminating(pod):
         return None
-    started = text_field(pod, "status", "startTime") or text_field(pod, "metadata", "creationTimestamp")
+    return _epoch(text_field(pod, "status", "startTime") or text_field(pod, "metadata", "creationTimestamp"))
+
+
+def _epoch(stamp: str) -> float | None:
+    """An RFC 3339 time as epoch seconds; None for none, or one that does not read."""
     try:
-        return datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp()
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
 

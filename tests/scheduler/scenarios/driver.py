@@ -78,6 +78,7 @@ class Run:
     mem: str | None = None
     budget: bool = False  # a PodDisruptionBudget refuses its eviction
     terminating: bool = False  # being deleted: it holds what it holds until gone
+    overdue: float = 0.0  # with `terminating`, seconds since it was to be gone (its deletionTimestamp)
     movable: bool = False  # its tenant consented to moves, and a controller recreates it
     scheduler: str = "gpufrac"
 
@@ -322,7 +323,7 @@ def _running(name: str, run: Run) -> dict[str, Any]:
     body["metadata"]["annotations"].update(rendered)
     body["status"]["startTime"] = _stamp(EPOCH - run.age)
     if run.terminating:
-        body["metadata"]["deletionTimestamp"] = _stamp(EPOCH)
+        body["metadata"]["deletionTimestamp"] = _stamp(EPOCH - run.overdue)
     if run.movable:
         body["metadata"]["annotations"][keys.MOVABLE_ANNOTATION] = "true"
         body["metadata"]["ownerReferences"] = [OWNER]

@@ -365,6 +365,19 @@ SCENARIOS = [
         running={"going": Run("n1:0", priority=1, terminating=True), "low": Run("n2:0", priority=1)},
         pending={"high": Ask(gpus=1, priority=10)},
         waiting={"high": "no healthy free GPU"},
+        rounds=1,  # within its grace period: the driver's rounds are minutes apart, and then it is stuck
+    ),
+    Scenario(
+        "a pod stuck being deleted long past its grace period (a finalizer no one removes) holds no "
+        "eviction back",
+        nodes=TWO_NODES,
+        running={
+            "stuck": Run("n1:0", priority=1, terminating=True, overdue=3600),
+            "low": Run("n2:0", priority=1),
+        },
+        pending={"high": Ask(gpus=1, priority=10)},
+        binds={"high": "n2"},
+        evicted={"low": PREEMPTED},
     ),
     Scenario(
         "a pod being deleted where it would not make room stops no eviction",
