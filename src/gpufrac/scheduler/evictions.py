@@ -27,8 +27,10 @@ from gpufrac.scheduler.mover import PREEMPT, RECLAIM, Mover
 from gpufrac.scheduler.tenants import Tenants
 
 # How long past its grace period a pod being deleted still counts as room on its way (the kubelet stopping
-# its containers and the API server hearing of it take seconds, not minutes).
+# its containers and the API server hearing of it take seconds, not minutes), and how far ahead its grace
+# period may end: a pod's own terminationGracePeriodSeconds can be a year.
 STUCK_AFTER_SECONDS = 60.0
+LONGEST_WAIT_SECONDS = 600.0
 
 
 class Evictions:
@@ -57,8 +59,9 @@ class Evictions:
         restarted and forgotten). Then nothing more is evicted until they are gone, as kube-scheduler
         preempts no more while its victims terminate: evicting by what they still hold would take twice what
         is needed. Pods deleted where they would not make room stop nothing, nor do pods still there
-        `STUCK_AFTER_SECONDS` past their grace period (a finalizer no one removes, a node gone): a tenant
-        could otherwise hold every eviction on its node back for ever."""
+        `STUCK_AFTER_SECONDS` past their grace period (a finalizer no one removes, a node gone) or whose
+        grace period ends over `LONGEST_WAIT_SECONDS` from now: a tenant could otherwise hold every
+        eviction on its node back for ever."""
         bound, pods_on = self.cache.bound, self.cache.state.pods_on
         now = self.mover.wall_clock()
         going = [
@@ -67,7 +70,7 @@ class Evictions:
             for uid in pods_on[row]
             if uid in bound
             and (due := objects.deletion_due(bound[uid])) is not None
-            and now < due + STUCK_AFTER_SECONDS
+            and due - LONGEST_WAIT_SECONDS < now < due + STUCK_AFTER_SECONDS
         ]
         return bool(going) and placement_without(self.cache.state, demand, policy, rows, going) is not None
 

@@ -380,6 +380,17 @@ SCENARIOS = [
         evicted={"low": PREEMPTED},
     ),
     Scenario(
+        "a pod being deleted with a grace period of a day holds no eviction back",
+        nodes=TWO_NODES,
+        running={
+            "slow": Run("n1:0", priority=1, terminating=True, overdue=-86400),
+            "low": Run("n2:0", priority=1),
+        },
+        pending={"high": Ask(gpus=1, priority=10)},
+        binds={"high": "n2"},
+        evicted={"low": PREEMPTED},
+    ),
+    Scenario(
         "a pod being deleted where it would not make room stops no eviction",
         nodes=TWO_NODES,
         running={
