@@ -3,6 +3,8 @@ any plan, carried out move by move, is accepted by the state and lets the pod in
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -119,6 +121,38 @@ def test_a_moved_pod_that_fits_nowhere_gets_room_by_moving_a_smaller_one() -> No
     ]
     carry_out(state, room)
     assert violations(state) == []
+
+
+def room_for_whole_gpu(
+    state: ClusterState, movable: dict[str, PodDemand], where: Callable[[str], np.ndarray | None]
+) -> Room | None:
+    return plan_room(state, whole_pod("w"), policy(BINPACK), movable=movable, max_moves=3, where=where)
+
+
+def test_a_moved_pod_goes_only_where_it_may() -> None:
+    """c (0.4) could move into n0's free 0.4 and open n1, but it may run only on n1 (its node selector):
+    the plan moves a and b off n0 instead, to n1; kept to no node at all, they have nowhere to go."""
+    state = cluster(1, 1)
+    movable = placed(
+        state, (share_pod("a", 300), "n0"), (share_pod("b", 300), "n0"), (share_pod("c", 400), "n1")
+    )
+    n1 = np.array([state.index["n1"]])
+    room = room_for_whole_gpu(state, movable, lambda name: n1 if name == "c" else None)
+    assert room is not None and room.placement.node == "n0"
+    assert sorted((m.source.pod, m.target.node) for m in room.moves) == [("a", "n1"), ("b", "n1")]
+    assert room_for_whole_gpu(state, movable, lambda name: n1[:0]) is None
+
+
+def test_a_hop_makes_room_for_a_moved_pod_only_where_it_may_go() -> None:
+    """As the hop test above, but a may run only on n2, where no hop opens 0.5: no plan (a plan for it on n1
+    would leave it pending once moved)."""
+    state = cluster(1, 1, 1)
+    place_on(state, share_pod("big", 500), "n1")
+    place_on(state, share_pod("keep", 800), "n2")
+    movable = placed(state, (share_pod("a", 500), "n0"), (share_pod("small", 200), "n1"))
+    n2 = np.array([state.index["n2"]])
+    assert room_for_whole_gpu(state, movable, lambda name: None) is not None
+    assert room_for_whole_gpu(state, movable, lambda name: n2 if name == "a" else None) is None
 
 
 def test_no_moves_allowed_no_plan() -> None:

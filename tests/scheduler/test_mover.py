@@ -11,20 +11,22 @@ import pytest
 from gpufrac.contract import keys
 from gpufrac.scheduler.loop import Scheduler
 
-from ..kubeapi.apiobjects import GPU_MIB, bound, key, pod, with_status
+from ..kubeapi.apiobjects import GPU_MIB, bound, inventory, key, node, pod, with_status
 from ..kubeapi.fakeapi import FakeApi, FakeClock, api_error
 from .schedulers import scheduler, share_notes
-from .test_scheduler_binds import gpu_node, share_pod
+from .test_scheduler_binds import MANAGED, gpu_node, share_pod, with_host_port
 
 OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "controller": True}
 
 
-def placed_share(name: str, node: str, fraction: float, *, movable: bool = True) -> dict[str, Any]:
+def placed_share(
+    name: str, node: str, fraction: float, *, movable: bool = True, gpu: int = 0, **settings: Any
+) -> dict[str, Any]:
     notes = {keys.MOVABLE_ANNOTATION: "true"} if movable else {}
     body = bound(
-        pod(name, annotations=notes),
+        pod(name, annotations=notes, **settings),
         node,
-        share_notes("main", f"GPU-{node}-0", f"{int(fraction * GPU_MIB)}Mi"),
+        share_notes("main", f"GPU-{node}-{gpu}", f"{int(fraction * GPU_MIB)}Mi"),
     )
     body["metadata"]["ownerReferences"] = [OWNER]
     return body
@@ -125,3 +127,68 @@ async def test_a_pod_without_consent_is_never_evicted() -> None:
     client.scheduler = made
     await made.schedule_pending()
     assert client.evicted == [] and made.mover.plans == {}
+
+
+REQUIRED_POD_AFFINITY = {
+    "podAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}
+        ]
+    }
+}
+
+
+def kept_to_n0(body: dict[str, Any]) -> dict[str, Any]:
+    body["spec"]["nodeSelector"] = {"zone": "a"}
+    return body
+
+
+def binds_8080(body: dict[str, Any]) -> dict[str, Any]:
+    return with_host_port(body, 8080)
+
+
+def with_pod_affinity(body: dict[str, Any]) -> dict[str, Any]:
+    body["spec"]["affinity"] = REQUIRED_POD_AFFINITY
+    return body
+
+
+@pytest.mark.parametrize(
+    "constrain",
+    [kept_to_n0, binds_8080, with_pod_affinity],
+    ids=["node-selector", "host-port-taken-on-n1", "pod-affinity-gpufrac-will-not-place"],
+)
+async def test_a_pod_is_not_moved_where_its_new_pod_could_not_go(constrain: Any) -> None:
+    """A could make room for W by going to n1, but its controller's new pod could not be placed there (its
+    node selector, a host port B binds there) or not by gpufrac at all: evicting A would leave it pending."""
+    client = EvictingApi(early=True)
+    a = constrain(placed_share("a", "n0", 0.3))
+    b = with_host_port(placed_share("b", "n1", 0.6, movable=False), 8080)
+    pods = [a, b, pod("w", whole=1)]
+    for item in pods:
+        client.put(item)
+    made = scheduler(client, FakeClock(), min_runtime=0)
+    client.scheduler = made
+    zone_a = node("n0", gpus=1, labels={**MANAGED, "zone": "a"}, agent=inventory("n0", 1))
+    made.on_nodes_listed([zone_a, gpu_node("n1", gpus=1)])
+    made.on_pods_listed(pods)
+    await made.schedule_pending()
+    assert client.evicted == [] and made.mover.plans == {}
+
+
+async def test_a_pod_may_move_to_another_gpu_of_its_node_though_it_binds_a_host_port() -> None:
+    """A binds host port 9090 on n0; moving it to n0's other GPU opens GPU 0 for W: its own port is no
+    clash, since its new pod arrives once it is gone."""
+    client = EvictingApi(early=True)
+    pods = [
+        with_host_port(placed_share("a", "n0", 0.3), 9090),
+        placed_share("b", "n0", 0.6, movable=False, gpu=1),
+        pod("w", whole=1),
+    ]
+    for item in pods:
+        client.put(item)
+    made = scheduler(client, FakeClock(), min_runtime=0)
+    client.scheduler = made
+    made.on_nodes_listed([gpu_node("n0", gpus=2)])
+    made.on_pods_listed(pods)
+    await made.schedule_pending()
+    assert client.evicted == ["a"]

@@ -9,7 +9,8 @@ with the fewest moves is found in three steps, each narrowing the next:
 2. on each such node, the fewest of its movable pods whose going makes the room (per GPU, the smallest
    share that does it alone, else the biggest first; then CPU and memory);
 3. a trial on the state itself, best candidates first: the pod placed on that node, then each moved pod
-   placed again by the same policy, anywhere. The first whole success is the plan.
+   placed again by the same policy, anywhere it may go (`where`: its own node selector, affinity, taints).
+   The first whole success is the plan.
 
 Late in a run the moved pod itself often fits nowhere: then, within the same number of moves, room is made
 for it the same way (one hop: the pods it displaces must fit as the cluster stands).
@@ -64,6 +65,14 @@ class Room:
     moves: tuple[Move, ...]
 
 
+Where = Callable[[str], np.ndarray | None]
+
+
+def anywhere(name: str) -> None:
+    """The `where` of pods that may go to any node (a trace's): no rows to keep to."""
+    return None
+
+
 def plan_room(
     state: ClusterState,
     pod: PodDemand,
@@ -72,10 +81,12 @@ def plan_room(
     movable: Mapping[str, PodDemand],
     max_moves: int,
     rows: np.ndarray | None = None,
+    where: Where = anywhere,
 ) -> Room | None:
     """The plan of at most `max_moves` moves of `movable` pods (name -> the demand it is placed again with)
-    that lets `pod` in among `rows`, fewest moves first; None when there is none."""
-    return Planner(policy).plan_room(state, pod, movable=movable, max_moves=max_moves, rows=rows)
+    that lets `pod` in among `rows`, fewest moves first; None when there is none. `where(name)`: the rows a
+    moved pod may be placed again among (None: any), asked only of the pods a plan would move."""
+    return Planner(policy).plan_room(state, pod, movable=movable, max_moves=max_moves, rows=rows, where=where)
 
 
 class Planner:
@@ -87,9 +98,11 @@ class Planner:
         self.policy = policy
         self._ids: dict[PodDemand, int] = {}
         self._shapes: dict[str, tuple[PodDemand, int]] = {}
-        # Within one call, the shapes a hop found no room for: the trials differ only by the node vacated,
-        # so another try would fail too.
-        self.stuck: set[int] = set()
+        # Within one call, the kinds of pod a hop found no room for: the trials differ only by the node
+        # vacated, so another try would fail too.
+        self.stuck: set[int | str] = set()
+        self._where: Where = anywhere
+        self._rows: dict[str, np.ndarray | None] = {}
 
     def plan_room(
         self,
@@ -99,10 +112,23 @@ class Planner:
         movable: Mapping[str, PodDemand],
         max_moves: int,
         rows: np.ndarray | None = None,
+        where: Where = anywhere,
     ) -> Room | None:
         """As the module's `plan_room`."""
         self.stuck.clear()
+        self._where, self._rows = where, {}
         return _plan(state, pod, self, movable, max_moves, rows, HOPS)
+
+    def rows(self, name: str) -> np.ndarray | None:
+        """Where the movable pod `name` may be placed again (None: anywhere), asked once per plan."""
+        if name not in self._rows:
+            self._rows[name] = self._where(name)
+        return self._rows[name]
+
+    def kind(self, name: str, demand: PodDemand) -> int | str:
+        """What decides whether the pod can be placed again: its shape, or the pod itself when it may go
+        only to some nodes (two pods of one shape kept to different nodes do not fit alike)."""
+        return name if self.rows(name) is not None else self.shape(name, demand)
 
     def shape(self, name: str, demand: PodDemand) -> int:
         known = self._shapes.get(name)
@@ -127,20 +153,21 @@ def _plan(
     if max_moves < 1 or not placed:
         return None
     fit = find_fit(state.without(placed), pod, rows=rows)
-    fits_now: dict[int, bool] = {}
+    fits_now: dict[int | str, bool] = {}
 
     def fits(name: str) -> bool:
-        shape = planner.shape(name, movable[name])
-        if shape not in fits_now:
-            fits_now[shape] = len(find_fit(state, movable[name], memo=policy.fits).rows) > 0
-        return fits_now[shape]
+        kind = planner.kind(name, movable[name])
+        if kind not in fits_now:
+            fit = find_fit(state, movable[name], rows=planner.rows(name), memo=policy.fits)
+            fits_now[kind] = len(fit.rows) > 0
+        return fits_now[kind]
 
     def could_move(name: str) -> bool:
         """Whether the pod fits anywhere as the cluster stands: if not, moving it cannot succeed (the
         commonest case late in a run, when CPU-heavy pods have nowhere else to go) unless a hop is left to
         make room for it, and a move besides its own to do it with."""
         return fits(name) or (
-            hops > 0 and max_moves > 1 and planner.shape(name, movable[name]) not in planner.stuck
+            hops > 0 and max_moves > 1 and planner.kind(name, movable[name]) not in planner.stuck
         )
 
     candidates = []
@@ -285,18 +312,19 @@ def _trial(
         # The biggest moved pod first, while the most room is left for it.
         for left, source in enumerate(sorted(sources, key=lambda placement: -gpu_mib(placement)), start=1):
             demand = movable[source.pod]
-            target = decide(state, demand, policy)
+            allowed = planner.rows(source.pod)
+            target = decide(state, demand, policy, rows=allowed)
             if not isinstance(target, Placement):
                 spare = max_moves - len(moves) - (len(victims) - left + 1)
-                shape = planner.shape(source.pod, demand)
-                if hops < 1 or spare < 1 or shape in planner.stuck:
+                kind = planner.kind(source.pod, demand)
+                if hops < 1 or spare < 1 or kind in planner.stuck:
                     return None
                 untouched = {name: d for name, d in movable.items() if name not in victims}
                 for move in moves:
                     untouched.pop(move.source.pod, None)
-                room = _plan(state, demand, planner, untouched, spare, None, hops - 1)
+                room = _plan(state, demand, planner, untouched, spare, allowed, hops - 1)
                 if room is None:
-                    planner.stuck.add(shape)
+                    planner.stuck.add(kind)
                     return None
                 for move in room.moves:
                     released.append(state.release(move.source.pod))

@@ -81,17 +81,19 @@ class SchedulerCache:
 
     def eligible_rows(self, pod: Obj, *, gpus: bool = True) -> tuple[np.ndarray, Any]:
         """The state rows `pod` may land on, and the other nodes counted by reason: those of the
-        eligibility filters, and nodes where a pod already binds a host port it asks for."""
+        eligibility filters, and nodes where another pod already binds a host port it asks for (a bound pod
+        asked where it could be moved to does not clash with itself)."""
         rows, excluded = self.eligibility.rows_for(pod, self.state, gpus=gpus)
         wanted = objects.host_ports(pod)
         if not wanted:
             return rows, excluded
+        itself = objects.pod_uid(pod)
         free = np.array(
             [
                 not any(
                     objects.ports_clash(wanted, objects.host_ports(self.bound[uid]))
                     for uid in self.state.pods_on[row]
-                    if uid in self.bound
+                    if uid in self.bound and uid != itself
                 )
                 for row in rows.tolist()
             ],

@@ -35,7 +35,7 @@ from gpufrac.kubeapi.eviction import evict
 from gpufrac.placement.defrag import Planner
 from gpufrac.placement.framework import Policy
 from gpufrac.placement.preemption import plan_gang_eviction
-from gpufrac.scheduler import objects
+from gpufrac.scheduler import affinity, objects
 from gpufrac.scheduler.cache import SchedulerCache
 
 log = logging.getLogger("gpufrac.scheduler")
@@ -126,7 +126,8 @@ class Mover:
         for uid, pod in self.cache.bound.items():
             since = objects.movable_since(pod)
             placement = self.cache.state.placements.get(uid)
-            if since is None or since > oldest or placement is None:
+            # A pod gpufrac would not place as it is (required pod affinity) would not come back.
+            if since is None or since > oldest or placement is None or affinity.refusal(pod):
                 continue
             try:  # placed again within the fault domain its sm-sharing shares were placed in
                 demand = objects.pod_demand(pod, fault_domain=placement.fault_domain)
@@ -180,12 +181,22 @@ class Mover:
         if self._planner is None or self._planner.policy is not policy:  # a new policy: new shapes
             self._planner = Planner(policy)
         room = self._planner.plan_room(
-            self.cache.snapshot(), demand, movable=movable, max_moves=self.max_moves, rows=rows
+            self.cache.snapshot(),
+            demand,
+            movable=movable,
+            max_moves=self.max_moves,
+            rows=rows,
+            where=lambda moved: self._where(moved, movable[moved]),
         )
         if room is None:
             return False
         victims = [move.source.pod for move in room.moves]
         return await self._start([(uid, pod, room.placement)], victims, MOVE)
+
+    def _where(self, uid: str, demand: PodDemand) -> np.ndarray:
+        """The nodes a moved pod may be placed again on: those its controller's new pod may go to (the pod's
+        node selector, affinity, tolerations and host ports), else the move would leave it pending."""
+        return self.cache.eligible_rows(self.cache.bound[uid], gpus=bool(demand.shares))[0]
 
     async def preempt(
         self,
