@@ -4,6 +4,7 @@ carried out, is accepted by the state and lets the pod in."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -200,6 +201,18 @@ def test_a_node_at_its_pod_limit_frees_a_slot() -> None:
         place_on(state, share_pod(name, 100), "n0")
     plan = plan_eviction(state, share_pod("p", 100), BINPACK, victims={"a": 0, "b": 0}, max_victims=1)
     assert plan is not None and len(plan.victims) == 1 and plan.placement.node == "n0"
+
+
+def test_a_pod_short_of_another_resource_evicts_the_pod_holding_it() -> None:
+    """n0's one FPGA is held by a low-priority CPU-only pod: a pod that needs it preempts that pod, and not
+    the one holding the CPU it does not lack."""
+    spec = NodeSpec("n0", 64_000, 64_000, node("n0", 1).gpus, scalars=(("example.com/fpga", 1),))
+    state = ClusterState([spec])
+    state.apply(Placement("fpga", "n0", 1_000, scalars=(("example.com/fpga", 1),)))
+    state.apply(Placement("busy", "n0", 40_000))
+    wanting = replace(share_pod("p", 100), scalars=(("example.com/fpga", 1),))
+    plan = plan_eviction(state, wanting, BINPACK, victims={"busy": 0, "fpga": 0}, max_victims=1)
+    assert plan is not None and plan.victims == ("fpga",)
 
 
 def test_among_victims_otherwise_alike_the_plan_loses_the_least_work() -> None:

@@ -35,8 +35,12 @@ from gpufrac.placement.workload import Workload
 NODE_NAMES = [f"node-{i}" for i in range(5)]
 MODELS = ["T4", "A100"]
 
+# Other resources (`Scalars`): a node offers some of them, a pod asks for some, in every combination.
+FPGA, DISK = "example.com/fpga", "ephemeral-storage"
+scalars = st.sampled_from([(), ((FPGA, 1),), ((DISK, 30_000),), ((DISK, 30_000), (FPGA, 2))])
+
 nodes = st.builds(
-    lambda name, gpus, memory, model, cpu, healthy, max_pods: NodeSpec(
+    lambda name, gpus, memory, model, cpu, healthy, max_pods, offered: NodeSpec(
         name,
         cpu_milli=cpu,
         memory_mib=64_000,
@@ -44,6 +48,7 @@ nodes = st.builds(
             GpuSpec(i, f"{name}-{i}", model, memory, healthy=(i != 0 or healthy)) for i in range(gpus)
         ),
         max_pods=max_pods,
+        scalars=tuple((resource, 2 * amount) for resource, amount in offered),
     ),
     st.sampled_from(NODE_NAMES),
     st.integers(0, 4),
@@ -52,6 +57,7 @@ nodes = st.builds(
     st.sampled_from([4_000, 16_000, 64_000]),
     st.booleans(),
     st.sampled_from([None, 0, 2, 110]),
+    scalars,
 )
 
 amounts: st.SearchStrategy[MemoryAmount] = st.one_of(
@@ -90,6 +96,7 @@ def pods(draw: st.DrawFn) -> PodDemand:
         whole=(WholeGpuRequest("main", whole),) if whole else (),
         shares=tuple(draw(shares(f"c{i}")) for i in range(count)),
         models=draw(st.sampled_from([None, frozenset({"T4"}), frozenset(MODELS)])),
+        scalars=draw(scalars),
     )
 
 
@@ -112,10 +119,13 @@ def recomputed_totals(state: ClusterState) -> dict[str, np.ndarray]:
     modes = np.zeros_like(state.gpu_mode)
     tenants = np.zeros_like(state.gpu_tenants)
     cpu, memory = state.cpu_cap.copy(), state.mem_cap.copy()
+    left = {f"scalar {name}": cap.copy() for name, cap in state.scalar_cap.items()}
     for placement in state.placements.values():
         row = state.index[placement.node]
         cpu[row] -= placement.cpu_milli
         memory[row] -= placement.memory_mib
+        for name, amount in placement.scalars:
+            left[f"scalar {name}"][row] -= amount
         for assignment in placement.assignments:
             for gpu in assignment.gpus:
                 tenants[row, gpu] += 1
@@ -124,7 +134,21 @@ def recomputed_totals(state: ClusterState) -> dict[str, np.ndarray]:
                 else:
                     free[row, gpu] -= assignment.request_mib
                     modes[row, gpu] = MODE_CODE[assignment.mode]
-    return {"gpu_free": free, "gpu_mode": modes, "gpu_tenants": tenants, "cpu_free": cpu, "mem_free": memory}
+    return {
+        "gpu_free": free,
+        "gpu_mode": modes,
+        "gpu_tenants": tenants,
+        "cpu_free": cpu,
+        "mem_free": memory,
+        **left,
+    }
+
+
+def kept_total(state: ClusterState, key: str) -> np.ndarray:
+    """The running total `recomputed_totals` names `key`."""
+    if key.startswith("scalar "):
+        return state.scalar_free[key.removeprefix("scalar ")]
+    return np.asarray(getattr(state, key))
 
 
 class EngineMachine(RuleBasedStateMachine):
@@ -215,6 +239,7 @@ class EngineMachine(RuleBasedStateMachine):
             node=node,
             cpu_milli=data.draw(st.sampled_from([0, 2_000, 70_000])),
             assignments=(Assignment("main", tuple(gpus), request, limit, mode),),
+            scalars=data.draw(scalars),
         )
         before = recomputed_totals(self.state)
         try:
@@ -238,7 +263,7 @@ class EngineMachine(RuleBasedStateMachine):
         expected = recomputed_totals(self.state)
         active = self.state.active
         for key, array in expected.items():
-            assert np.array_equal(getattr(self.state, key)[active], array[active]), key
+            assert np.array_equal(kept_total(self.state, key)[active], array[active]), key
         usable = np.where(self.state.open_gpus(), self.state.free_milli(), 0)
         assert np.array_equal(self.state.usable_free_milli(), usable)  # the memo agrees with a fresh count
 

@@ -224,6 +224,65 @@ def test_whole_gpus_of_a_sidecar_count_beside_the_containers() -> None:
     assert objects.gpu_resource_count(demo) == 1
 
 
+def with_requests(body: dict[str, Any], **requests: str) -> dict[str, Any]:
+    body["resources"]["requests"].update(requests)
+    return body
+
+
+def test_pod_scalars_are_the_other_resources_kube_scheduler_weighs() -> None:
+    """ephemeral-storage and hugepages in MiB, extended resources counted, added up as CPU is (a sidecar
+    beside the containers, the largest init container); GPUs, gpufrac's mirror of shares and native
+    kubernetes.io names are weighed otherwise or not at all."""
+    main = with_requests(
+        container("a"),
+        **{
+            "ephemeral-storage": "1Gi",
+            "hugepages-2Mi": "64Mi",
+            "example.com/fpga": "1",
+            "nvidia.com/gpu": "1",
+        },
+    )
+    others = {"gpufrac.io/gpu-memory": "8Gi", "kubernetes.io/thing": "3", "ephemeral-storage": "512Mi"}
+    proxy = with_requests(sidecar("proxy", "100m", "64Mi"), **others)
+    fetch = with_requests(container("fetch"), **{"example.com/fpga": "2"})
+    demo = pod("p", containers=[main], init_containers=[proxy, fetch])
+    assert objects.pod_scalars(demo) == (
+        ("ephemeral-storage", 1536),
+        ("example.com/fpga", 2),
+        ("hugepages-2Mi", 64),
+    )
+    assert objects.pod_demand(demo).scalars == objects.pod_scalars(demo)
+    assert objects.pod_scalars(pod("p")) == ()
+    bad = pod("p", containers=[with_requests(container("a"), **{"example.com/fpga": "many"})])
+    with pytest.raises(contract.ContractError, match=r"requests\.example\.com/fpga"):
+        objects.pod_demand(bad)
+
+
+def test_node_spec_reads_the_other_resources_it_offers_and_a_bound_pod_holds_them() -> None:
+    offering = node("n1", gpus=1)
+    offering["status"]["allocatable"].update(
+        {
+            "ephemeral-storage": "100Gi",
+            "example.com/fpga": "2",
+            "example.com/none": "0",
+            "nvidia.com/gpu": "1",
+        }
+    )
+    spec = objects.node_spec(offering)
+    assert spec.scalars == (("ephemeral-storage", 102_400), ("example.com/fpga", 2))
+    state = ClusterState([spec])
+    assert state.node_spec("n1") == spec
+    asking = pod("p", containers=[with_requests(container("a"), **{"example.com/fpga": "2"})])
+    held = objects.bound_placement(bound(asking, "n1", {}), spec)
+    assert held.scalars == (("example.com/fpga", 2),)
+    state.restore(held)
+    outcome = decide(state, objects.pod_demand(asking), POLICIES["bestfit"](CONTEXT))
+    assert not isinstance(outcome, Placement) and outcome.reasons == {"not enough example.com/fpga": 1}
+    state.release(held.pod)
+    outcome = decide(state, objects.pod_demand(asking), POLICIES["bestfit"](CONTEXT))
+    assert isinstance(outcome, Placement) and outcome.scalars == held.scalars
+
+
 def test_pod_resources_without_requests_are_zero() -> None:
     assert objects.pod_resources(pod("p", containers=[container("a", cpu=None)])) == (0, 0)
 

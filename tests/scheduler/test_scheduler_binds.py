@@ -636,3 +636,27 @@ async def test_a_pod_whose_host_port_every_node_binds_waits_saying_so() -> None:
     assert key("p") not in pod_nodes(made) and pod_nodes(made)[key("q")] == "n1"
     messages = [call.body["status"]["conditions"][0]["message"] for call in client.made("patch", "PodStatus")]
     assert any("1 node(s) didn't have free ports for the requested pod ports" in m for m in messages)
+
+
+def disk_node(name: str, disk: str) -> dict[str, Any]:
+    made = gpu_node(name)
+    made["status"]["allocatable"]["ephemeral-storage"] = disk
+    return made
+
+
+def asking_disk(body: dict[str, Any], disk: str) -> dict[str, Any]:
+    body["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"] = disk
+    return body
+
+
+async def test_a_pod_goes_where_its_ephemeral_storage_is_left_and_waits_saying_so_where_none_is() -> None:
+    """n1 offers 100Gi of which a pod of the default scheduler holds 90Gi, n2 20Gi: a pod asking 15Gi goes
+    to n2; one asking 30Gi fits nowhere, and says what ran out (the kubelet would refuse it anywhere)."""
+    held = asking_disk(bound(pod("logs", scheduler="default-scheduler"), "n1", {}), "90Gi")
+    small, big = asking_disk(share_pod("small"), "15Gi"), asking_disk(share_pod("big"), "30Gi")
+    made, client, _ = setup([disk_node("n1", "100Gi"), disk_node("n2", "20Gi")], [held, small, big])
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert pod_nodes(made)[key("small")] == "n2" and key("big") not in pod_nodes(made)
+    messages = [call.body["status"]["conditions"][0]["message"] for call in client.made("patch", "PodStatus")]
+    assert any("2 not enough ephemeral-storage" in message for message in messages)

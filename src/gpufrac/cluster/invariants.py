@@ -24,9 +24,12 @@ def violations(state: ClusterState) -> list[str]:
     whole: set[tuple[str, int]] = set()
     cpu: dict[str, int] = defaultdict(int)
     memory: dict[str, int] = defaultdict(int)
+    scalars: dict[tuple[str, str], int] = defaultdict(int)
     for placement in state.placements.values():
         cpu[placement.node] += placement.cpu_milli
         memory[placement.node] += placement.memory_mib
+        for name, amount in placement.scalars:
+            scalars[placement.node, name] += amount
         problems += _share_problems(
             state, placement, requested=requested, modes=modes, compute=compute, tenants=tenants
         )
@@ -44,6 +47,10 @@ def violations(state: ClusterState) -> list[str]:
             problems.append(
                 f"{node}: {len(state.pods_on[row])} pods where the kubelet runs {state.pods_cap[row]}"
             )
+    for (node, name), total in scalars.items():
+        offered = state.scalar_cap.get(name)
+        if offered is None or total > offered[state.index[node]]:
+            problems.append(f"{node}: pods request more {name} than the node has")
     for (node, gpu), total in requested.items():
         capacity = int(state.gpu_mem[state.index[node], gpu])
         if total > capacity:

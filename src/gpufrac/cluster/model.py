@@ -34,6 +34,12 @@ class GpuSpec:
     healthy: bool = True
 
 
+Scalars = tuple[tuple[str, int], ...]
+"""Resources other than CPU, memory and GPUs that nodes offer and pods ask for (kube-scheduler's scalar
+resources): ephemeral-storage and hugepages-* in MiB, extended resources (`rdma/hca`, MIG devices) counted.
+(name, amount) pairs sorted by name, none of 0, so that equal asks are equal values."""
+
+
 @dataclass(frozen=True, slots=True)
 class NodeSpec:
     """A node as the engine sees it: capacity left for pods, and its GPUs.
@@ -42,6 +48,7 @@ class NodeSpec:
     `compute_guarantee`: the operator guarantees compute on the node's pool, so the compute claims of the
     sm-sharing shares on each GPU (`compute_claim`) may add up to 100 at most. `max_pods`: the most pods the
     kubelet runs there (its allocatable `pods`, 110 by default), None for no bound (a trace's nodes).
+    `scalars`: its allocatable other resources.
     """
 
     name: str
@@ -50,6 +57,7 @@ class NodeSpec:
     gpus: tuple[GpuSpec, ...] = ()
     compute_guarantee: bool = False
     max_pods: int | None = None
+    scalars: Scalars = ()
 
     @property
     def model(self) -> str:
@@ -98,7 +106,7 @@ class PodDemand:
     """Everything one pod needs from one node.
 
     `whole` lists the containers that ask for exclusive GPUs (the `nvidia.com/gpu` resource) and how many;
-    `models`, when set, lists the GPU models the pod accepts.
+    `models`, when set, lists the GPU models the pod accepts; `scalars`, the other resources it requests.
     """
 
     name: str
@@ -108,6 +116,7 @@ class PodDemand:
     shares: tuple[ShareRequest, ...] = ()
     models: frozenset[str] | None = None
     priority: int = 0
+    scalars: Scalars = ()
     # sm-sharing merges the fault domains of the processes on a GPU (one MPS server), so its shares share a
     # GPU only with shares of the same group: the pod's namespace, or the group an admin's label names.
     fault_domain: str = ""
@@ -175,6 +184,7 @@ class Placement:
     memory_mib: int = 0
     assignments: tuple[Assignment, ...] = field(default=())
     fault_domain: str = ""  # whose sm-sharing shares may share a GPU with these (`PodDemand.fault_domain`)
+    scalars: Scalars = ()  # the pod's other resources (`PodDemand.scalars`), held on the node
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,9 @@ class ClusterState:
         # Ties between equally scored nodes go to the lowest rank: insertion order unless the caller
         # (the simulator, with a seeded permutation) sets another.
         self.tie_rank = np.zeros(0, np.int64)
+        # Per other resource a node may offer (`NodeSpec.scalars`), by row: allocatable, and what is left.
+        self.scalar_cap: dict[str, np.ndarray] = {}
+        self.scalar_free: dict[str, np.ndarray] = {}
         self._alloc(0, 0)
         for node in nodes:
             self.add_node(node)
@@ -106,6 +109,9 @@ class ClusterState:
                 target[: array.shape[0]] = array
             else:
                 target[: array.shape[0], : array.shape[1]] = array
+        for scalars in (self.scalar_cap, self.scalar_free):
+            for name, array in scalars.items():
+                scalars[name] = np.concatenate([array, np.zeros(rows - array.shape[0], np.int64)])
 
     @property
     def width(self) -> int:
@@ -143,6 +149,13 @@ class ClusterState:
         self.model_id[row] = self.models.index(spec.model)
         self.gpu_count[row] = len(gpus)
         self.compute_guarantee[row] = spec.compute_guarantee
+        for name, _ in spec.scalars:
+            if name not in self.scalar_cap:
+                self.scalar_cap[name] = np.zeros(self.active.shape[0], np.int64)
+                self.scalar_free[name] = np.zeros(self.active.shape[0], np.int64)
+        offered = dict(spec.scalars)
+        for name, cap in self.scalar_cap.items():
+            cap[row] = self.scalar_free[name][row] = offered.get(name, 0)
         for array in (
             self.gpu_mem,
             self.gpu_free,
@@ -195,6 +208,8 @@ class ClusterState:
         self.cpu_free[row] -= placement.cpu_milli
         self.pods_free[row] -= 1
         self.mem_free[row] -= placement.memory_mib
+        for name, amount in placement.scalars:
+            self.scalar_free[name][row] -= amount
         for assignment in placement.assignments:
             for gpu in assignment.gpus:
                 self.gpu_tenants[row, gpu] += 1
@@ -228,6 +243,7 @@ class ClusterState:
         copy.serial = next(_serials)  # plugin caches must not take the copy's nodes for this state's
         for name in (*self._ROW_ARRAYS, *self._GPU_ARRAYS):
             setattr(copy, name, getattr(self, name).copy())
+        copy.scalar_free = {name: array.copy() for name, array in self.scalar_free.items()}
         copy._usable = np.zeros_like(self._usable)
         copy._usable_version = np.full_like(self._usable_version, -1)
         copy.placements = dict(self.placements)
@@ -244,6 +260,8 @@ class ClusterState:
         self.cpu_free[row] += placement.cpu_milli
         self.pods_free[row] += 1
         self.mem_free[row] += placement.memory_mib
+        for name, amount in placement.scalars:
+            self.scalar_free[name][row] += amount
         for assignment in placement.assignments:
             for gpu in assignment.gpus:
                 self.gpu_tenants[row, gpu] -= 1
@@ -269,6 +287,9 @@ class ClusterState:
             raise PlacementRefused(f"pod {placement.pod}: {placement.node} runs as many pods as it may")
         if placement.cpu_milli > self.cpu_free[row] or placement.memory_mib > self.mem_free[row]:
             raise PlacementRefused(f"pod {placement.pod}: not enough CPU or memory on {placement.node}")
+        for name, amount in placement.scalars:
+            if name not in self.scalar_free or amount > self.scalar_free[name][row]:
+                raise PlacementRefused(f"pod {placement.pod}: not enough {name} on {placement.node}")
         taken: dict[int, int] = {}
         modes: dict[int, int] = {}
         compute: dict[int, int] = {}
@@ -366,6 +387,7 @@ class ClusterState:
             gpus=gpus,
             compute_guarantee=bool(self.compute_guarantee[row]),
             max_pods=None if self.pods_cap[row] < 0 else int(self.pods_cap[row]),
+            scalars=tuple((name, int(cap[row])) for name, cap in sorted(self.scalar_cap.items()) if cap[row]),
         )
 
     def open_gpus(self, rows: np.ndarray | slice | int = slice(None)) -> np.ndarray:

@@ -26,6 +26,7 @@ def shape_key(pod: PodDemand) -> PodDemand:
         shares=pod.shares,
         models=pod.models,
         fault_domain=pod.fault_domain,
+        scalars=pod.scalars,
     )
 
 

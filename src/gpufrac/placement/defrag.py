@@ -195,8 +195,9 @@ def fewest_victims(
 ) -> list[str] | None:
     """The fewest of the `movable` pods on node `fit.rows[at]` whose going lets the pod in, by a count of
     what each frees (the trial confirms it): the GPUs needing the fewest evictions (of those, the lowest
-    `cost`), then CPU, memory and a pod slot. Pods that `could_move` denies are never chosen; it is asked
-    only about the pods looked at, since it is costly and most are not."""
+    `cost`), then CPU, memory, a pod slot and the other resources it asks for. Pods that `could_move`
+    denies are never chosen; it is asked only about the pods looked at, since it is costly and most are
+    not."""
     row = int(fit.rows[at])
     pod = fit.pod
     here = sorted(movable)
@@ -230,21 +231,44 @@ def fewest_victims(
         (name for name in here if name not in chosen),
         key=lambda name: -state.placements[name].cpu_milli,
     )
-    cpu_short = pod.cpu_milli - int(state.cpu_free[row])
-    mem_short = pod.memory_mib - int(state.mem_free[row])
-    cpu_short -= sum(state.placements[name].cpu_milli for name in chosen)
-    mem_short -= sum(state.placements[name].memory_mib for name in chosen)
-    pods_short = 1 - int(state.pods_free[row]) - len(chosen)  # a node at its kubelet's pod limit
+    short = _shortfall(state, row, pod)
+    for name in chosen:
+        _count_freed(short, state.placements[name])
     for name in others:
-        if cpu_short <= 0 and mem_short <= 0 and pods_short <= 0:
+        if max(short.values()) <= 0:
             break
-        if not could_move(name):
-            continue
+        frees = _frees(state.placements[name])
+        if not any(short.get(what, 0) > 0 < amount for what, amount in frees) or not could_move(name):
+            continue  # it frees nothing the node still lacks
         chosen.append(name)
-        cpu_short -= state.placements[name].cpu_milli
-        mem_short -= state.placements[name].memory_mib
-        pods_short -= 1
-    return chosen if cpu_short <= 0 and mem_short <= 0 and pods_short <= 0 else None
+        _count_freed(short, state.placements[name])
+    return chosen if max(short.values()) <= 0 else None
+
+
+def _shortfall(state: ClusterState, row: int, pod: PodDemand) -> dict[str, int]:
+    """What the node lacks for the pod besides GPUs, by resource: CPU, memory, a pod slot (a node at its
+    kubelet's pod limit) and each other resource it asks for (0 or less: nothing)."""
+    short = {
+        "cpu": pod.cpu_milli - int(state.cpu_free[row]),
+        "memory": pod.memory_mib - int(state.mem_free[row]),
+        "pods": 1 - int(state.pods_free[row]),
+    }
+    for name, amount in pod.scalars:
+        free = state.scalar_free.get(name)
+        short[name] = amount - (0 if free is None else int(free[row]))
+    return short
+
+
+def _frees(placement: Placement) -> tuple[tuple[str, int], ...]:
+    """What a placement's going frees besides GPUs, keyed as `_shortfall` keys it."""
+    return (("cpu", placement.cpu_milli), ("memory", placement.memory_mib), ("pods", 1), *placement.scalars)
+
+
+def _count_freed(short: dict[str, int], placement: Placement) -> None:
+    """Take what the placement's going frees off `short`."""
+    for name, amount in _frees(placement):
+        if name in short:
+            short[name] -= amount
 
 
 def _short(state: ClusterState, fit: Fit, at: int, gpu: int) -> int:

@@ -72,4 +72,5 @@ def placement_for(state: ClusterState, fit: Fit, at: int, gpus: tuple[int, ...])
         memory_mib=pod.memory_mib,
         assignments=assignments,
         fault_domain=pod.fault_domain,
+        scalars=pod.scalars,
     )

@@ -89,7 +89,13 @@ def decide(state: ClusterState, fit: Fit) -> Placement | Unschedulable:
             left -= search.searched
             if assignments is not None:
                 return Placement(
-                    pod.name, state.names[row], pod.cpu_milli, pod.memory_mib, assignments, pod.fault_domain
+                    pod.name,
+                    state.names[row],
+                    pod.cpu_milli,
+                    pod.memory_mib,
+                    assignments,
+                    pod.fault_domain,
+                    pod.scalars,
                 )
             reason = TOO_MANY_COMBINATIONS if search.exhausted else NO_COMBINATION
             refused[search.signature] = reason

@@ -138,6 +138,17 @@ def _allowed_model(c: Candidates) -> np.ndarray:
     return np.isin(c.state.model_id[c.rows], [i for i, model in enumerate(c.state.models) if model in models])
 
 
+def _scalars_left(c: Candidates) -> np.ndarray:
+    """Nodes with enough of every other resource the pod requests; none where no node offers one of them."""
+    enough = np.ones(len(c.rows), bool)
+    for name, amount in c.pod.scalars:
+        free = c.state.scalar_free.get(name)
+        if free is None:
+            return np.zeros(len(c.rows), bool)
+        enough &= free[c.rows] >= amount
+    return enough
+
+
 def _devices(c: Candidates) -> int:
     return c.pod.shares[0].num_devices
 
@@ -161,6 +172,12 @@ FILTERS: tuple[Filter, ...] = (
         lambda pod: True,
     ),
     Filter("pods", lambda c: c.state.pods_free[c.rows] >= 1, TOO_MANY_PODS, lambda pod: True),
+    Filter(
+        "scalars",
+        _scalars_left,
+        lambda pod: f"not enough {', '.join(name for name, _ in pod.scalars)}",
+        lambda pod: bool(pod.scalars),
+    ),
     Filter("gpu-count", lambda c: c.state.gpu_count[c.rows] >= gpus_wanted(c.pod), "too few GPUs"),
     Filter(
         "gpu-model",

@@ -516,6 +516,7 @@ def _same_shape(current: NodeSpec, new: NodeSpec) -> bool:
         and current.memory_mib == new.memory_mib
         and current.max_pods == new.max_pods
         and current.compute_guarantee == new.compute_guarantee
+        and current.scalars == new.scalars
         and [(g.index, g.uuid, g.model, g.memory_mib) for g in current.gpus]
         == [(g.index, g.uuid, g.model, g.memory_mib) for g in new.gpus]
     )

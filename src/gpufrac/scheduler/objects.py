@@ -23,8 +23,9 @@ from datetime import datetime
 from typing import Any
 
 from gpufrac import contract
-from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement, PodDemand
+from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement, PodDemand, Scalars
 from gpufrac.contract import keys, node_inventory
+from gpufrac.contract.memory_resource import GPU_MEMORY_RESOURCE
 
 Obj = Mapping[str, Any]
 log = logging.getLogger("gpufrac.scheduler")
@@ -97,6 +98,56 @@ def _mib_units(text: str) -> int:
 @functools.lru_cache(maxsize=4096)
 def _whole_units(text: str) -> int:
     return math.floor(contract.parse_quantity(text))
+
+
+# Resources the scheduler weighs otherwise: CPU and memory, the kubelet's pod slots, and GPUs (whole by
+# `nvidia.com/gpu`, shares by annotation, which `gpufrac.io/gpu-memory` only mirrors for quotas to count).
+_NOT_SCALARS = frozenset({"cpu", "memory", "pods", keys.GPU_RESOURCE, GPU_MEMORY_RESOURCE})
+
+
+def _is_scalar(name: str) -> bool:
+    """Whether kube-scheduler's fit filter weighs the resource beside CPU and memory: ephemeral-storage,
+    hugepages-*, and extended resources (any domain-prefixed name outside kubernetes.io). Unweighed, a pod
+    would be placed where the kubelet then refuses it (OutOfephemeral-storage, UnexpectedAdmissionError)."""
+    if name in _NOT_SCALARS:
+        return False
+    if _in_bytes(name):
+        return True
+    domain, slash, _ = name.partition("/")
+    return bool(slash) and domain != "kubernetes.io" and not domain.endswith(".kubernetes.io")
+
+
+def _in_bytes(name: str) -> bool:
+    return name == "ephemeral-storage" or name.startswith("hugepages-")
+
+
+def _scalar(name: str, value: object, where: str) -> int:
+    """An amount of a scalar resource in the engine's unit: MiB for bytes (rounded up), else a count."""
+    return _amount(value, where, _mib_units if _in_bytes(name) else _whole_units)
+
+
+def pod_scalars(pod: Obj) -> Scalars:
+    """The scalar resources (`_is_scalar`) the pod requests, as `pod_total` adds them up. `ContractError` for
+    a malformed amount."""
+    spec = _mapping(pod.get("spec"))
+
+    def requests(container: object) -> Obj:
+        return _mapping(_mapping(_mapping(container).get("resources")).get("requests"))
+
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    names = sorted({name for container in containers for name in requests(container) if _is_scalar(name)})
+    if not names:
+        return ()
+
+    def measure(container: Obj, where: str) -> tuple[int, ...]:
+        wanted = requests(container)
+        return tuple(_scalar(name, wanted.get(name), f"{where}.resources.requests.{name}") for name in names)
+
+    totals = pod_total(spec, measure)
+    for name, total in zip(names, totals, strict=True):
+        if total > MAX_AMOUNT:
+            raise contract.ContractError(f"resources.requests.{name}", str(total), "more than any node has")
+    return tuple((name, total) for name, total in zip(names, totals, strict=True) if total)
 
 
 def cpu_milli(quantity: object, where: str = "cpu") -> int:
@@ -261,6 +312,11 @@ def node_spec(node: Obj) -> NodeSpec:
         gpus=gpus,
         compute_guarantee=guarantees_compute(node_meta_labels),
         max_pods=_max_pods(allocatable.get("pods")),
+        scalars=tuple(
+            (name, amount)
+            for name, value in sorted(allocatable.items())
+            if _is_scalar(name) and (amount := _scalar(name, value, f"status.allocatable.{name}"))
+        ),
     )
 
 
@@ -591,6 +647,7 @@ def pod_demand(pod: Obj, *, fault_domain: str = "") -> PodDemand:
         shares=request.shares,
         priority=priority(pod),
         fault_domain=fault_domain,
+        scalars=pod_scalars(pod),
     )
 
 
@@ -650,7 +707,13 @@ def bound_placement(pod: Obj, node: NodeSpec) -> Placement:
             size = min(sizes[gpu] for gpu in gpus)
             assignments.append(Assignment(whole.container, gpus, size, size, None))
     return Placement(
-        pod_uid(pod), node.name, cpu, memory, tuple(assignments), _fault_domain(pod, assignments)
+        pod_uid(pod),
+        node.name,
+        cpu,
+        memory,
+        tuple(assignments),
+        _fault_domain(pod, assignments),
+        pod_scalars(pod),
     )
 
 
