@@ -72,10 +72,15 @@ def node_terms(pod: Mapping[str, Any]) -> tuple[Term, ...] | None:
     """The pod's required node affinity terms, or None when it has none; `ContractError` for one the API
     server would not have taken (a pod made past its validation, or an older one)."""
     required = _field(pod, "spec", "affinity", "nodeAffinity", _REQUIRED)
-    if required is None:
-        return None
-    terms = _mapping(required, _NODE_AFFINITY).get("nodeSelectorTerms")
-    where = f"{_NODE_AFFINITY}.nodeSelectorTerms"
+    return None if required is None else selector_terms(required, _NODE_AFFINITY)
+
+
+def selector_terms(selector: object, where: str) -> tuple[Term, ...]:
+    """The terms of a NodeSelector (`nodeSelectorTerms`: a pod's required node affinity, a persistent
+    volume's `spec.nodeAffinity.required`) found at `where`; `ContractError` for one the API server would
+    not have taken."""
+    terms = _mapping(selector, where).get("nodeSelectorTerms")
+    where = f"{where}.nodeSelectorTerms"
     if not isinstance(terms, list) or not terms:
         raise contract.ContractError(where, repr(terms), "name one term or more")
     # Counted before anything is read, so that a huge one costs no more than this.
@@ -85,6 +90,30 @@ def node_terms(pod: Mapping[str, Any]) -> tuple[Term, ...] | None:
         rule = f"at most {MAX_REQUIREMENTS} terms and requirements, of {MAX_VALUES} values, in all"
         raise contract.ContractError(where, f"{len(terms) + len(raw)} terms and requirements", rule)
     return tuple(_term(term, f"{where}[{i}]") for i, term in enumerate(terms))
+
+
+def node_named(name: str) -> tuple[Term, ...]:
+    """Terms that only the node `name` matches."""
+    return (Term((), (Requirement(_NODE_NAME_FIELD, "In", frozenset({name})),)),)
+
+
+def topology_terms(topologies: object, where: str) -> tuple[Term, ...]:
+    """A StorageClass's `allowedTopologies` (label keys, each with the values allowed) as terms: ORed, each
+    term's keys ANDed, as for a node selector."""
+    terms = []
+    for i, topology in enumerate(_list(topologies, where)):
+        at = f"{where}[{i}].matchLabelExpressions"
+        found = _list(_mapping(topology, f"{where}[{i}]").get("matchLabelExpressions") or [], at)
+        terms.append(
+            Term(
+                tuple(
+                    _requirement({**_mapping(item, at), "operator": "In"}, f"{at}[{j}]", ("In",))
+                    for j, item in enumerate(found)
+                ),
+                (),
+            )
+        )
+    return tuple(terms)
 
 
 def matches(terms: tuple[Term, ...] | None, labels: Mapping[str, str], name: str) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from gpufrac import contract
 from gpufrac.cluster.model import NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState, PlacementRefused
 from gpufrac.contract import node_inventory
-from gpufrac.scheduler import objects, problems, reservations
+from gpufrac.scheduler import affinity, objects, problems, reservations
 from gpufrac.scheduler.devices import Hold, NodeDevices, node_devices
 from gpufrac.scheduler.eligibility import Eligibility
 from gpufrac.scheduler.problems import NOT_ACCOUNTED, Problem
@@ -79,11 +79,13 @@ class SchedulerCache:
         decision itself."""
         return self.state
 
-    def eligible_rows(self, pod: Obj, *, gpus: bool = True) -> tuple[np.ndarray, Any]:
+    def eligible_rows(
+        self, pod: Obj, *, gpus: bool = True, volumes: Sequence[tuple[affinity.Term, ...]] = ()
+    ) -> tuple[np.ndarray, Any]:
         """The state rows `pod` may land on, and the other nodes counted by reason: those of the
         eligibility filters, and nodes where another pod already binds a host port it asks for (a bound pod
         asked where it could be moved to does not clash with itself)."""
-        rows, excluded = self.eligibility.rows_for(pod, self.state, gpus=gpus)
+        rows, excluded = self.eligibility.rows_for(pod, self.state, gpus=gpus, volumes=volumes)
         wanted = objects.host_ports(pod)
         if not wanted:
             return rows, excluded

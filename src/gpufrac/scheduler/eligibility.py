@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -111,11 +111,18 @@ class Eligibility:
             self._usable[row] = row not in self._why_not and row not in self._held
 
     def rows_for(
-        self, pod: Mapping[str, Any], state: ClusterState, *, gpus: bool = True, now: float | None = None
+        self,
+        pod: Mapping[str, Any],
+        state: ClusterState,
+        *,
+        gpus: bool = True,
+        now: float | None = None,
+        volumes: Sequence[tuple[affinity.Term, ...]] = (),
     ) -> tuple[np.ndarray, Counter[str]]:
         """Active nodes the pod may land on, and the others counted by reason. A pod that asks for GPUs
         (`gpus`) lands only where the node agent said the node is ready for them, and has said so within
-        the heartbeat timeout before `now` (seconds since the epoch; default: the clock)."""
+        the heartbeat timeout before `now` (seconds since the epoch; default: the clock). `volumes`: what
+        the pod's persistent volumes ask of the node (`volumes.Volumes.constraints`)."""
         active = np.flatnonzero(state.active)
         known = min(self._usable.shape[0], state.active.shape[0])
         active = active[active < known]
@@ -143,7 +150,7 @@ class Eligibility:
             terms = ()
         # Most nodes carry no taint and most pods no node selector or affinity: only the others are looked at
         # one by one.
-        check = np.ones(len(rows), bool) if wanted or terms is not None else self._tainted[rows]
+        check = np.ones(len(rows), bool) if wanted or terms is not None or volumes else self._tainted[rows]
         keep = ~check
         for position in np.flatnonzero(check):
             row = int(rows[position])
@@ -152,6 +159,8 @@ class Eligibility:
                 excluded["node(s) didn't match the pod's node selector"] += 1
             elif not affinity.matches(terms, labels, state.names[row]):
                 excluded["node(s) didn't match the pod's node affinity"] += 1
+            elif not all(affinity.matches(volume, labels, state.names[row]) for volume in volumes):
+                excluded["node(s) had volume node affinity conflict"] += 1
             elif any(not tolerates(tolerations, taint) for taint in self._taints.get(row, ())):
                 excluded["node(s) had a taint the pod does not tolerate"] += 1
             else:

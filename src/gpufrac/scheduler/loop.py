@@ -36,7 +36,7 @@ from gpufrac.kubeapi.reflector import reflect
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Workload
-from gpufrac.scheduler import affinity, objects, reservations
+from gpufrac.scheduler import affinity, objects, reservations, volumes
 from gpufrac.scheduler.binder import (
     BindError,
     BoundElsewhere,
@@ -368,7 +368,15 @@ class Scheduler:
             self.queue.park(uid, **self._order(pod))
             await self._report_failure(pod, f"pod group {group} does not exist: create the PodGroup")
             return
-        rows, excluded = self.cache.eligible_rows(pod, gpus=bool(demand.shares or demand.whole))
+        needs = await volumes.read(self.client, pod)
+        if needs.waits is not None:
+            self.metrics.attempts.labels("unschedulable").inc()
+            self.queue.park(uid, **self._order(pod))
+            await self._report_failure(pod, needs.waits)
+            return
+        rows, excluded = self.cache.eligible_rows(
+            pod, gpus=bool(demand.shares or demand.whole), volumes=needs.constraints
+        )
         if demand.shares and demand.whole and self.cache.devices:
             rows, excluded = self._off_device_plugin_nodes(rows, excluded)
         if self.keeper.waits(self.cache, uid) or self.mover.waits(uid):
@@ -514,6 +522,10 @@ class Scheduler:
                 env_delivery=self.config.env_delivery,
                 kubelet_gpus=placement.node in self.cache.devices,
             )
+            try:
+                await volumes.select_node(self.client, pod, placement.node)
+            except READ_ERRORS as error:
+                raise BindError(f"cannot name {placement.node} on the pod's volume claims: {error}") from None
             await bind(self.client, pod, placement.node, plan, gone=lambda: uid in self.cache.gone_assumed)
         except PodGone as error:
             self.metrics.attempts.labels("error").inc()

@@ -35,7 +35,7 @@ from gpufrac.kubeapi.eviction import evict
 from gpufrac.placement.defrag import Planner
 from gpufrac.placement.framework import Policy
 from gpufrac.placement.preemption import plan_gang_eviction
-from gpufrac.scheduler import affinity, objects
+from gpufrac.scheduler import affinity, objects, volumes
 from gpufrac.scheduler.cache import SchedulerCache
 
 log = logging.getLogger("gpufrac.scheduler")
@@ -126,8 +126,15 @@ class Mover:
         for uid, pod in self.cache.bound.items():
             since = objects.movable_since(pod)
             placement = self.cache.state.placements.get(uid)
-            # A pod gpufrac would not place as it is (required pod affinity) would not come back.
-            if since is None or since > oldest or placement is None or affinity.refusal(pod):
+            # A pod gpufrac would not place as it is (required pod affinity) would not come back; where one
+            # with persistent volumes may go is known only by reading them, so it is not moved.
+            if (
+                since is None
+                or since > oldest
+                or placement is None
+                or affinity.refusal(pod)
+                or volumes.claim_names(pod)
+            ):
                 continue
             try:  # placed again within the fault domain its sm-sharing shares were placed in
                 demand = objects.pod_demand(pod, fault_domain=placement.fault_domain)

@@ -401,6 +401,12 @@ def _int_label(labels: Mapping[str, str], key: str, most: int) -> int:
     return value if value <= most else 0
 
 
+def pod_volumes(pod: Obj) -> list[Obj]:
+    """The pod's `spec.volumes` that are objects (none when the field is missing or not a list)."""
+    volumes = _mapping(pod.get("spec")).get("volumes")
+    return [volume for volume in volumes if isinstance(volume, Mapping)] if isinstance(volumes, list) else []
+
+
 def annotations_of(obj: Obj) -> Obj:
     """The annotations of a node or pod, empty when they are missing or not a map."""
     return _mapping(meta(obj).get("annotations"))

@@ -1,0 +1,140 @@
+"""A pod's persistent volumes decide where it may go (`scheduler.volumes`): a bound volume's node affinity,
+a delayed-binding claim named the chosen node before the bind, and a pod waiting, saying why, on claims it
+cannot be placed with yet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpufrac.scheduler.volumes import NO_PROVISIONER, SELECTED_NODE_ANNOTATION, WAIT_FOR_FIRST_CONSUMER
+
+from ..kubeapi.apiobjects import key
+from ..kubeapi.fakeapi import api_error
+from .schedulers import pod_nodes
+from .test_scheduler_binds import MANAGED, gpu_node, setup, share_pod
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+def zoned(name: str, zone: str) -> dict[str, Any]:
+    made = gpu_node(name)
+    made["metadata"]["labels"] = {**MANAGED, ZONE: zone}
+    return made
+
+
+def mounting(body: dict[str, Any], *claims: str, ephemeral: str = "") -> dict[str, Any]:
+    volumes: list[dict[str, Any]] = [
+        {"name": f"v{i}", "persistentVolumeClaim": {"claimName": claim}} for i, claim in enumerate(claims)
+    ]
+    if ephemeral:
+        volumes.append({"name": ephemeral, "ephemeral": {"volumeClaimTemplate": {"spec": {}}}})
+    body["spec"]["volumes"] = volumes
+    return body
+
+
+def claim(name: str, *, volume: str = "", storage_class: str = "", **extra: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"storageClassName": storage_class} if storage_class else {}
+    if volume:
+        spec["volumeName"] = volume
+    meta: dict[str, Any] = {"name": name, "namespace": "team", **extra}
+    return {"kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec, "status": {}}
+
+
+def zonal_volume(name: str, zone: str) -> dict[str, Any]:
+    required = {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": ZONE, "operator": "In", "values": [zone]}]}]
+    }
+    return {
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {"nodeAffinity": {"required": required}},
+    }
+
+
+def storage_class(name: str, mode: str = WAIT_FOR_FIRST_CONSUMER, **extra: Any) -> dict[str, Any]:
+    body = {"kind": "StorageClass", "metadata": {"name": name}, "provisioner": "ebs.csi.aws.com"}
+    return {**body, "volumeBindingMode": mode, **extra}
+
+
+NODES = [zoned("a1", "zone-a"), zoned("b1", "zone-b")]
+
+
+async def decided(*objects: dict[str, Any]) -> tuple[Any, Any]:
+    """A scheduler over `NODES` and the API objects given (pods are listed, the rest only stored), after
+    one round."""
+    pods = [body for body in objects if body.get("kind", "Pod") == "Pod"]
+    made, client, _ = setup(NODES, pods)
+    for body in objects:
+        if body not in pods:
+            client.put(body)
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    return made, client
+
+
+async def test_a_pod_goes_where_its_bound_volume_is() -> None:
+    made, _ = await decided(
+        mounting(share_pod("p"), "home"), claim("home", volume="pv-home"), zonal_volume("pv-home", "zone-b")
+    )
+    assert pod_nodes(made) == {key("p"): "b1"}
+
+
+async def test_a_claim_of_delayed_binding_is_given_the_node_before_the_pod_is_bound() -> None:
+    pod = mounting(share_pod("p"), ephemeral="scratch")
+    zone_a = {"allowedTopologies": [{"matchLabelExpressions": [{"key": ZONE, "values": ["zone-a"]}]}]}
+    made, client = await decided(pod, claim("p-scratch", storage_class="gp3"), storage_class("gp3", **zone_a))
+    assert pod_nodes(made) == {key("p"): "a1"}  # the class's topologies
+    patches = client.made("patch", "PersistentVolumeClaim")
+    assert [(call.name, call.body) for call in patches] == [
+        ("p-scratch", {"metadata": {"annotations": {SELECTED_NODE_ANNOTATION: "a1"}}})
+    ]
+    kinds = [call.kind for call in client.calls if call.verb in ("patch", "create")]
+    assert kinds.index("PersistentVolumeClaim") < kinds.index("Binding")
+
+
+async def test_a_claim_already_given_a_node_keeps_the_pod_to_it_and_is_not_written_again() -> None:
+    given = claim("cache", storage_class="gp3", annotations={SELECTED_NODE_ANNOTATION: "b1"})
+    made, client = await decided(mounting(share_pod("p"), "cache"), given, storage_class("gp3"))
+    assert pod_nodes(made) == {key("p"): "b1"} and client.made("patch", "PersistentVolumeClaim") == []
+
+
+@pytest.mark.parametrize(
+    ("objects", "why"),
+    [
+        ((), "persistentvolumeclaim team/home not found"),
+        ((claim("home", deletionTimestamp="2024-05-01T13:00:00Z"),), "team/home is being deleted"),
+        ((claim("home", storage_class="fast"), storage_class("fast", "Immediate")), "not bound to a volume"),
+        ((claim("home", storage_class="missing"),), "team/home is not bound to a volume yet"),
+        ((claim("home", volume="pv-gone"),), "persistentvolume pv-gone of persistentvolumeclaim team/home"),
+        (
+            (claim("home", storage_class="local"), storage_class("local", provisioner=NO_PROVISIONER)),
+            "gpufrac does not bind pre-made volumes of StorageClass local",
+        ),
+        (
+            (claim("home", volume="pv"), zonal_volume("pv", "zone-c")),
+            "2 node(s) had volume node affinity conflict",
+        ),
+    ],
+    ids=["missing", "deleted", "immediate", "no-class", "volume-gone", "local", "other-zone"],
+)
+async def test_a_pod_whose_claims_cannot_be_placed_waits_saying_why(
+    objects: tuple[Any, ...], why: str
+) -> None:
+    made, client = await decided(mounting(share_pod("p"), "home"), *objects)
+    assert pod_nodes(made) == {} and client.made("create", "Binding") == []
+    messages = [call.body["status"]["conditions"][0]["message"] for call in client.made("patch", "PodStatus")]
+    assert any(why in message for message in messages), messages
+
+
+async def test_a_claim_that_cannot_be_given_its_node_leaves_the_pod_unbound_to_try_again() -> None:
+    pod = mounting(share_pod("p"), "cache")
+    made, client, _ = setup(NODES, [pod])
+    client.put(claim("cache", storage_class="gp3"))
+    client.put(storage_class("gp3"))
+    client.fail["patch PersistentVolumeClaim"] = api_error(403, "Forbidden", "no patch on claims")
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert client.made("create", "Binding") == [] and key("p") in made.pending
+    assert made.cache.state.placements == {}
