@@ -16,9 +16,12 @@ from ..kubeapi.fakeapi import FakeClock
 
 
 def scheduler(client: Any = None, clock: FakeClock | None = None, **settings: Any) -> Scheduler:
-    """A scheduler and its queue that run on `clock`, so backoffs pass only when a test says so."""
+    """A scheduler and its queue that run on `clock`, so backoffs pass only when a test says so; it has
+    listed no namespaces (a test that needs some lists them)."""
     clock = clock or FakeClock()
-    return Scheduler(client, SchedulerConfig(**settings), queue=SchedulingQueue(clock=clock), clock=clock)
+    made = Scheduler(client, SchedulerConfig(**settings), queue=SchedulingQueue(clock=clock), clock=clock)
+    made.on_namespaces_listed([])
+    return made
 
 
 def pod_nodes(made: Scheduler) -> dict[str, str]:

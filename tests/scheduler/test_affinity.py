@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gpufrac import contract
-from gpufrac.scheduler import affinity
+from gpufrac.scheduler import affinity, pod_affinity
 
 from ..kubeapi.apiobjects import node, pod
 from .test_eligibility import MANAGED, eligibility, names
@@ -92,41 +92,35 @@ def test_terms_are_ored_and_a_pod_without_affinity_matches_every_node() -> None:
 def test_a_term_the_api_server_would_refuse_is_refused(term: dict[str, Any], complaint: str) -> None:
     with pytest.raises(contract.ContractError, match=complaint):
         affinity.node_terms(with_affinity(term))
-    why = affinity.refusal(with_affinity(term))
+    why = pod_affinity.refusal(with_affinity(term))
     assert why is not None and why.startswith("unreadable placement constraints: spec.affinity.nodeAffinity")
 
 
 def test_no_terms_at_all_is_refused() -> None:
-    assert affinity.refusal(with_affinity()) is not None
+    assert pod_affinity.refusal(with_affinity()) is not None
 
 
-def test_constraints_on_other_pods_that_must_hold_are_refused_with_what_to_change() -> None:
+def test_only_spread_constraints_that_must_hold_are_refused_with_what_to_change() -> None:
     term = {"labelSelector": {"matchLabels": {"app": "infer"}}, "topologyKey": "kubernetes.io/hostname"}
-    for kind in ("podAffinity", "podAntiAffinity"):
+    for kind in ("podAffinity", "podAntiAffinity"):  # judged (`pod_affinity`), not refused
         required = with_affinity(
             label("pool", "Exists"), **{kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
         )
-        why = affinity.refusal(required)
-        assert why is not None and f"spec.affinity.{kind}" in why and "preferredDuring" in why
-        preferred = with_affinity(
+        assert pod_affinity.refusal(required) is None
+        unreadable = with_affinity(
             label("pool", "Exists"),
-            **{
-                kind: {
-                    "preferredDuringSchedulingIgnoredDuringExecution": [
-                        {"weight": 1, "podAffinityTerm": term}
-                    ]
-                }
-            },
+            **{kind: {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {}}]}},
         )
-        assert affinity.refusal(preferred) is None
+        why = pod_affinity.refusal(unreadable)
+        assert why is not None and "must name a node label" in why
     spread = pod("p")
     spread["spec"]["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "zone"}]  # DoNotSchedule
-    why = affinity.refusal(spread)
+    why = pod_affinity.refusal(spread)
     assert why is not None and "ScheduleAnyway" in why
     spread["spec"]["topologySpreadConstraints"][0]["whenUnsatisfiable"] = "ScheduleAnyway"
-    assert affinity.refusal(spread) is None
+    assert pod_affinity.refusal(spread) is None
     spread["spec"]["topologySpreadConstraints"] = ["zone"]
-    assert affinity.refusal(spread) == (
+    assert pod_affinity.refusal(spread) == (
         "unreadable placement constraints: spec.topologySpreadConstraints[]=\"'zone'\": must be an object"
     )
 
@@ -150,9 +144,9 @@ def test_eligible_nodes_are_those_the_affinity_matches() -> None:
 
 def test_an_affinity_too_large_to_match_every_node_against_is_refused() -> None:
     many = [label(f"k{i}", "Exists") for i in range(affinity.MAX_REQUIREMENTS + 1)]
-    why = affinity.refusal(with_affinity(*many))
+    why = pod_affinity.refusal(with_affinity(*many))
     assert why is not None and f"at most {affinity.MAX_REQUIREMENTS} terms and requirements" in why
     values = [str(i) for i in range(affinity.MAX_VALUES + 1)]
-    why = affinity.refusal(with_affinity(label("k", "In", *values)))
+    why = pod_affinity.refusal(with_affinity(label("k", "In", *values)))
     assert why is not None and f"{affinity.MAX_VALUES} values" in why
-    assert affinity.refusal(with_affinity(*many[: affinity.MAX_REQUIREMENTS // 2])) is None
+    assert pod_affinity.refusal(with_affinity(*many[: affinity.MAX_REQUIREMENTS // 2])) is None

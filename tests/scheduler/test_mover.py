@@ -160,12 +160,13 @@ def with_claim(body: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "constrain",
     [kept_to_n0, binds_8080, with_pod_affinity, with_claim],
-    ids=["node-selector", "host-port-taken-on-n1", "pod-affinity-gpufrac-will-not-place", "volume"],
+    ids=["node-selector", "host-port-taken-on-n1", "pod-affinity-with-no-db", "volume"],
 )
 async def test_a_pod_is_not_moved_where_its_new_pod_could_not_go(constrain: Any) -> None:
     """A could make room for W by going to n1, but its controller's new pod could not be placed there (its
-    node selector, a host port B binds there), not by gpufrac at all, or only where its volume is, which
-    is not known without reading it: evicting A could leave it pending."""
+    node selector, a host port B binds there), nowhere at all (its pod affinity names a pod that does not
+    run), or only where its volume is, which is not known without reading it: evicting A could leave it
+    pending."""
     client = EvictingApi(early=True)
     a = constrain(placed_share("a", "n0", 0.3))
     b = with_host_port(placed_share("b", "n1", 0.6, movable=False), 8080)

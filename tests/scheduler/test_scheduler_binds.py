@@ -582,19 +582,6 @@ async def test_a_pod_binds_only_where_its_required_node_affinity_holds() -> None
     assert pod_nodes(made) == {key("p"): "n2"}
 
 
-async def test_a_pod_with_required_anti_affinity_waits_saying_what_to_change() -> None:
-    spread = share_pod("p")
-    term = {"labelSelector": {"matchLabels": {"app": "infer"}}, "topologyKey": "kubernetes.io/hostname"}
-    spread["spec"]["affinity"] = {
-        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
-    }
-    made, client, _ = setup([gpu_node("n1")], [spread])
-    await made.schedule_pending()
-    assert pod_nodes(made) == {} and attempts(made, "invalid") == 1
-    message = client.calls[0].body["status"]["conditions"][0]["message"]
-    assert message.startswith("gpufrac does not place by spec.affinity.podAntiAffinity.required")
-
-
 async def test_a_pod_with_scheduling_gates_waits_until_the_last_is_removed() -> None:
     gated = share_pod("p")
     gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}, {"name": "example.com/b"}]

@@ -6,10 +6,7 @@ their GPU product or pool (`nvidia.com/gpu.product In [...]`), so a scheduler th
 on GPUs they were written against. Its terms are ORed, each term's requirements ANDed; a term without any
 matches no node. Preferred terms only rank nodes for kube-scheduler and are not read.
 
-Inter-pod affinity and anti-affinity and topology spread constraints that must hold
-(`requiredDuringScheduling...`, `whenUnsatisfiable: DoNotSchedule`) depend on where other pods are; gpufrac's
-engine places by GPUs, CPU and memory only, so a pod that carries one is refused with what to change, never
-placed where the constraint might not hold.
+Constraints on other pods (inter-pod affinity, topology spread) are `pod_affinity`'s.
 """
 
 from __future__ import annotations
@@ -71,7 +68,7 @@ class Term:
 def node_terms(pod: Mapping[str, Any]) -> tuple[Term, ...] | None:
     """The pod's required node affinity terms, or None when it has none; `ContractError` for one the API
     server would not have taken (a pod made past its validation, or an older one)."""
-    required = _field(pod, "spec", "affinity", "nodeAffinity", _REQUIRED)
+    required = field_at(pod, "spec", "affinity", "nodeAffinity", _REQUIRED)
     return None if required is None else selector_terms(required, _NODE_AFFINITY)
 
 
@@ -79,7 +76,7 @@ def selector_terms(selector: object, where: str) -> tuple[Term, ...]:
     """The terms of a NodeSelector (`nodeSelectorTerms`: a pod's required node affinity, a persistent
     volume's `spec.nodeAffinity.required`) found at `where`; `ContractError` for one the API server would
     not have taken."""
-    terms = _mapping(selector, where).get("nodeSelectorTerms")
+    terms = mapping_at(selector, where).get("nodeSelectorTerms")
     where = f"{where}.nodeSelectorTerms"
     if not isinstance(terms, list) or not terms:
         raise contract.ContractError(where, repr(terms), "name one term or more")
@@ -101,13 +98,13 @@ def topology_terms(topologies: object, where: str) -> tuple[Term, ...]:
     """A StorageClass's `allowedTopologies` (label keys, each with the values allowed) as terms: ORed, each
     term's keys ANDed, as for a node selector."""
     terms = []
-    for i, topology in enumerate(_list(topologies, where)):
+    for i, topology in enumerate(list_at(topologies, where)):
         at = f"{where}[{i}].matchLabelExpressions"
-        found = _list(_mapping(topology, f"{where}[{i}]").get("matchLabelExpressions") or [], at)
+        found = list_at(mapping_at(topology, f"{where}[{i}]").get("matchLabelExpressions") or [], at)
         terms.append(
             Term(
                 tuple(
-                    _requirement({**_mapping(item, at), "operator": "In"}, f"{at}[{j}]", ("In",))
+                    requirement({**mapping_at(item, at), "operator": "In"}, f"{at}[{j}]", ("In",))
                     for j, item in enumerate(found)
                 ),
                 (),
@@ -121,54 +118,26 @@ def matches(terms: tuple[Term, ...] | None, labels: Mapping[str, str], name: str
     return terms is None or any(term.matches(labels, name) for term in terms)
 
 
-def refusal(pod: Mapping[str, Any]) -> str | None:
-    """Why gpufrac will not place the pod by its placement constraints, with what to do; None when it may:
-    a required node affinity it cannot read, or a constraint on other pods it does not place by."""
-    try:
-        node_terms(pod)
-        spread = _list(
-            _field(pod, "spec", "topologySpreadConstraints") or [], "spec.topologySpreadConstraints"
-        )
-        must_spread = any(
-            _mapping(constraint, "spec.topologySpreadConstraints[]").get("whenUnsatisfiable", "DoNotSchedule")
-            == "DoNotSchedule"
-            for constraint in spread
-        )
-    except contract.ContractError as error:
-        return f"unreadable placement constraints: {error}"
-    for kind in ("podAffinity", "podAntiAffinity"):
-        if _field(pod, "spec", "affinity", kind, _REQUIRED):
-            return (
-                f"gpufrac does not place by spec.affinity.{kind}.{_REQUIRED}: make it "
-                "preferredDuringSchedulingIgnoredDuringExecution, or leave the pod to another scheduler"
-            )
-    if must_spread:
-        return (
-            "gpufrac does not place by spec.topologySpreadConstraints that must hold: give them "
-            "whenUnsatisfiable: ScheduleAnyway, or leave the pod to another scheduler"
-        )
-    return None
-
-
 # Per operator: how many values it takes ("some", "none" or "one" whole number).
 _VALUES = {"In": "some", "NotIn": "some", "Exists": "none", "DoesNotExist": "none", "Gt": "one", "Lt": "one"}
 _VALUES_RULE = {"some": "needs values", "none": "takes no values", "one": "needs one whole number"}
 
 
 def _term(term: object, where: str) -> Term:
-    fields = _mapping(term, where)
+    fields = mapping_at(term, where)
 
     def requirements(name: str, operators: tuple[str, ...]) -> tuple[Requirement, ...]:
-        items = _list(fields.get(name) or [], f"{where}.{name}")
-        return tuple(_requirement(item, f"{where}.{name}[{i}]", operators) for i, item in enumerate(items))
+        items = list_at(fields.get(name) or [], f"{where}.{name}")
+        return tuple(requirement(item, f"{where}.{name}[{i}]", operators) for i, item in enumerate(items))
 
     return Term(
         requirements("matchExpressions", _LABEL_OPERATORS), requirements("matchFields", _FIELD_OPERATORS)
     )
 
 
-def _requirement(item: object, where: str, operators: tuple[str, ...]) -> Requirement:
-    fields = _mapping(item, where)
+def requirement(item: object, where: str, operators: tuple[str, ...]) -> Requirement:
+    """One requirement (`key`, `operator` among `operators`, `values`) of a node or label selector."""
+    fields = mapping_at(item, where)
     key, operator, values = fields.get("key"), fields.get("operator"), fields.get("values") or []
     if operators is _FIELD_OPERATORS and key != _NODE_NAME_FIELD:
         raise contract.ContractError(f"{where}.key", repr(key), f"must be {_NODE_NAME_FIELD}")
@@ -210,7 +179,8 @@ def _integer(text: str | None) -> int | None:
     return number if -(2**63) <= number < 2**63 else None  # an int64, as Kubernetes parses it
 
 
-def _field(obj: object, *path: str) -> Any:
+def field_at(obj: object, *path: str) -> Any:
+    """`obj[path[0]][path[1]]...`, None where a step is missing or not an object."""
     for name in path:
         if not isinstance(obj, Mapping):
             return None
@@ -218,13 +188,13 @@ def _field(obj: object, *path: str) -> Any:
     return obj
 
 
-def _mapping(obj: object, where: str) -> Mapping[str, Any]:
+def mapping_at(obj: object, where: str) -> Mapping[str, Any]:
     if not isinstance(obj, Mapping):
         raise contract.ContractError(where, repr(obj), "must be an object")
     return obj
 
 
-def _list(obj: object, where: str) -> list[Any]:
+def list_at(obj: object, where: str) -> list[Any]:
     if not isinstance(obj, list):
         raise contract.ContractError(where, repr(obj), "must be a list")
     return obj

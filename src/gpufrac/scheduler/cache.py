@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -23,7 +24,7 @@ from gpufrac import contract
 from gpufrac.cluster.model import NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState, PlacementRefused
 from gpufrac.contract import node_inventory
-from gpufrac.scheduler import affinity, objects, problems, reservations
+from gpufrac.scheduler import affinity, objects, pod_affinity, problems, reservations
 from gpufrac.scheduler.devices import Hold, NodeDevices, node_devices
 from gpufrac.scheduler.eligibility import Eligibility
 from gpufrac.scheduler.problems import NOT_ACCOUNTED, Problem
@@ -56,6 +57,10 @@ class SchedulerCache:
         ] = {}  # node not seen (or unreadable) -> uid -> its bound pods
         self.misfits: dict[str, dict[str, Obj]] = {}  # node -> uid -> bound pods it cannot hold as written
         self.assumed: dict[str, Placement] = {}  # uid -> placement reserved for a bind in flight
+        self.assumed_pods: dict[str, Obj] = {}  # uid -> the object of a pod whose bind is in flight
+        # Placed pods (bound or assumed) with required anti-affinity terms, which every pod must keep to.
+        self.repelling: dict[str, pod_affinity.PodFacts] = {}
+        self.namespace_labels: dict[str, Mapping[str, str]] = {}  # for terms that select namespaces
         self.seen_bound: dict[str, Obj] = {}  # uid -> bound object the watch reported during its bind
         self.gone_assumed: set[str] = set()  # assumed pods deleted while their bind runs
         self.names: dict[str, str] = {}  # uid -> namespace/name, for people: logs and `gpufrac top`
@@ -81,29 +86,73 @@ class SchedulerCache:
 
     def eligible_rows(
         self, pod: Obj, *, gpus: bool = True, volumes: Sequence[tuple[affinity.Term, ...]] = ()
-    ) -> tuple[np.ndarray, Any]:
+    ) -> tuple[np.ndarray, Counter[str]]:
         """The state rows `pod` may land on, and the other nodes counted by reason: those of the
-        eligibility filters, and nodes where another pod already binds a host port it asks for (a bound pod
-        asked where it could be moved to does not clash with itself)."""
+        eligibility filters, nodes where another pod already binds a host port it asks for, and nodes its
+        inter-pod (anti-)affinity or that of the pods there rules out. A bound pod asked where it could be
+        moved to is not counted against itself."""
         rows, excluded = self.eligibility.rows_for(pod, self.state, gpus=gpus, volumes=volumes)
-        wanted = objects.host_ports(pod)
-        if not wanted:
-            return rows, excluded
         itself = objects.pod_uid(pod)
-        free = np.array(
+        wanted = objects.host_ports(pod)
+        if wanted:
+            free = np.array(
+                [
+                    not any(
+                        objects.ports_clash(wanted, objects.host_ports(other))
+                        for uid in self.state.pods_on[row]
+                        if uid != itself and (other := self.placed_pod(uid)) is not None
+                    )
+                    for row in rows.tolist()
+                ],
+                bool,
+            )
+            if (~free).any():
+                excluded["node(s) didn't have free ports for the requested pod ports"] += int((~free).sum())
+            rows = rows[free]
+        facts = pod_affinity.bound_facts(pod)
+        repelling = [
+            (other, row)
+            for uid, other in self.repelling.items()
+            if uid != itself and (row := self._row_of(uid)) is not None
+        ]
+        if not (facts.has_terms or repelling):
+            return rows, excluded
+        named = (
             [
-                not any(
-                    objects.ports_clash(wanted, objects.host_ports(self.bound[uid]))
-                    for uid in self.state.pods_on[row]
-                    if uid in self.bound and uid != itself
-                )
-                for row in rows.tolist()
-            ],
-            bool,
+                (pod_affinity.identity(other), row)
+                for uid in self.state.placements
+                if uid != itself
+                and (other := self.placed_pod(uid)) is not None
+                and (row := self._row_of(uid)) is not None
+            ]
+            if facts.has_terms
+            else []
         )
-        if (~free).any():
-            excluded["node(s) didn't have free ports for the requested pod ports"] += int((~free).sum())
-        return rows[free], excluded
+        verdicts, refused = pod_affinity.allowed(
+            facts,
+            rows.tolist(),
+            self.eligibility.labels,
+            named=named,
+            repelling=repelling,
+            namespace_labels=self.namespace_labels,
+        )
+        return rows[np.array(verdicts, bool)], excluded + refused
+
+    def placed_pod(self, uid: str) -> Obj | None:
+        """The object of a placed pod: bound, or whose bind is in flight."""
+        return self.bound.get(uid) or self.assumed_pods.get(uid)
+
+    def _row_of(self, uid: str) -> int | None:
+        placement = self.state.placements.get(uid)
+        return None if placement is None else self.state.index[placement.node]
+
+    def _know(self, uid: str, pod: Obj) -> None:
+        """Note a placed pod's required anti-affinity, which every pod placed after it must keep to."""
+        facts = pod_affinity.bound_facts(pod)
+        if facts.anti_affinity:
+            self.repelling[uid] = facts
+        else:
+            self.repelling.pop(uid, None)
 
     # ---- nodes --------------------------------------------------------------------------------------------
 
@@ -271,6 +320,7 @@ class SchedulerCache:
             self.add_pod(pod)
         else:
             self.bound[uid] = pod
+            self._know(uid, pod)
 
     def remove_pod(self, uid: str) -> bool:
         """The pod was deleted or finished; True when that freed anything.
@@ -312,6 +362,7 @@ class SchedulerCache:
                 self.report(Problem.about("Pod", pod, NOT_ACCOUNTED, message))
             return
         self.bound[uid] = pod
+        self._know(uid, pod)
         self._claim(uid, pod, node)
         if held.pop(uid, None) is not None:
             if not held:
@@ -325,6 +376,8 @@ class SchedulerCache:
         uid = objects.pod_uid(pod)
         self.state.apply(placement)
         self.assumed[uid] = placement
+        self.assumed_pods[uid] = pod
+        self._know(uid, pod)
         self.names[uid] = objects.pod_key(pod)
         self._claim(uid, pod, placement.node)
 
@@ -332,6 +385,7 @@ class SchedulerCache:
         """The bind went through; False when the pod was deleted meanwhile (its memory is then freed)."""
         uid = objects.pod_uid(pod)
         placement = self.assumed.pop(uid, None)
+        self.assumed_pods.pop(uid, None)
         latest = self.seen_bound.pop(uid, None) or pod
         if placement is not None and uid not in self.state.placements and uid not in self.gone_assumed:
             # Its reservation went with its node (removed, or reshaped so that the GPUs were gone): count the
@@ -340,6 +394,7 @@ class SchedulerCache:
             self._account_bound(uid, latest, placement.node)
         elif uid in self.state.placements:
             self.bound[uid] = latest
+            self._know(uid, latest)
         return self._settle(uid)
 
     def forget(self, pod: Obj) -> bool:
@@ -350,6 +405,7 @@ class SchedulerCache:
         next decision while the pod holds it."""
         uid = objects.pod_uid(pod)
         self.assumed.pop(uid, None)
+        self.assumed_pods.pop(uid, None)
         seen = self.seen_bound.pop(uid, None)
         self._release(uid)
         if not self._settle(uid):
@@ -375,6 +431,7 @@ class SchedulerCache:
                     del self.misfits[node]
                 self._hold_if_misfits(node)
         self.bound.pop(uid, None)
+        self.repelling.pop(uid, None)
         self.names.pop(uid, None)
         self.reservations.pop(uid, None)
         if uid in self.state.placements:

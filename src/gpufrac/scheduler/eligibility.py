@@ -101,6 +101,10 @@ class Eligibility:
             return np.zeros(beats.shape, bool)
         return (now - beats) > self._heartbeat_timeout  # NaN compares False
 
+    def labels(self, row: int) -> Mapping[str, str]:
+        """The labels of the node at `row` (none for a row never seen)."""
+        return self._labels.get(row, {})
+
     def hold(self, row: int, reason: str | None) -> None:
         """Keep every pod off `row` for `reason` (the cache cannot account a pod there), or stop doing so."""
         if reason is None:
@@ -146,7 +150,9 @@ class Eligibility:
         tolerations = spec.get("tolerations") or []
         try:
             terms = affinity.node_terms(pod)
-        except contract.ContractError:  # refused before it gets here (`affinity.refusal`): no node matches
+        except (
+            contract.ContractError
+        ):  # refused before it gets here (`pod_affinity.refusal`): no node matches
             terms = ()
         # Most nodes carry no taint and most pods no node selector or affinity: only the others are looked at
         # one by one.

@@ -36,7 +36,7 @@ from gpufrac.kubeapi.reflector import reflect
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Workload
-from gpufrac.scheduler import affinity, objects, reservations, volumes
+from gpufrac.scheduler import objects, pod_affinity, reservations, volumes
 from gpufrac.scheduler.binder import (
     BindError,
     BoundElsewhere,
@@ -106,9 +106,7 @@ class Scheduler:
         self.queue = SchedulingQueue(clock=clock) if queue is None else queue
         self.clock = clock
         self.pending: dict[str, dict[str, Any]] = {}  # uid -> latest version of our unbound pods
-        self.synced = {"nodes": False, "pods": False}
-        if config.fault_domain_label:
-            self.synced["namespaces"] = False
+        self.synced = {"nodes": False, "pods": False, "namespaces": False}
         self.gangs = Gangs(
             on_bad=lambda item, error: self.problems.report(
                 Problem.about("PodGroup", item, INVALID, f"ignored: {error}")
@@ -144,7 +142,6 @@ class Scheduler:
             evictions=self.metrics.evictions,
             clock=clock,
         )
-        self.namespace_labels: dict[str, Mapping[str, str]] = {}  # with `fault_domain_label` only
         self.evictions = Evictions(
             cache=self.cache,
             tenants=self.tenants,
@@ -244,21 +241,21 @@ class Scheduler:
         self._cluster_changed()
 
     def on_namespaces_listed(self, namespaces: list[dict[str, Any]]) -> None:
-        self.namespace_labels = {objects.name_of(ns): objects.node_labels_of(ns) for ns in namespaces}
+        self.cache.namespace_labels = {objects.name_of(ns): objects.node_labels_of(ns) for ns in namespaces}
         self.synced["namespaces"] = True
 
     def on_namespace_event(self, event: str, namespace: dict[str, Any]) -> None:
         if event == "DELETED":
-            self.namespace_labels.pop(objects.name_of(namespace), None)
+            self.cache.namespace_labels.pop(objects.name_of(namespace), None)
         else:
-            self.namespace_labels[objects.name_of(namespace)] = objects.node_labels_of(namespace)
+            self.cache.namespace_labels[objects.name_of(namespace)] = objects.node_labels_of(namespace)
 
     def fault_domain(self, pod: Mapping[str, Any]) -> str:
         """The group `pod`'s sm-sharing shares may share GPUs with: its namespace, or `label=value` for the
         namespaces an admin grouped with `fault_domain_label`."""
         namespace = objects.text_field(pod, "metadata", "namespace")
         label = self.config.fault_domain_label
-        value = self.namespace_labels.get(namespace, {}).get(label) if label else None
+        value = self.cache.namespace_labels.get(namespace, {}).get(label) if label else None
         return f"{label}={value}" if isinstance(value, str) and value else namespace
 
     def _gone(self, uid: str) -> None:
@@ -357,7 +354,7 @@ class Scheduler:
             self.queue.park(uid, **self._order(pod))
             await self._report_failure(pod, f"invalid GPU request: {error}")
             return
-        if (why := affinity.refusal(pod)) or (self.config.queues and (why := self.tenants.refusal(pod))):
+        if (why := pod_affinity.refusal(pod)) or (self.config.queues and (why := self.tenants.refusal(pod))):
             self.metrics.attempts.labels("invalid").inc()
             self.queue.park(uid, **self._order(pod))
             await self._report_failure(pod, why)
@@ -759,14 +756,10 @@ class Scheduler:
 
     async def run(self) -> None:
         """Watch nodes and pods, and schedule while leader, until cancelled."""
-        # Namespaces only to group them into fault domains, Queues with tenant queues, PodGroups with gangs.
+        # Namespaces for fault domains and the namespace selectors of pod affinity terms, Queues with tenant
+        # queues, PodGroups with gangs.
         optional = (
-            (
-                Namespace,
-                self.on_namespaces_listed,
-                self.on_namespace_event,
-                bool(self.config.fault_domain_label),
-            ),
+            (Namespace, self.on_namespaces_listed, self.on_namespace_event, True),
             (QUEUE_RESOURCE, self.on_queues_listed, self.on_queue_event, self.config.queues),
             (POD_GROUP_RESOURCE, self.on_pod_groups_listed, self.on_pod_group_event, self.config.gangs),
         )

@@ -99,7 +99,7 @@ class Ask:
     mem: str | None = None
     arrives: int = 0
     never_preempts: bool = False  # `preemptionPolicy: Never`
-    apart: bool = False  # required pod anti-affinity, which gpufrac does not place by
+    spread: bool = False  # a topology spread constraint that must hold, which gpufrac does not place by
 
 
 @dataclass(frozen=True)
@@ -347,11 +347,8 @@ def _pending(name: str, ask: Ask, order: int) -> dict[str, Any]:
     )
     if ask.never_preempts:
         body["spec"]["preemptionPolicy"] = "Never"
-    if ask.apart:
-        term = {"labelSelector": {"matchLabels": {"app": name}}, "topologyKey": "kubernetes.io/hostname"}
-        body["spec"]["affinity"] = {
-            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
-        }
+    if ask.spread:
+        body["spec"]["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname"}]
     return _labelled(body, ask.queue, ask.group)
 
 

@@ -1,0 +1,272 @@
+"""Required inter-pod affinity and anti-affinity, judged as kube-scheduler's InterPodAffinity filter judges
+them. Pure.
+
+Inference replicas keep apart (`podAntiAffinity` on `kubernetes.io/hostname`: one node's failure takes
+one replica) and a sidecar service keeps beside its model server (`podAffinity`). A term names pods (a
+label selector, in some namespaces) and a topology key (a node label: the node, its zone); for a node
+whose value of that key is V:
+
+- the pod's own affinity term holds where a pod it names runs on a node of value V; a node without the key
+  fails. Should no pod anywhere match any of its terms while the pod matches them all itself (the first of
+  a group that keeps together), any node with the keys will do;
+- the pod's own anti-affinity term fails where a pod it names runs on a node of value V;
+- the pod also fails where a running pod's anti-affinity term names it (anti-affinity is symmetric,
+  affinity is not).
+
+A term's namespaces are those it lists and those its `namespaceSelector` matches (`{}`: all), or the pod's
+own when it gives neither. `matchLabelKeys` and `mismatchLabelKeys` add the pod's own values of those labels
+to the selector (In, NotIn). Only pods on the nodes the scheduler sees are known, so a zone-wide term
+also counts only those.
+
+Topology spread constraints that must hold (`whenUnsatisfiable: DoNotSchedule`) count pods per domain,
+which gpufrac does not place by: a pod that carries one is refused with what to change (`refusal`), never
+placed where the constraint might not hold.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpufrac import contract
+from gpufrac.scheduler import affinity
+from gpufrac.scheduler.affinity import (
+    MAX_REQUIREMENTS,
+    MAX_VALUES,
+    Requirement,
+    field_at,
+    list_at,
+    mapping_at,
+    requirement,
+)
+
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+AFFINITY_FAILED = "node(s) didn't match pod affinity rules"
+ANTI_AFFINITY_FAILED = "node(s) didn't match pod anti-affinity rules"
+EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """A label selector: every requirement must hold. `matchLabels` are In requirements of one value."""
+
+    requirements: tuple[Requirement, ...]
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(r.holds(labels.get(r.key)) for r in self.requirements)
+
+
+@dataclass(frozen=True, slots=True)
+class PodTerm:
+    """One required term: the pods it names (`selector`, None: none) in `namespaces` or the namespaces
+    `namespace_selector` matches, and the node label that says which nodes are together."""
+
+    selector: Selector | None
+    namespaces: frozenset[str]
+    namespace_selector: Selector | None
+    topology_key: str
+
+    def names(self, pod: PodFacts, namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
+        """Whether the term names the pod."""
+        if self.selector is None or not self.selector.matches(pod.labels):
+            return False
+        if pod.namespace in self.namespaces:
+            return True
+        selector = self.namespace_selector
+        return selector is not None and selector.matches(namespace_labels.get(pod.namespace, {}))
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    """What pod affinity reads of a pod: where it is named from, and its own required terms."""
+
+    namespace: str
+    labels: Mapping[str, str]
+    affinity: tuple[PodTerm, ...] = ()
+    anti_affinity: tuple[PodTerm, ...] = ()
+
+    @property
+    def has_terms(self) -> bool:
+        return bool(self.affinity or self.anti_affinity)
+
+
+def facts_of(pod: Mapping[str, Any]) -> PodFacts:
+    """The pod's facts; `ContractError` for required terms the API server would not have taken, or more
+    than `MAX_REQUIREMENTS` terms and requirements (or `MAX_VALUES` values) in all: every placed pod is
+    matched against them on every try, and the spec is the tenant's."""
+    known = identity(pod)
+    raw = {kind: field_at(pod, "spec", "affinity", kind, _REQUIRED) or [] for kind in _KINDS}
+    if not any(raw.values()):
+        return known
+    _check_size(raw)
+    wanted, shunned = (_terms(raw[kind], kind, known.namespace, known.labels) for kind in _KINDS)
+    return PodFacts(known.namespace, known.labels, wanted, shunned)
+
+
+_KINDS = ("podAffinity", "podAntiAffinity")
+
+
+def _check_size(raw: Mapping[str, object]) -> None:
+    """Count the terms, requirements and values before reading any, so that a huge spec costs no more."""
+    terms = [term for items in raw.values() if isinstance(items, list) for term in items]
+    parts, values = len(terms), 0
+    for term in terms:
+        for part in ("labelSelector", "namespaceSelector"):
+            selector = field_at(term, part)
+            for name in ("matchLabels", "matchExpressions"):
+                found = field_at(selector, name)
+                parts += len(found) if isinstance(found, Mapping | list) else 0
+                if name == "matchExpressions" and isinstance(found, list):
+                    values += sum(len(field_at(e, "values") or []) for e in found if isinstance(e, Mapping))
+        found = field_at(term, "namespaces")
+        values += len(found) if isinstance(found, list) else 0
+    if parts > MAX_REQUIREMENTS or values > MAX_VALUES:
+        rule = f"at most {MAX_REQUIREMENTS} terms and requirements, of {MAX_VALUES} values, in all"
+        raise contract.ContractError(
+            f"spec.affinity.{'|'.join(_KINDS)}", f"{parts} terms and requirements", rule
+        )
+
+
+def identity(pod: Mapping[str, Any]) -> PodFacts:
+    """What another pod's terms match a pod by (its namespace and labels), without reading its own terms:
+    read for every placed pod when a pod with terms is decided."""
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    namespace, labels = meta.get("namespace"), meta.get("labels")
+    return PodFacts(
+        namespace if isinstance(namespace, str) else "", labels if isinstance(labels, Mapping) else {}
+    )
+
+
+def bound_facts(pod: Mapping[str, Any]) -> PodFacts:
+    """A running pod's facts: one whose terms do not read keeps only its labels (it runs, whatever it
+    asked)."""
+    try:
+        return facts_of(pod)
+    except contract.ContractError:
+        return identity(pod)
+
+
+def allowed(
+    pod: PodFacts,
+    rows: Iterable[int],
+    node_labels: Callable[[int], Mapping[str, str]],
+    *,
+    named: Iterable[tuple[PodFacts, int]],
+    repelling: Iterable[tuple[PodFacts, int]],
+    namespace_labels: Mapping[str, Mapping[str, str]],
+) -> tuple[list[bool], Counter[str]]:
+    """Per row of `rows`, whether the pod may go there, and the rows it may not counted by reason. Placed
+    pods come as (facts, row): `named`, those its terms may name (the pods of their namespaces);
+    `repelling`, those with anti-affinity terms of their own."""
+    wanted: Counter[tuple[str, str]] = Counter()  # (key, value) -> pods the pod's affinity names there
+    shunned: set[tuple[str, str]] = set()  # where pods its anti-affinity names run
+    repelled: set[tuple[str, str]] = set()  # where pods whose anti-affinity names it run
+    for other, row in named:
+        labels = node_labels(row)
+        for terms, found in ((pod.affinity, wanted), (pod.anti_affinity, None)):
+            for term in terms:
+                if term.topology_key in labels and term.names(other, namespace_labels):
+                    pair = (term.topology_key, labels[term.topology_key])
+                    if found is None:
+                        shunned.add(pair)
+                    else:
+                        found[pair] += 1
+    for other, row in repelling:
+        labels = node_labels(row)
+        for term in other.anti_affinity:
+            if term.topology_key in labels and term.names(pod, namespace_labels):
+                repelled.add((term.topology_key, labels[term.topology_key]))
+    first_of_group = not wanted and all(term.names(pod, namespace_labels) for term in pod.affinity)
+    verdicts: list[bool] = []
+    refused: Counter[str] = Counter()
+    for row in rows:
+        labels = node_labels(row)
+        reason = None  # judged in kube-scheduler's order, so a node is counted under the same reason
+        if not all(
+            term.topology_key in labels
+            and (first_of_group or wanted[term.topology_key, labels[term.topology_key]] > 0)
+            for term in pod.affinity
+        ):
+            reason = AFFINITY_FAILED
+        elif any(labels.get(key) == value for key, value in shunned):
+            reason = ANTI_AFFINITY_FAILED
+        elif any(labels.get(key) == value for key, value in repelled):
+            reason = EXISTING_ANTI_AFFINITY
+        verdicts.append(reason is None)
+        if reason is not None:
+            refused[reason] += 1
+    return verdicts, refused
+
+
+def refusal(pod: Mapping[str, Any]) -> str | None:
+    """Why gpufrac will not place the pod by its placement constraints, with what to do; None when it may:
+    a required node affinity or pod (anti-)affinity it cannot read, or a spread it does not place by."""
+    try:
+        affinity.node_terms(pod)
+        facts_of(pod)
+        spread = list_at(
+            field_at(pod, "spec", "topologySpreadConstraints") or [], "spec.topologySpreadConstraints"
+        )
+        must_spread = any(
+            mapping_at(constraint, "spec.topologySpreadConstraints[]").get(
+                "whenUnsatisfiable", "DoNotSchedule"
+            )
+            == "DoNotSchedule"
+            for constraint in spread
+        )
+    except contract.ContractError as error:
+        return f"unreadable placement constraints: {error}"
+    if must_spread:
+        return (
+            "gpufrac does not place by spec.topologySpreadConstraints that must hold: give them "
+            "whenUnsatisfiable: ScheduleAnyway, or leave the pod to another scheduler"
+        )
+    return None
+
+
+def _terms(items: object, kind: str, namespace: str, labels: Mapping[str, str]) -> tuple[PodTerm, ...]:
+    where = f"spec.affinity.{kind}.{_REQUIRED}"
+    return tuple(
+        _term(item, f"{where}[{i}]", namespace, labels) for i, item in enumerate(list_at(items, where))
+    )
+
+
+def _term(item: object, where: str, namespace: str, labels: Mapping[str, str]) -> PodTerm:
+    fields = mapping_at(item, where)
+    key = fields.get("topologyKey")
+    if not isinstance(key, str) or not key:
+        raise contract.ContractError(f"{where}.topologyKey", repr(key), "must name a node label")
+    raw = fields.get("labelSelector")
+    selector = None if raw is None else _selector(raw, f"{where}.labelSelector")
+    if selector is not None:
+        extra = []
+        for name, operator in (("matchLabelKeys", "In"), ("mismatchLabelKeys", "NotIn")):
+            for label in list_at(fields.get(name) or [], f"{where}.{name}"):
+                if isinstance(label, str) and label in labels:
+                    extra.append(Requirement(label, operator, frozenset({labels[label]})))
+        selector = Selector(selector.requirements + tuple(extra))
+    names = list_at(fields.get("namespaces") or [], f"{where}.namespaces")
+    if not all(isinstance(name, str) for name in names):
+        raise contract.ContractError(f"{where}.namespaces", repr(names)[:80], "must be namespace names")
+    raw = fields.get("namespaceSelector")
+    namespace_selector = None if raw is None else _selector(raw, f"{where}.namespaceSelector")
+    own = frozenset(names) or (frozenset() if namespace_selector is not None else frozenset({namespace}))
+    return PodTerm(selector, own, namespace_selector, key)
+
+
+def _selector(raw: object, where: str) -> Selector:
+    fields = mapping_at(raw, where)
+    plain = mapping_at(fields.get("matchLabels") or {}, f"{where}.matchLabels")
+    expressions = list_at(fields.get("matchExpressions") or [], f"{where}.matchExpressions")
+    requirements = []
+    for key, value in plain.items():
+        if not isinstance(value, str):
+            raise contract.ContractError(f"{where}.matchLabels.{key}", repr(value), "must be a string")
+        requirements.append(Requirement(key, "In", frozenset({value})))
+    for i, item in enumerate(expressions):
+        requirements.append(requirement(item, f"{where}.matchExpressions[{i}]", _OPERATORS))
+    return Selector(tuple(requirements))
