@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpufrac import contract
-from gpufrac.scheduler import pod_affinity
+from gpufrac.scheduler import constraints, pod_affinity
 
 from ..kubeapi.apiobjects import bound, key, pod
 from .schedulers import pod_nodes
@@ -144,5 +144,5 @@ def test_terms_the_api_server_would_refuse_are_refused(terms: list[dict[str, Any
     body = with_terms(share_pod("p"), "podAntiAffinity", *terms)
     with pytest.raises(contract.ContractError, match=complaint):
         pod_affinity.facts_of(body)
-    why = pod_affinity.refusal(body)
+    why = constraints.refusal(body)
     assert why is not None and why.startswith("unreadable placement constraints")

@@ -96,13 +96,13 @@ def test_a_pending_pod_is_weighed_in_the_fair_shares_before_it_reclaims_by_them(
 
 
 def test_a_pending_pod_that_will_not_be_placed_as_it_is_takes_no_fair_share() -> None:
-    """A pod refused for constraints gpufrac does not place by (a spread that must hold) waits for ever: its
-    ask must not make GPUs look contested, nor lower other queues' fair shares."""
+    """A pod refused for constraints gpufrac cannot read (a spread the API server would refuse) waits for
+    ever: its ask must not make GPUs look contested, nor lower other queues' fair shares."""
     tenants = Tenants(report=lambda _: None)
     cache = SchedulerCache()
     cache.add_node(node("n1", agent=inventory("n1", 2)))
     apart = pod("apart", whole=4)
-    apart["spec"]["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname"}]
+    apart["spec"]["topologySpreadConstraints"] = [{"maxSkew": 0, "topologyKey": "kubernetes.io/hostname"}]
     tenants.rank(cache, {objects.pod_uid(apart): apart})
     assert tenants.contested == set()
     del apart["spec"]["topologySpreadConstraints"]

@@ -17,8 +17,8 @@ from typing import Any
 
 from gpufrac import contract
 
-_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
-_NODE_AFFINITY = f"spec.affinity.nodeAffinity.{_REQUIRED}"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_NODE_AFFINITY = f"spec.affinity.nodeAffinity.{REQUIRED}"
 _LABEL_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 _FIELD_OPERATORS = ("In", "NotIn")
 _NODE_NAME_FIELD = "metadata.name"  # the one field a term's matchFields may name
@@ -68,7 +68,7 @@ class Term:
 def node_terms(pod: Mapping[str, Any]) -> tuple[Term, ...] | None:
     """The pod's required node affinity terms, or None when it has none; `ContractError` for one the API
     server would not have taken (a pod made past its validation, or an older one)."""
-    required = field_at(pod, "spec", "affinity", "nodeAffinity", _REQUIRED)
+    required = field_at(pod, "spec", "affinity", "nodeAffinity", REQUIRED)
     return None if required is None else selector_terms(required, _NODE_AFFINITY)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -101,6 +101,32 @@ class Eligibility:
             return np.zeros(beats.shape, bool)
         return (now - beats) > self._heartbeat_timeout  # NaN compares False
 
+    def node_rules(
+        self, pod: Mapping[str, Any], state: ClusterState
+    ) -> tuple[Callable[[int], str | None], Callable[[int], bool]]:
+        """Per row: why the node does not match the pod's node selector or required node affinity (None when
+        it does), and whether the pod tolerates the node's taints that keep pods off."""
+        spec = pod.get("spec") or {}
+        wanted = spec.get("nodeSelector") or {}
+        tolerations = spec.get("tolerations") or []
+        try:
+            terms = affinity.node_terms(pod)
+        except contract.ContractError:  # refused before it gets here (`constraints.refusal`): no node matches
+            terms = ()
+
+        def selected(row: int) -> str | None:
+            labels = self._labels.get(row, {})
+            if any(labels.get(key) != value for key, value in wanted.items()):
+                return "node(s) didn't match the pod's node selector"
+            if not affinity.matches(terms, labels, state.names[row]):
+                return "node(s) didn't match the pod's node affinity"
+            return None
+
+        def tolerated(row: int) -> bool:
+            return all(tolerates(tolerations, taint) for taint in self._taints.get(row, ()))
+
+        return selected, tolerated
+
     def labels(self, row: int) -> Mapping[str, str]:
         """The labels of the node at `row` (none for a row never seen)."""
         return self._labels.get(row, {})
@@ -145,29 +171,22 @@ class Eligibility:
             if silent.any():
                 excluded[f"gpufrac agent silent for over {self._heartbeat_timeout:g}s"] += int(silent.sum())
                 rows = rows[~silent]
+        selected, tolerated = self.node_rules(pod, state)
         spec = pod.get("spec") or {}
-        wanted = spec.get("nodeSelector") or {}
-        tolerations = spec.get("tolerations") or []
-        try:
-            terms = affinity.node_terms(pod)
-        except (
-            contract.ContractError
-        ):  # refused before it gets here (`pod_affinity.refusal`): no node matches
-            terms = ()
+        required = affinity.field_at(spec, "affinity", "nodeAffinity", affinity.REQUIRED)
+        has_rules = bool(spec.get("nodeSelector")) or required is not None
         # Most nodes carry no taint and most pods no node selector or affinity: only the others are looked at
         # one by one.
-        check = np.ones(len(rows), bool) if wanted or terms is not None or volumes else self._tainted[rows]
+        check = np.ones(len(rows), bool) if has_rules or volumes else self._tainted[rows]
         keep = ~check
         for position in np.flatnonzero(check):
             row = int(rows[position])
             labels = self._labels.get(row, {})
-            if any(labels.get(key) != value for key, value in wanted.items()):
-                excluded["node(s) didn't match the pod's node selector"] += 1
-            elif not affinity.matches(terms, labels, state.names[row]):
-                excluded["node(s) didn't match the pod's node affinity"] += 1
+            if (why := selected(row)) is not None:
+                excluded[why] += 1
             elif not all(affinity.matches(volume, labels, state.names[row]) for volume in volumes):
                 excluded["node(s) had volume node affinity conflict"] += 1
-            elif any(not tolerates(tolerations, taint) for taint in self._taints.get(row, ())):
+            elif not tolerated(row):
                 excluded["node(s) had a taint the pod does not tolerate"] += 1
             else:
                 keep[position] = True

@@ -18,7 +18,7 @@ from gpufrac.contract.queues import Resource
 from gpufrac.placement import tenancy
 from gpufrac.placement.framework import Policy
 from gpufrac.placement.preemption import placement_without
-from gpufrac.scheduler import objects, pod_affinity
+from gpufrac.scheduler import constraints, objects
 from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.config import SchedulerConfig
 from gpufrac.scheduler.devices import Hold
@@ -180,7 +180,7 @@ class Evictions:
         for _, other, body in mates:
             if len(members) >= needed:
                 break
-            if pod_affinity.refusal(body):  # it will not be placed as it is: nothing is evicted for it
+            if constraints.refusal(body):  # it will not be placed as it is: nothing is evicted for it
                 continue
             try:
                 wanted = objects.pod_demand(body, fault_domain=self.fault_domain(body))

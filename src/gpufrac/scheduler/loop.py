@@ -36,7 +36,7 @@ from gpufrac.kubeapi.reflector import reflect
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
 from gpufrac.placement.workload import Workload
-from gpufrac.scheduler import objects, pod_affinity, reservations, volumes
+from gpufrac.scheduler import constraints, objects, reservations, volumes
 from gpufrac.scheduler.binder import (
     BindError,
     BoundElsewhere,
@@ -354,7 +354,7 @@ class Scheduler:
             self.queue.park(uid, **self._order(pod))
             await self._report_failure(pod, f"invalid GPU request: {error}")
             return
-        if (why := pod_affinity.refusal(pod)) or (self.config.queues and (why := self.tenants.refusal(pod))):
+        if (why := constraints.refusal(pod)) or (self.config.queues and (why := self.tenants.refusal(pod))):
             self.metrics.attempts.labels("invalid").inc()
             self.queue.park(uid, **self._order(pod))
             await self._report_failure(pod, why)

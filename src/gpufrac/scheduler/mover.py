@@ -35,7 +35,7 @@ from gpufrac.kubeapi.eviction import evict
 from gpufrac.placement.defrag import Planner
 from gpufrac.placement.framework import Policy
 from gpufrac.placement.preemption import plan_gang_eviction
-from gpufrac.scheduler import objects, pod_affinity, volumes
+from gpufrac.scheduler import constraints, objects, volumes
 from gpufrac.scheduler.cache import SchedulerCache
 
 log = logging.getLogger("gpufrac.scheduler")
@@ -132,7 +132,7 @@ class Mover:
                 since is None
                 or since > oldest
                 or placement is None
-                or pod_affinity.refusal(pod)
+                or constraints.refusal(pod)
                 or volumes.claim_names(pod)
             ):
                 continue

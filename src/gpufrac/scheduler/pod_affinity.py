@@ -17,10 +17,6 @@ A term's namespaces are those it lists and those its `namespaceSelector` matches
 own when it gives neither. `matchLabelKeys` and `mismatchLabelKeys` add the pod's own values of those labels
 to the selector (In, NotIn). Only pods on the nodes the scheduler sees are known, so a zone-wide term
 also counts only those.
-
-Topology spread constraints that must hold (`whenUnsatisfiable: DoNotSchedule`) count pods per domain,
-which gpufrac does not place by: a pod that carries one is refused with what to change (`refusal`), never
-placed where the constraint might not hold.
 """
 
 from __future__ import annotations
@@ -42,7 +38,6 @@ from gpufrac.scheduler.affinity import (
     requirement,
 )
 
-_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 AFFINITY_FAILED = "node(s) didn't match pod affinity rules"
 ANTI_AFFINITY_FAILED = "node(s) didn't match pod anti-affinity rules"
@@ -98,10 +93,13 @@ def facts_of(pod: Mapping[str, Any]) -> PodFacts:
     than `MAX_REQUIREMENTS` terms and requirements (or `MAX_VALUES` values) in all: every placed pod is
     matched against them on every try, and the spec is the tenant's."""
     known = identity(pod)
-    raw = {kind: field_at(pod, "spec", "affinity", kind, _REQUIRED) or [] for kind in _KINDS}
+    raw = {kind: field_at(pod, "spec", "affinity", kind, affinity.REQUIRED) or [] for kind in _KINDS}
     if not any(raw.values()):
         return known
-    _check_size(raw)
+    check_size(
+        [term for items in raw.values() if isinstance(items, list) for term in items],
+        f"spec.affinity.{'|'.join(_KINDS)}",
+    )
     wanted, shunned = (_terms(raw[kind], kind, known.namespace, known.labels) for kind in _KINDS)
     return PodFacts(known.namespace, known.labels, wanted, shunned)
 
@@ -109,9 +107,9 @@ def facts_of(pod: Mapping[str, Any]) -> PodFacts:
 _KINDS = ("podAffinity", "podAntiAffinity")
 
 
-def _check_size(raw: Mapping[str, object]) -> None:
-    """Count the terms, requirements and values before reading any, so that a huge spec costs no more."""
-    terms = [term for items in raw.values() if isinstance(items, list) for term in items]
+def check_size(terms: list[Any], where: str) -> None:
+    """Refuse more than `MAX_REQUIREMENTS` terms and requirements, or `MAX_VALUES` values, in all: counted
+    before any is read, so that a huge spec costs no more than this."""
     parts, values = len(terms), 0
     for term in terms:
         for part in ("labelSelector", "namespaceSelector"):
@@ -125,9 +123,7 @@ def _check_size(raw: Mapping[str, object]) -> None:
         values += len(found) if isinstance(found, list) else 0
     if parts > MAX_REQUIREMENTS or values > MAX_VALUES:
         rule = f"at most {MAX_REQUIREMENTS} terms and requirements, of {MAX_VALUES} values, in all"
-        raise contract.ContractError(
-            f"spec.affinity.{'|'.join(_KINDS)}", f"{parts} terms and requirements", rule
-        )
+        raise contract.ContractError(where, f"{parts} terms and requirements", rule)
 
 
 def identity(pod: Mapping[str, Any]) -> PodFacts:
@@ -202,34 +198,8 @@ def allowed(
     return verdicts, refused
 
 
-def refusal(pod: Mapping[str, Any]) -> str | None:
-    """Why gpufrac will not place the pod by its placement constraints, with what to do; None when it may:
-    a required node affinity or pod (anti-)affinity it cannot read, or a spread it does not place by."""
-    try:
-        affinity.node_terms(pod)
-        facts_of(pod)
-        spread = list_at(
-            field_at(pod, "spec", "topologySpreadConstraints") or [], "spec.topologySpreadConstraints"
-        )
-        must_spread = any(
-            mapping_at(constraint, "spec.topologySpreadConstraints[]").get(
-                "whenUnsatisfiable", "DoNotSchedule"
-            )
-            == "DoNotSchedule"
-            for constraint in spread
-        )
-    except contract.ContractError as error:
-        return f"unreadable placement constraints: {error}"
-    if must_spread:
-        return (
-            "gpufrac does not place by spec.topologySpreadConstraints that must hold: give them "
-            "whenUnsatisfiable: ScheduleAnyway, or leave the pod to another scheduler"
-        )
-    return None
-
-
 def _terms(items: object, kind: str, namespace: str, labels: Mapping[str, str]) -> tuple[PodTerm, ...]:
-    where = f"spec.affinity.{kind}.{_REQUIRED}"
+    where = f"spec.affinity.{kind}.{affinity.REQUIRED}"
     return tuple(
         _term(item, f"{where}[{i}]", namespace, labels) for i, item in enumerate(list_at(items, where))
     )
@@ -237,28 +207,44 @@ def _terms(items: object, kind: str, namespace: str, labels: Mapping[str, str]) 
 
 def _term(item: object, where: str, namespace: str, labels: Mapping[str, str]) -> PodTerm:
     fields = mapping_at(item, where)
-    key = fields.get("topologyKey")
-    if not isinstance(key, str) or not key:
-        raise contract.ContractError(f"{where}.topologyKey", repr(key), "must name a node label")
+    key = topology_key(fields, where)
     raw = fields.get("labelSelector")
-    selector = None if raw is None else _selector(raw, f"{where}.labelSelector")
-    if selector is not None:
-        extra = []
-        for name, operator in (("matchLabelKeys", "In"), ("mismatchLabelKeys", "NotIn")):
-            for label in list_at(fields.get(name) or [], f"{where}.{name}"):
-                if isinstance(label, str) and label in labels:
-                    extra.append(Requirement(label, operator, frozenset({labels[label]})))
-        selector = Selector(selector.requirements + tuple(extra))
+    pods = (
+        None
+        if raw is None
+        else with_label_keys(selector(raw, f"{where}.labelSelector"), fields, where, labels)
+    )
     names = list_at(fields.get("namespaces") or [], f"{where}.namespaces")
     if not all(isinstance(name, str) for name in names):
         raise contract.ContractError(f"{where}.namespaces", repr(names)[:80], "must be namespace names")
     raw = fields.get("namespaceSelector")
-    namespace_selector = None if raw is None else _selector(raw, f"{where}.namespaceSelector")
+    namespace_selector = None if raw is None else selector(raw, f"{where}.namespaceSelector")
     own = frozenset(names) or (frozenset() if namespace_selector is not None else frozenset({namespace}))
-    return PodTerm(selector, own, namespace_selector, key)
+    return PodTerm(pods, own, namespace_selector, key)
 
 
-def _selector(raw: object, where: str) -> Selector:
+def topology_key(fields: Mapping[str, Any], where: str) -> str:
+    """A term's `topologyKey`: the node label whose value says which nodes are one domain."""
+    key = fields.get("topologyKey")
+    if not isinstance(key, str) or not key:
+        raise contract.ContractError(f"{where}.topologyKey", repr(key), "must name a node label")
+    return key
+
+
+def with_label_keys(
+    chosen: Selector, fields: Mapping[str, Any], where: str, labels: Mapping[str, str]
+) -> Selector:
+    """`chosen` with the pod's own values of the labels its term's `matchLabelKeys` (In) and
+    `mismatchLabelKeys` (NotIn) name: a rollout's new pods keep apart from each other, not from the old."""
+    extra = []
+    for name, operator in (("matchLabelKeys", "In"), ("mismatchLabelKeys", "NotIn")):
+        for label in list_at(fields.get(name) or [], f"{where}.{name}"):
+            if isinstance(label, str) and label in labels:
+                extra.append(Requirement(label, operator, frozenset({labels[label]})))
+    return Selector(chosen.requirements + tuple(extra))
+
+
+def selector(raw: object, where: str) -> Selector:
     fields = mapping_at(raw, where)
     plain = mapping_at(fields.get("matchLabels") or {}, f"{where}.matchLabels")
     expressions = list_at(fields.get("matchExpressions") or [], f"{where}.matchExpressions")

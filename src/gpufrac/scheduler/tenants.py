@@ -26,7 +26,7 @@ from gpufrac.contract.queues import QueueSpec, Resource
 from gpufrac.kubeapi.custom import Index, queue_index
 from gpufrac.placement import fairshare, tenancy
 from gpufrac.placement.tenancy import Amounts
-from gpufrac.scheduler import objects, pod_affinity
+from gpufrac.scheduler import constraints, objects
 from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.problems import INVALID, Problem
 
@@ -254,7 +254,7 @@ def _asked(pod: Mapping[str, Any], reference_gpu_mib: int) -> Amounts:
     """What a pending pod asks for: nothing for one that will not be placed as it is (unreadable, or with
     constraints gpufrac does not place by: it is reported where it is scheduled), since a demand that can
     never run must not take a fair share, nor make a resource look contested."""
-    if pod_affinity.refusal(pod):
+    if constraints.refusal(pod):
         return {}
     try:
         demand = objects.pod_demand(pod)

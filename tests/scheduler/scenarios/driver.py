@@ -99,7 +99,7 @@ class Ask:
     mem: str | None = None
     arrives: int = 0
     never_preempts: bool = False  # `preemptionPolicy: Never`
-    spread: bool = False  # a topology spread constraint that must hold, which gpufrac does not place by
+    unreadable: bool = False  # a topology spread constraint the API server would refuse (maxSkew 0)
 
 
 @dataclass(frozen=True)
@@ -347,8 +347,8 @@ def _pending(name: str, ask: Ask, order: int) -> dict[str, Any]:
     )
     if ask.never_preempts:
         body["spec"]["preemptionPolicy"] = "Never"
-    if ask.spread:
-        body["spec"]["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname"}]
+    if ask.unreadable:
+        body["spec"]["topologySpreadConstraints"] = [{"maxSkew": 0, "topologyKey": "kubernetes.io/hostname"}]
     return _labelled(body, ask.queue, ask.group)
 
 

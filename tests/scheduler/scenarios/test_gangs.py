@@ -175,9 +175,12 @@ SCENARIOS = [
         running={"l1": Run("n1:0", priority=1), "l2": Run("n2:0", priority=1)},
         pending={
             "w0": Ask(gpus=1, group="train", priority=10),
-            "w1": Ask(gpus=1, group="train", priority=10, spread=True),
+            "w1": Ask(gpus=1, group="train", priority=10, unreadable=True),
         },
-        waiting={"w0": "", "w1": "gpufrac does not place by spec.topologySpreadConstraints"},
+        waiting={
+            "w0": "",
+            "w1": "unreadable placement constraints: spec.topologySpreadConstraints[0].maxSkew",
+        },
     ),
     Scenario(
         "a gang with a member of higher priority than the pending pod is not preempted",

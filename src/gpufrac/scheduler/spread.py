@@ -1,0 +1,142 @@
+"""Topology spread constraints that must hold (`whenUnsatisfiable: DoNotSchedule`), judged as
+kube-scheduler's PodTopologySpread filter judges them. Pure.
+
+A Deployment of inference replicas spreads them over zones or nodes (`maxSkew: 1`): a node whose domain
+would then hold more than `maxSkew` more of the pods the constraint names than the emptiest domain is
+ruled out. Pods are counted in the pod's own namespace (the selector with the pod's values of its
+`matchLabelKeys` added), on the nodes that count: those with every topology key of the pod's constraints,
+which match its node selector and required node affinity (`nodeAffinityPolicy: Honor`, the default) and,
+with `nodeTaintsPolicy: Honor`, whose taints it tolerates. Fewer domains than `minDomains` count the
+emptiest as 0. Pods being deleted are not counted. `ScheduleAnyway` constraints only rank nodes for
+kube-scheduler and are not read.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpufrac import contract
+from gpufrac.scheduler.affinity import MAX_REQUIREMENTS, field_at, list_at, mapping_at
+from gpufrac.scheduler.pod_affinity import (
+    PodFacts,
+    Selector,
+    check_size,
+    identity,
+    selector,
+    topology_key,
+    with_label_keys,
+)
+
+SKEWED = "node(s) didn't match pod topology spread constraints"
+MISSING_LABEL = "node(s) didn't match pod topology spread constraints (missing required label)"
+_WHERE = "spec.topologySpreadConstraints"
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    max_skew: int
+    topology_key: str
+    selector: Selector | None  # None: names no pod
+    min_domains: int = 1
+    honor_affinity: bool = True  # nodeAffinityPolicy
+    honor_taints: bool = False  # nodeTaintsPolicy
+
+
+def constraints_of(pod: Mapping[str, Any]) -> tuple[Spread, ...]:
+    """The pod's constraints that must hold; `ContractError` for one the API server would not have taken
+    (or more than `MAX_REQUIREMENTS` requirements in all: every placed pod is matched against them)."""
+    items = list_at(field_at(pod, "spec", "topologySpreadConstraints") or [], _WHERE)
+    if not items:
+        return ()
+    check_size(items, _WHERE)
+    labels = identity(pod).labels
+    found = (_constraint(item, f"{_WHERE}[{i}]", labels) for i, item in enumerate(items))
+    return tuple(spread for spread in found if spread is not None)
+
+
+def allowed(
+    pod: PodFacts,
+    spreads: tuple[Spread, ...],
+    rows: Iterable[int],
+    nodes: Iterable[int],
+    node_labels: Callable[[int], Mapping[str, str]],
+    counts: Callable[[int, Spread], bool],
+    placed: Iterable[tuple[PodFacts, int]],
+) -> tuple[list[bool], Counter[str]]:
+    """Per row of `rows`, whether the pod may go there by `spreads`, and the rows it may not counted by
+    reason. `nodes`: every node of the cluster, of which `counts(row, spread)` says which count for a
+    constraint (its policies); `placed`: the pods placed (facts, row), not being deleted."""
+    keys = {spread.topology_key for spread in spreads}
+    labelled = [row for row in nodes if keys <= node_labels(row).keys()]
+    placed = [(other, row) for other, row in placed if other.namespace == pod.namespace]
+    limits = []  # per constraint: pods per domain, the least of any domain, the pod's own count
+    for spread in spreads:
+        counted = {row for row in labelled if counts(row, spread)}
+        domains = {node_labels(row)[spread.topology_key] for row in counted}
+        matched: Counter[str] = Counter()
+        if spread.selector is not None:
+            for other, row in placed:
+                if row in counted and spread.selector.matches(other.labels):
+                    matched[node_labels(row)[spread.topology_key]] += 1
+        least = 0 if len(domains) < spread.min_domains else min((matched[d] for d in domains), default=0)
+        itself = int(spread.selector is not None and spread.selector.matches(pod.labels))
+        limits.append((matched, least, itself))
+    verdicts: list[bool] = []
+    refused: Counter[str] = Counter()
+    for row in rows:
+        labels = node_labels(row)
+        reason = None
+        if not keys <= labels.keys():
+            reason = MISSING_LABEL
+        elif any(
+            matched[labels[spread.topology_key]] + itself - least > spread.max_skew
+            for spread, (matched, least, itself) in zip(spreads, limits, strict=True)
+        ):
+            reason = SKEWED
+        verdicts.append(reason is None)
+        if reason is not None:
+            refused[reason] += 1
+    return verdicts, refused
+
+
+def _constraint(item: object, where: str, labels: Mapping[str, str]) -> Spread | None:
+    """One constraint; None for one that need not hold (ScheduleAnyway)."""
+    fields = mapping_at(item, where)
+    when = fields.get("whenUnsatisfiable", "DoNotSchedule")
+    if when not in ("DoNotSchedule", "ScheduleAnyway"):
+        raise contract.ContractError(
+            f"{where}.whenUnsatisfiable", repr(when), "DoNotSchedule or ScheduleAnyway"
+        )
+    key = topology_key(fields, where)
+    skew, least = _count(fields, "maxSkew", where, None), _count(fields, "minDomains", where, 1)
+    policies = {}
+    for name, default in (("nodeAffinityPolicy", "Honor"), ("nodeTaintsPolicy", "Ignore")):
+        policies[name] = fields.get(name) or default
+        if policies[name] not in ("Honor", "Ignore"):
+            raise contract.ContractError(f"{where}.{name}", repr(policies[name]), "Honor or Ignore")
+    if when == "ScheduleAnyway":
+        return None
+    raw = fields.get("labelSelector")
+    pods = (
+        None
+        if raw is None
+        else with_label_keys(selector(raw, f"{where}.labelSelector"), fields, where, labels)
+    )
+    return Spread(
+        skew,
+        key,
+        pods,
+        least,
+        honor_affinity=policies["nodeAffinityPolicy"] == "Honor",
+        honor_taints=policies["nodeTaintsPolicy"] == "Honor",
+    )
+
+
+def _count(fields: Mapping[str, Any], name: str, where: str, default: int | None) -> int:
+    value = fields.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REQUIREMENTS**4:
+        raise contract.ContractError(f"{where}.{name}", repr(value), "must be a whole number of at least 1")
+    return value
