@@ -24,7 +24,7 @@ from gpufrac import contract
 from gpufrac.cluster.model import NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState, PlacementRefused
 from gpufrac.contract import node_inventory
-from gpufrac.scheduler import affinity, objects, pod_affinity, problems, reservations, spread
+from gpufrac.scheduler import affinity, neighbours, objects, pod_affinity, problems, reservations
 from gpufrac.scheduler.devices import Hold, NodeDevices, node_devices
 from gpufrac.scheduler.eligibility import Eligibility
 from gpufrac.scheduler.problems import NOT_ACCOUNTED, Problem
@@ -93,89 +93,19 @@ class SchedulerCache:
         asked where it could be moved to is not counted against itself."""
         rows, excluded = self.eligibility.rows_for(pod, self.state, gpus=gpus, volumes=volumes)
         itself = objects.pod_uid(pod)
-        for judge in (self._ports_free, self._pod_terms_kept, self._spread_kept):
+        for judge in neighbours.JUDGES:
             if len(rows):
-                keep, refused = judge(pod, itself, rows)
+                keep, refused = judge(self, pod, itself, rows)
                 if refused:
                     rows, excluded = rows[np.array(keep, bool)], excluded + refused
         return rows, excluded
-
-    def _ports_free(self, pod: Obj, itself: str, rows: np.ndarray) -> tuple[list[bool], Counter[str]]:
-        wanted = objects.host_ports(pod)
-        if not wanted:
-            return [], Counter()
-        free = [
-            not any(
-                objects.ports_clash(wanted, objects.host_ports(other))
-                for uid in self.state.pods_on[row]
-                if uid != itself and (other := self.placed_pod(uid)) is not None
-            )
-            for row in rows.tolist()
-        ]
-        taken = len(free) - sum(free)
-        return free, Counter(
-            {"node(s) didn't have free ports for the requested pod ports": taken} if taken else {}
-        )
-
-    def _pod_terms_kept(self, pod: Obj, itself: str, rows: np.ndarray) -> tuple[list[bool], Counter[str]]:
-        facts = pod_affinity.bound_facts(pod)
-        repelling = [
-            (other, row)
-            for uid, other in self.repelling.items()
-            if uid != itself and (row := self._row_of(uid)) is not None
-        ]
-        if not (facts.has_terms or repelling):
-            return [], Counter()
-        return pod_affinity.allowed(
-            facts,
-            rows.tolist(),
-            self.eligibility.labels,
-            named=self._placed(itself) if facts.has_terms else [],
-            repelling=repelling,
-            namespace_labels=self.namespace_labels,
-        )
-
-    def _spread_kept(self, pod: Obj, itself: str, rows: np.ndarray) -> tuple[list[bool], Counter[str]]:
-        try:
-            spreads = spread.constraints_of(pod)
-        except contract.ContractError:  # refused before it gets here (`constraints.refusal`)
-            spreads = ()
-        if not spreads:
-            return [], Counter()
-        selected, tolerated = self.eligibility.node_rules(pod, self.state)
-
-        def counts(row: int, constraint: spread.Spread) -> bool:
-            return (not constraint.honor_affinity or selected(row) is None) and (
-                not constraint.honor_taints or tolerated(row)
-            )
-
-        return spread.allowed(
-            pod_affinity.identity(pod),
-            spreads,
-            rows.tolist(),
-            np.flatnonzero(self.state.active).tolist(),
-            self.eligibility.labels,
-            counts,
-            self._placed(itself, deleting=False),
-        )
-
-    def _placed(self, itself: str, *, deleting: bool = True) -> list[tuple[pod_affinity.PodFacts, int]]:
-        """Every placed pod but `itself` (and, unless `deleting`, those being deleted) as what other pods'
-        terms match it by, with its row."""
-        return [
-            (pod_affinity.identity(other), row)
-            for uid in self.state.placements
-            if uid != itself
-            and (other := self.placed_pod(uid)) is not None
-            and (deleting or not objects.terminating(other))
-            and (row := self._row_of(uid)) is not None
-        ]
 
     def placed_pod(self, uid: str) -> Obj | None:
         """The object of a placed pod: bound, or whose bind is in flight."""
         return self.bound.get(uid) or self.assumed_pods.get(uid)
 
-    def _row_of(self, uid: str) -> int | None:
+    def row_of(self, uid: str) -> int | None:
+        """The row of a placed pod's node; None for a pod not placed."""
         placement = self.state.placements.get(uid)
         return None if placement is None else self.state.index[placement.node]
 
