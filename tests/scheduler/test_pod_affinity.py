@@ -146,3 +146,15 @@ def test_terms_the_api_server_would_refuse_are_refused(terms: list[dict[str, Any
         pod_affinity.facts_of(body)
     why = constraints.refusal(body)
     assert why is not None and why.startswith("unreadable placement constraints")
+
+
+async def test_a_pod_gone_leaves_no_trace_in_the_namespace_and_anti_affinity_indices() -> None:
+    made, _, _ = setup(NODES, [replica("r0"), running("quiet", "a1", app="db")])
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert made.cache.in_namespace["team"] == {key("r0"), key("quiet")} and set(made.cache.repelling) == {
+        key("r0")
+    }
+    for name in ("r0", "quiet"):
+        made.cache.remove_pod(key(name))
+    assert made.cache.in_namespace["team"] == set() and made.cache.repelling == {}

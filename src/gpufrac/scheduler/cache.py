@@ -61,6 +61,7 @@ class SchedulerCache:
         # Placed pods (bound or assumed) with required anti-affinity terms, which every pod must keep to.
         self.repelling: dict[str, pod_affinity.PodFacts] = {}
         self.namespace_labels: dict[str, Mapping[str, str]] = {}  # for terms that select namespaces
+        self.in_namespace: dict[str, set[str]] = {}  # namespace -> uids of the pods placed there
         self.seen_bound: dict[str, Obj] = {}  # uid -> bound object the watch reported during its bind
         self.gone_assumed: set[str] = set()  # assumed pods deleted while their bind runs
         self.names: dict[str, str] = {}  # uid -> namespace/name, for people: logs and `gpufrac top`
@@ -110,8 +111,10 @@ class SchedulerCache:
         return None if placement is None else self.state.index[placement.node]
 
     def _know(self, uid: str, pod: Obj) -> None:
-        """Note a placed pod's required anti-affinity, which every pod placed after it must keep to."""
+        """Note a placed pod's namespace, where pod affinity terms and spreads look for pods, and its
+        required anti-affinity, which every pod placed after it must keep to."""
         facts = pod_affinity.bound_facts(pod)
+        self.in_namespace.setdefault(facts.namespace, set()).add(uid)
         if facts.anti_affinity:
             self.repelling[uid] = facts
         else:
@@ -395,7 +398,8 @@ class SchedulerCache:
                 self._hold_if_misfits(node)
         self.bound.pop(uid, None)
         self.repelling.pop(uid, None)
-        self.names.pop(uid, None)
+        namespace = self.names.pop(uid, "").partition("/")[0]  # a pod's key is namespace/name
+        self.in_namespace.get(namespace, set()).discard(uid)
         self.reservations.pop(uid, None)
         if uid in self.state.placements:
             self.state.release(uid)

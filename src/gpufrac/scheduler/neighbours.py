@@ -7,7 +7,7 @@ by reason. Apart from the cache, which only keeps the state they read.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -59,7 +59,7 @@ def pod_terms_kept(
         facts,
         rows.tolist(),
         cache.eligibility.labels,
-        named=placed(cache, itself) if facts.has_terms else [],
+        named=placed(cache, itself, pod_affinity.namespaces_named(facts, cache.namespace_labels)),
         repelling=repelling,
         namespace_labels=cache.namespace_labels,
     )
@@ -89,18 +89,19 @@ def spread_kept(
         np.flatnonzero(cache.state.active).tolist(),
         cache.eligibility.labels,
         counts,
-        placed(cache, itself, deleting=False),
+        placed(cache, itself, [pod_affinity.identity(pod).namespace], deleting=False),
     )
 
 
 def placed(
-    cache: SchedulerCache, itself: str, *, deleting: bool = True
+    cache: SchedulerCache, itself: str, namespaces: Iterable[str], *, deleting: bool = True
 ) -> list[tuple[pod_affinity.PodFacts, int]]:
-    """Every placed pod but `itself` (and, unless `deleting`, those being deleted) as what other pods'
-    terms match it by, with its row."""
+    """The pods placed in `namespaces` but `itself` (and, unless `deleting`, those being deleted) as what
+    other pods' terms match them by, with their rows."""
     return [
         (pod_affinity.identity(other), row)
-        for uid in cache.state.placements
+        for namespace in namespaces
+        for uid in cache.in_namespace.get(namespace, ())
         if uid != itself
         and (other := cache.placed_pod(uid)) is not None
         and (deleting or not objects.terminating(other))

@@ -146,6 +146,19 @@ def bound_facts(pod: Mapping[str, Any]) -> PodFacts:
         return identity(pod)
 
 
+def namespaces_named(pod: PodFacts, namespace_labels: Mapping[str, Mapping[str, str]]) -> set[str]:
+    """The namespaces whose pods the pod's terms may name: those they list, and those their namespace
+    selectors match among `namespace_labels` (every namespace the scheduler knows)."""
+    found: set[str] = set()
+    for term in (*pod.affinity, *pod.anti_affinity):
+        found |= term.namespaces
+        if term.namespace_selector is not None:
+            found.update(
+                name for name, labels in namespace_labels.items() if term.namespace_selector.matches(labels)
+            )
+    return found
+
+
 def allowed(
     pod: PodFacts,
     rows: Iterable[int],

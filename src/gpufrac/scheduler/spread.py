@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufrac import contract
-from gpufrac.scheduler.affinity import MAX_REQUIREMENTS, field_at, list_at, mapping_at
+from gpufrac.scheduler.affinity import field_at, list_at, mapping_at
 from gpufrac.scheduler.pod_affinity import (
     PodFacts,
     Selector,
@@ -33,6 +33,7 @@ from gpufrac.scheduler.pod_affinity import (
 SKEWED = "node(s) didn't match pod topology spread constraints"
 MISSING_LABEL = "node(s) didn't match pod topology spread constraints (missing required label)"
 _WHERE = "spec.topologySpreadConstraints"
+_INT32_MAX = 2**31 - 1  # maxSkew and minDomains are int32 in the API
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,7 @@ class Spread:
 
 def constraints_of(pod: Mapping[str, Any]) -> tuple[Spread, ...]:
     """The pod's constraints that must hold; `ContractError` for one the API server would not have taken
-    (or more than `MAX_REQUIREMENTS` requirements in all: every placed pod is matched against them)."""
+    (or more than `pod_affinity.check_size` allows: every placed pod is matched against them)."""
     items = list_at(field_at(pod, "spec", "topologySpreadConstraints") or [], _WHERE)
     if not items:
         return ()
@@ -137,6 +138,6 @@ def _constraint(item: object, where: str, labels: Mapping[str, str]) -> Spread |
 
 def _count(fields: Mapping[str, Any], name: str, where: str, default: int | None) -> int:
     value = fields.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REQUIREMENTS**4:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _INT32_MAX:
         raise contract.ContractError(f"{where}.{name}", repr(value), "must be a whole number of at least 1")
     return value
