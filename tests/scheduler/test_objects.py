@@ -12,7 +12,7 @@ import pytest
 
 from gpufrac import contract
 from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement
-from gpufrac.cluster.state import ClusterState
+from gpufrac.cluster.state import ClusterState, PlacementRefused
 from gpufrac.contract import keys, node_inventory
 from gpufrac.contract.model import ComputeMode, Mebibytes, Portion, ShareRequest
 from gpufrac.placement.engine import decide
@@ -270,6 +270,8 @@ def test_node_spec_reads_the_other_resources_it_offers_and_a_bound_pod_holds_the
     )
     spec = objects.node_spec(offering)
     assert spec.scalars == (("ephemeral-storage", 102_400), ("example.com/fpga", 2))
+    offering["status"]["allocatable"]["ephemeral-storage"] = "47092596736"  # 44911.3 MiB: rounded down
+    assert dict(objects.node_spec(offering).scalars)["ephemeral-storage"] == 44_911
     state = ClusterState([spec])
     assert state.node_spec("n1") == spec
     asking = pod("p", containers=[with_requests(container("a"), **{"example.com/fpga": "2"})])
@@ -281,6 +283,12 @@ def test_node_spec_reads_the_other_resources_it_offers_and_a_bound_pod_holds_the
     state.release(held.pod)
     outcome = decide(state, objects.pod_demand(asking), POLICIES["bestfit"](CONTEXT))
     assert isinstance(outcome, Placement) and outcome.scalars == held.scalars
+    # Its device plugin restarting, the node offers none for a while: the pod there is still counted.
+    state.remove_node("n1")
+    state.add_node(replace(spec, scalars=()))
+    state.restore(held)
+    with pytest.raises(PlacementRefused, match=r"not enough example\.com/fpga"):
+        state.apply(replace(held, pod="other"))
 
 
 def test_pod_resources_without_requests_are_zero() -> None:

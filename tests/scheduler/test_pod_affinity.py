@@ -138,6 +138,15 @@ async def test_match_label_keys_keep_apart_only_pods_of_the_same_revision() -> N
         ),
         ([term()] * 300, "at most 256 terms and requirements"),
         ([{**term(), "namespaces": ["n"] * 5000}], "of 4096 values"),
+        (
+            [
+                {
+                    **term(),
+                    "labelSelector": {"matchExpressions": [{"key": "a", "operator": "In", "values": 7}]},
+                }
+            ],
+            "list of strings",
+        ),
     ],
 )
 def test_terms_the_api_server_would_refuse_are_refused(terms: list[dict[str, Any]], complaint: str) -> None:
@@ -158,3 +167,43 @@ async def test_a_pod_gone_leaves_no_trace_in_the_namespace_and_anti_affinity_ind
     for name in ("r0", "quiet"):
         made.cache.remove_pod(key(name))
     assert made.cache.in_namespace["team"] == set() and made.cache.repelling == {}
+
+
+async def test_a_running_pod_counts_for_the_affinity_only_if_every_term_names_it() -> None:
+    """As kube-scheduler counts: a db pod on a1 and a cache pod in zone a do not make a1 a node for a pod
+    that wants both beside it, since neither pod matches both terms; and a pod that names itself by two
+    terms is the first of its group while no pod matches both, though one matches one."""
+    both = with_terms(
+        labelled(share_pod("both")),
+        "podAffinity",
+        term(match={"app": "db"}),
+        term(ZONE, match={"app": "cache"}),
+    )
+    first = with_terms(
+        labelled(share_pod("first"), app="web", tier="front"),
+        "podAffinity",
+        term(match={"app": "web"}),
+        term(match={"tier": "front"}),
+    )
+    existing = [
+        running("db", "a1", app="db"),
+        running("cache", "a2", app="cache"),
+        running("web", "b1", app="web"),
+    ]
+    placed, _ = await decided([*existing, both, first])
+    assert key("both") not in placed and key("first") in placed
+
+
+async def test_a_placed_pod_with_labels_the_api_server_would_refuse_breaks_no_decision() -> None:
+    odd = running("odd", "a1", app="infer")
+    odd["metadata"]["labels"] = {"app": ["infer"], "rev": 2}
+    placed, _ = await decided(
+        [
+            odd,
+            replica("r0"),
+            with_terms(
+                labelled(share_pod("w")), "podAffinity", term(match={"app": "infer"}, matchLabelKeys=["app"])
+            ),
+        ]
+    )
+    assert key("r0") in placed

@@ -97,3 +97,12 @@ def test_constraints_the_api_server_would_refuse_are_refused(change: dict[str, A
         spread.constraints_of(body)
     why = constraints.refusal(body)
     assert why is not None and why.startswith("unreadable placement constraints")
+
+
+async def test_an_empty_selector_counts_no_pod_but_the_pod_itself() -> None:
+    """As kube-scheduler counts: with `labelSelector: {}` every domain holds 0, so a1, running a pod, is
+    within a skew of 1 for the pod (which counts itself)."""
+    pinned = spreading("p", HOST, labelSelector={}, nodeAffinityPolicy="Ignore")
+    pinned["spec"]["nodeSelector"] = {HOST: "a1"}
+    placed, _ = await decided([running("there", "a1", app="infer"), pinned])
+    assert placed[key("p")] == "a1"

@@ -138,3 +138,19 @@ async def test_a_claim_that_cannot_be_given_its_node_leaves_the_pod_unbound_to_t
     await made.wait_for_binds()
     assert client.made("create", "Binding") == [] and key("p") in made.pending
     assert made.cache.state.placements == {}
+
+
+async def test_a_pod_deleted_while_its_volumes_are_read_is_not_placed_nor_left_reserved() -> None:
+    pod = mounting(share_pod("p"), "home")
+    made, client, _ = setup(NODES, [pod])
+    client.put(claim("home", volume="pv-home"))
+    client.put(zonal_volume("pv-home", "zone-b"))
+
+    async def deleted() -> None:
+        made.on_pod_event("DELETED", pod)
+
+    client.before["get PersistentVolumeClaim"] = deleted
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert made.cache.state.placements == {} and made.cache.assumed == {} and made.pending == {}
+    assert client.made("create", "Binding") == []

@@ -137,6 +137,11 @@ class ClusterState:
         self._write_node(row, spec)
         return row
 
+    def _add_scalar(self, name: str) -> None:
+        """Start counting a resource no node offered so far (every node: none)."""
+        self.scalar_cap[name] = np.zeros(self.active.shape[0], np.int64)
+        self.scalar_free[name] = np.zeros(self.active.shape[0], np.int64)
+
     def _write_node(self, row: int, spec: NodeSpec) -> None:
         if spec.model not in self.models:
             self.models.append(spec.model)
@@ -151,8 +156,7 @@ class ClusterState:
         self.compute_guarantee[row] = spec.compute_guarantee
         for name, _ in spec.scalars:
             if name not in self.scalar_cap:
-                self.scalar_cap[name] = np.zeros(self.active.shape[0], np.int64)
-                self.scalar_free[name] = np.zeros(self.active.shape[0], np.int64)
+                self._add_scalar(name)
         offered = dict(spec.scalars)
         for name, cap in self.scalar_cap.items():
             cap[row] = self.scalar_free[name][row] = offered.get(name, 0)
@@ -243,6 +247,7 @@ class ClusterState:
         copy.serial = next(_serials)  # plugin caches must not take the copy's nodes for this state's
         for name in (*self._ROW_ARRAYS, *self._GPU_ARRAYS):
             setattr(copy, name, getattr(self, name).copy())
+        copy.scalar_cap = dict(self.scalar_cap)
         copy.scalar_free = {name: array.copy() for name, array in self.scalar_free.items()}
         copy._usable = np.zeros_like(self._usable)
         copy._usable_version = np.full_like(self._usable_version, -1)
@@ -288,7 +293,11 @@ class ClusterState:
         if placement.cpu_milli > self.cpu_free[row] or placement.memory_mib > self.mem_free[row]:
             raise PlacementRefused(f"pod {placement.pod}: not enough CPU or memory on {placement.node}")
         for name, amount in placement.scalars:
-            if name not in self.scalar_free or amount > self.scalar_free[name][row]:
+            # A pod already there keeps what it holds: a device plugin that restarts reports none of its
+            # resource until it registers again, and that must not make every pod holding some a misfit.
+            if name not in self.scalar_free:
+                self._add_scalar(name)
+            if not returning and amount > self.scalar_free[name][row]:
                 raise PlacementRefused(f"pod {placement.pod}: not enough {name} on {placement.node}")
         taken: dict[int, int] = {}
         modes: dict[int, int] = {}

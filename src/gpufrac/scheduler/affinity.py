@@ -1,5 +1,5 @@
-"""A pod's required node affinity, matched as kube-scheduler matches it, and the placement constraints on
-other pods that gpufrac does not place by, which it refuses rather than ignore. Pure.
+"""A pod's required node affinity, matched as kube-scheduler matches it, and the selector pieces the other
+placement constraints share (requirements, a persistent volume's node affinity, topologies). Pure.
 
 `spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution` is where GPU pods usually name
 their GPU product or pool (`nvidia.com/gpu.product In [...]`), so a scheduler that skipped it would put them

@@ -365,7 +365,17 @@ class Scheduler:
             self.queue.park(uid, **self._order(pod))
             await self._report_failure(pod, f"pod group {group} does not exist: create the PodGroup")
             return
+        if self.keeper.waits(self.cache, uid) or self.mover.waits(uid):
+            # The node agent has not published which GPU its reservation got (a Node update wakes it), or
+            # pods moved to make room for it are still going (their deletion wakes it).
+            self.queue.park(uid, **self._order(pod))
+            return
         needs = await volumes.read(self.client, pod)
+        if self.pending.get(uid) is not pod:
+            # Deleted, bound or changed while its volumes were read: decided as it is now, if still pending.
+            if uid in self.pending:
+                self.queue.add(uid, **self._order(self.pending[uid]))
+            return
         if needs.waits is not None:
             self.metrics.attempts.labels("unschedulable").inc()
             self.queue.park(uid, **self._order(pod))
@@ -376,11 +386,6 @@ class Scheduler:
         )
         if demand.shares and demand.whole and self.cache.devices:
             rows, excluded = self._off_device_plugin_nodes(rows, excluded)
-        if self.keeper.waits(self.cache, uid) or self.mover.waits(uid):
-            # The node agent has not published which GPU its reservation got (a Node update wakes it), or
-            # pods moved to make room for it are still going (their deletion wakes it).
-            self.queue.park(uid, **self._order(pod))
-            return
         # A pod that would take its queue past a limit is never placed: only its queue's lower priorities
         # going may bring it within. A kept room was within the limits when its pods were evicted.
         past = None

@@ -126,8 +126,8 @@ class Mover:
         for uid, pod in self.cache.bound.items():
             since = objects.movable_since(pod)
             placement = self.cache.state.placements.get(uid)
-            # A pod gpufrac would not place as it is (required pod affinity) would not come back; where one
-            # with persistent volumes may go is known only by reading them, so it is not moved.
+            # A pod whose constraints gpufrac cannot read would not come back; where one with persistent
+            # volumes may go is known only by reading them, so it is not moved.
             if (
                 since is None
                 or since > oldest
@@ -200,10 +200,12 @@ class Mover:
         victims = [move.source.pod for move in room.moves]
         return await self._start([(uid, pod, room.placement)], victims, MOVE)
 
-    def _where(self, uid: str, demand: PodDemand) -> np.ndarray:
+    def _where(self, uid: str, demand: PodDemand) -> np.ndarray | None:
         """The nodes a moved pod may be placed again on: those its controller's new pod may go to (the pod's
-        node selector, affinity, tolerations and host ports), else the move would leave it pending."""
-        return self.cache.eligible_rows(self.cache.bound[uid], gpus=bool(demand.shares))[0]
+        node selector, affinity, tolerations, host ports, the pods placed), else the move would leave it
+        pending; None when that is every node, so that the plan judges it by its shape like its likes."""
+        rows = self.cache.eligible_rows(self.cache.bound[uid], gpus=bool(demand.shares))[0]
+        return None if len(rows) == int(self.cache.state.active.sum()) else rows
 
     async def preempt(
         self,

@@ -96,6 +96,11 @@ def _mib_units(text: str) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
+def _mib_floor(text: str) -> int:
+    return math.floor(contract.parse_quantity(text) / 2**20)
+
+
+@functools.lru_cache(maxsize=4096)
 def _whole_units(text: str) -> int:
     return math.floor(contract.parse_quantity(text))
 
@@ -121,9 +126,11 @@ def _in_bytes(name: str) -> bool:
     return name == "ephemeral-storage" or name.startswith("hugepages-")
 
 
-def _scalar(name: str, value: object, where: str) -> int:
-    """An amount of a scalar resource in the engine's unit: MiB for bytes (rounded up), else a count."""
-    return _amount(value, where, _mib_units if _in_bytes(name) else _whole_units)
+def _scalar(name: str, value: object, where: str, *, offered: bool = False) -> int:
+    """An amount of a scalar resource in the engine's unit: MiB for bytes, else a count; what a pod asks is
+    rounded up and what a node `offered` down, so that no rounding fits a pod the kubelet then refuses."""
+    units = (_mib_floor if offered else _mib_units) if _in_bytes(name) else _whole_units
+    return _amount(value, where, units)
 
 
 def pod_scalars(pod: Obj) -> Scalars:
@@ -315,7 +322,8 @@ def node_spec(node: Obj) -> NodeSpec:
         scalars=tuple(
             (name, amount)
             for name, value in sorted(allocatable.items())
-            if _is_scalar(name) and (amount := _scalar(name, value, f"status.allocatable.{name}"))
+            if _is_scalar(name)
+            and (amount := _scalar(name, value, f"status.allocatable.{name}", offered=True))
         ),
     )
 

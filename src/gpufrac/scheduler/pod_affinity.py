@@ -118,7 +118,7 @@ def check_size(terms: list[Any], where: str) -> None:
                 found = field_at(selector, name)
                 parts += len(found) if isinstance(found, Mapping | list) else 0
                 if name == "matchExpressions" and isinstance(found, list):
-                    values += sum(len(field_at(e, "values") or []) for e in found if isinstance(e, Mapping))
+                    values += sum(len(v) for e in found if isinstance(v := field_at(e, "values"), list))
         found = field_at(term, "namespaces")
         values += len(found) if isinstance(found, list) else 0
     if parts > MAX_REQUIREMENTS or values > MAX_VALUES:
@@ -132,9 +132,10 @@ def identity(pod: Mapping[str, Any]) -> PodFacts:
     meta = pod.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     namespace, labels = meta.get("namespace"), meta.get("labels")
-    return PodFacts(
-        namespace if isinstance(namespace, str) else "", labels if isinstance(labels, Mapping) else {}
-    )
+    labels = labels if isinstance(labels, Mapping) else {}
+    if not all(isinstance(value, str) for value in labels.values()):  # the API server allows none
+        labels = {key: value for key, value in labels.items() if isinstance(value, str)}
+    return PodFacts(namespace if isinstance(namespace, str) else "", labels)
 
 
 def bound_facts(pod: Mapping[str, Any]) -> PodFacts:
@@ -171,24 +172,24 @@ def allowed(
     """Per row of `rows`, whether the pod may go there, and the rows it may not counted by reason. Placed
     pods come as (facts, row): `named`, those its terms may name (the pods of their namespaces);
     `repelling`, those with anti-affinity terms of their own."""
-    wanted: Counter[tuple[str, str]] = Counter()  # (key, value) -> pods the pod's affinity names there
-    shunned: set[tuple[str, str]] = set()  # where pods its anti-affinity names run
-    repelled: set[tuple[str, str]] = set()  # where pods whose anti-affinity names it run
+    wanted: Counter[tuple[str, str]] = Counter()  # (key, value) -> pods its affinity names there
+    shunned: dict[str, set[str]] = {}  # key -> values where pods its anti-affinity names run
+    repelled: dict[str, set[str]] = {}  # key -> values where pods whose anti-affinity names it run
     for other, row in named:
         labels = node_labels(row)
-        for terms, found in ((pod.affinity, wanted), (pod.anti_affinity, None)):
-            for term in terms:
-                if term.topology_key in labels and term.names(other, namespace_labels):
-                    pair = (term.topology_key, labels[term.topology_key])
-                    if found is None:
-                        shunned.add(pair)
-                    else:
-                        found[pair] += 1
+        # As kube-scheduler counts them: a pod counts for the affinity only if every term names it.
+        if pod.affinity and all(term.names(other, namespace_labels) for term in pod.affinity):
+            for term in pod.affinity:
+                if term.topology_key in labels:
+                    wanted[term.topology_key, labels[term.topology_key]] += 1
+        for term in pod.anti_affinity:
+            if term.topology_key in labels and term.names(other, namespace_labels):
+                shunned.setdefault(term.topology_key, set()).add(labels[term.topology_key])
     for other, row in repelling:
         labels = node_labels(row)
         for term in other.anti_affinity:
             if term.topology_key in labels and term.names(pod, namespace_labels):
-                repelled.add((term.topology_key, labels[term.topology_key]))
+                repelled.setdefault(term.topology_key, set()).add(labels[term.topology_key])
     first_of_group = not wanted and all(term.names(pod, namespace_labels) for term in pod.affinity)
     verdicts: list[bool] = []
     refused: Counter[str] = Counter()
@@ -201,14 +202,19 @@ def allowed(
             for term in pod.affinity
         ):
             reason = AFFINITY_FAILED
-        elif any(labels.get(key) == value for key, value in shunned):
+        elif _among(labels, shunned):
             reason = ANTI_AFFINITY_FAILED
-        elif any(labels.get(key) == value for key, value in repelled):
+        elif _among(labels, repelled):
             reason = EXISTING_ANTI_AFFINITY
         verdicts.append(reason is None)
         if reason is not None:
             refused[reason] += 1
     return verdicts, refused
+
+
+def _among(labels: Mapping[str, str], domains: Mapping[str, set[str]]) -> bool:
+    """Whether a node of `labels` is in one of `domains` (label key -> values)."""
+    return any(labels.get(key) in values for key, values in domains.items())
 
 
 def _terms(items: object, kind: str, namespace: str, labels: Mapping[str, str]) -> tuple[PodTerm, ...]:

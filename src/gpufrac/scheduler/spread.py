@@ -78,7 +78,8 @@ def allowed(
         counted = {row for row in labelled if counts(row, spread)}
         domains = {node_labels(row)[spread.topology_key] for row in counted}
         matched: Counter[str] = Counter()
-        if spread.selector is not None:
+        # As kube-scheduler counts: an empty selector names no pod (though the pod itself counts).
+        if spread.selector is not None and spread.selector.requirements:
             for other, row in placed:
                 if row in counted and spread.selector.matches(other.labels):
                     matched[node_labels(row)[spread.topology_key]] += 1

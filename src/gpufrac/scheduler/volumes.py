@@ -102,7 +102,7 @@ async def _claim_constraints(
         volume = await _get(client, PersistentVolume, volume_name, None)
         if volume is None:
             return f"persistentvolume {volume_name} of {what} not found"
-        required = _field(volume, "spec", "nodeAffinity", "required")
+        required = affinity.field_at(volume, "spec", "nodeAffinity", "required")
         if required is not None:
             where = f"persistentvolume {volume_name} spec.nodeAffinity.required"
             constraints.append(affinity.selector_terms(required, where))
@@ -151,9 +151,3 @@ async def _get(
             return None
         raise
     return found.to_dict()
-
-
-def _field(obj: object, *path: str) -> Any:
-    for name in path:
-        obj = obj.get(name) if isinstance(obj, Mapping) else None
-    return obj
