@@ -11,6 +11,7 @@ import pytest
 
 from gpufrac import contract
 from gpufrac.scheduler import constraints, pod_affinity
+from gpufrac.scheduler.pod_index import PodIndex
 
 from ..kubeapi.apiobjects import bound, key, pod
 from .schedulers import pod_nodes
@@ -161,12 +162,13 @@ async def test_a_pod_gone_leaves_no_trace_in_the_namespace_and_anti_affinity_ind
     made, _, _ = setup(NODES, [replica("r0"), running("quiet", "a1", app="db")])
     await made.schedule_pending()
     await made.wait_for_binds()
-    assert made.cache.in_namespace["team"] == {key("r0"), key("quiet")} and set(made.cache.repelling) == {
+    assert made.cache.pods.namespace("team") == {key("r0"), key("quiet")} and made.cache.pods.repelling == {
         key("r0")
     }
     for name in ("r0", "quiet"):
         made.cache.remove_pod(key(name))
-    assert made.cache.in_namespace["team"] == set() and made.cache.repelling == {}
+    assert made.cache.pods.namespace("team") == set() and not made.cache.pods.repelling
+    assert made.cache.pods.facts == {}
 
 
 async def test_a_running_pod_counts_for_the_affinity_only_if_every_term_names_it() -> None:
@@ -207,3 +209,19 @@ async def test_a_placed_pod_with_labels_the_api_server_would_refuse_breaks_no_de
         ]
     )
     assert key("r0") in placed
+
+
+def test_the_index_finds_pods_by_the_label_a_selector_pins_and_follows_label_changes() -> None:
+    index = PodIndex()
+    index.know("a", running("a", "a1", app="infer"))
+    index.know("b", running("b", "a1", app="db"))
+    index.know("c", running("c", "a1", namespace="other", app="infer"))
+    pinned = pod_affinity.selector({"matchLabels": {"app": "infer"}}, "s")
+    loose = pod_affinity.selector({"matchExpressions": [{"key": "app", "operator": "Exists"}]}, "s")
+    assert set(index.named(["team"], pinned)) == {"a"} and set(index.named(["team"], loose)) == {"a", "b"}
+    assert set(index.named(["team"], None)) == set()
+    index.know("a", running("a", "a1", app="web"))  # relabelled while it runs
+    assert set(index.named(["team", "other"], pinned)) == {"c"}
+    for uid in ("a", "b", "c"):
+        index.forget(uid)
+    assert index.facts == {} and index.namespace("team") == set() and not list(index.named(["other"], loose))

@@ -24,9 +24,10 @@ from gpufrac import contract
 from gpufrac.cluster.model import NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState, PlacementRefused
 from gpufrac.contract import node_inventory
-from gpufrac.scheduler import affinity, neighbours, objects, pod_affinity, problems, reservations
+from gpufrac.scheduler import affinity, neighbours, objects, problems, reservations
 from gpufrac.scheduler.devices import Hold, NodeDevices, node_devices
 from gpufrac.scheduler.eligibility import Eligibility
+from gpufrac.scheduler.pod_index import PodIndex
 from gpufrac.scheduler.problems import NOT_ACCOUNTED, Problem
 
 log = logging.getLogger("gpufrac.scheduler")
@@ -58,10 +59,8 @@ class SchedulerCache:
         self.misfits: dict[str, dict[str, Obj]] = {}  # node -> uid -> bound pods it cannot hold as written
         self.assumed: dict[str, Placement] = {}  # uid -> placement reserved for a bind in flight
         self.assumed_pods: dict[str, Obj] = {}  # uid -> the object of a pod whose bind is in flight
-        # Placed pods (bound or assumed) with required anti-affinity terms, which every pod must keep to.
-        self.repelling: dict[str, pod_affinity.PodFacts] = {}
+        self.pods = PodIndex()  # the placed pods (bound or assumed), as pod affinity and spreads read them
         self.namespace_labels: dict[str, Mapping[str, str]] = {}  # for terms that select namespaces
-        self.in_namespace: dict[str, set[str]] = {}  # namespace -> uids of the pods placed there
         self.seen_bound: dict[str, Obj] = {}  # uid -> bound object the watch reported during its bind
         self.gone_assumed: set[str] = set()  # assumed pods deleted while their bind runs
         self.names: dict[str, str] = {}  # uid -> namespace/name, for people: logs and `gpufrac top`
@@ -109,16 +108,6 @@ class SchedulerCache:
         """The row of a placed pod's node; None for a pod not placed."""
         placement = self.state.placements.get(uid)
         return None if placement is None else self.state.index[placement.node]
-
-    def _know(self, uid: str, pod: Obj) -> None:
-        """Note a placed pod's namespace, where pod affinity terms and spreads look for pods, and its
-        required anti-affinity, which every pod placed after it must keep to."""
-        facts = pod_affinity.bound_facts(pod)
-        self.in_namespace.setdefault(facts.namespace, set()).add(uid)
-        if facts.anti_affinity:
-            self.repelling[uid] = facts
-        else:
-            self.repelling.pop(uid, None)
 
     # ---- nodes --------------------------------------------------------------------------------------------
 
@@ -286,7 +275,7 @@ class SchedulerCache:
             self.add_pod(pod)
         else:
             self.bound[uid] = pod
-            self._know(uid, pod)
+            self.pods.know(uid, pod)
 
     def remove_pod(self, uid: str) -> bool:
         """The pod was deleted or finished; True when that freed anything.
@@ -328,7 +317,7 @@ class SchedulerCache:
                 self.report(Problem.about("Pod", pod, NOT_ACCOUNTED, message))
             return
         self.bound[uid] = pod
-        self._know(uid, pod)
+        self.pods.know(uid, pod)
         self._claim(uid, pod, node)
         if held.pop(uid, None) is not None:
             if not held:
@@ -343,7 +332,7 @@ class SchedulerCache:
         self.state.apply(placement)
         self.assumed[uid] = placement
         self.assumed_pods[uid] = pod
-        self._know(uid, pod)
+        self.pods.know(uid, pod)
         self.names[uid] = objects.pod_key(pod)
         self._claim(uid, pod, placement.node)
 
@@ -360,7 +349,7 @@ class SchedulerCache:
             self._account_bound(uid, latest, placement.node)
         elif uid in self.state.placements:
             self.bound[uid] = latest
-            self._know(uid, latest)
+            self.pods.know(uid, latest)
         return self._settle(uid)
 
     def forget(self, pod: Obj) -> bool:
@@ -397,9 +386,8 @@ class SchedulerCache:
                     del self.misfits[node]
                 self._hold_if_misfits(node)
         self.bound.pop(uid, None)
-        self.repelling.pop(uid, None)
-        namespace = self.names.pop(uid, "").partition("/")[0]  # a pod's key is namespace/name
-        self.in_namespace.get(namespace, set()).discard(uid)
+        self.pods.forget(uid)
+        self.names.pop(uid, None)
         self.reservations.pop(uid, None)
         if uid in self.state.placements:
             self.state.release(uid)

@@ -127,6 +127,13 @@ class Eligibility:
 
         return selected, tolerated
 
+    @staticmethod
+    def has_node_rules(pod: Mapping[str, Any]) -> bool:
+        """Whether the pod has a node selector or a required node affinity at all."""
+        spec = pod.get("spec") or {}
+        required = affinity.field_at(spec, "affinity", "nodeAffinity", affinity.REQUIRED)
+        return bool(spec.get("nodeSelector")) or required is not None
+
     def labels(self, row: int) -> Mapping[str, str]:
         """The labels of the node at `row` (none for a row never seen)."""
         return self._labels.get(row, {})
@@ -172,9 +179,7 @@ class Eligibility:
                 excluded[f"gpufrac agent silent for over {self._heartbeat_timeout:g}s"] += int(silent.sum())
                 rows = rows[~silent]
         selected, tolerated = self.node_rules(pod, state)
-        spec = pod.get("spec") or {}
-        required = affinity.field_at(spec, "affinity", "nodeAffinity", affinity.REQUIRED)
-        has_rules = bool(spec.get("nodeSelector")) or required is not None
+        has_rules = self.has_node_rules(pod)
         # Most nodes carry no taint and most pods no node selector or affinity: only the others are looked at
         # one by one.
         check = np.ones(len(rows), bool) if has_rules or volumes else self._tainted[rows]

@@ -48,18 +48,18 @@ def pod_terms_kept(
 ) -> tuple[list[bool], Counter[str]]:
     """InterPodAffinity: the pod's own terms, and the anti-affinity of the pods placed."""
     facts = pod_affinity.bound_facts(pod)
-    repelling = [
-        (other, row)
-        for uid, other in cache.repelling.items()
-        if uid != itself and (row := cache.row_of(uid)) is not None
-    ]
+    repelling = located(cache, itself, cache.pods.repelling)
     if not (facts.has_terms or repelling):
         return [], Counter()
+    names: set[str] = set()
+    for term in (*facts.affinity, *facts.anti_affinity):
+        namespaces = pod_affinity.namespaces_named(term, cache.namespace_labels)
+        names.update(cache.pods.named(namespaces, term.selector))
     return pod_affinity.allowed(
         facts,
         rows.tolist(),
         cache.eligibility.labels,
-        named=placed(cache, itself, pod_affinity.namespaces_named(facts, cache.namespace_labels)),
+        named=located(cache, itself, names),
         repelling=repelling,
         namespace_labels=cache.namespace_labels,
     )
@@ -82,30 +82,35 @@ def spread_kept(
             not constraint.honor_taints or tolerated(row)
         )
 
+    # Most pods name no nodes and honour no taints: then every node with the keys counts.
+    ruled = cache.eligibility.has_node_rules(pod) or any(c.honor_taints for c in spreads)
+
+    facts = pod_affinity.identity(pod)
+    names: set[str] = set()
+    for constraint in spreads:
+        names.update(cache.pods.named([facts.namespace], constraint.selector))
+    going = {
+        uid for uid in names if (other := cache.placed_pod(uid)) is not None and objects.terminating(other)
+    }
     return spread.allowed(
-        pod_affinity.identity(pod),
+        facts,
         spreads,
         rows.tolist(),
         np.flatnonzero(cache.state.active).tolist(),
         cache.eligibility.labels,
-        counts,
-        placed(cache, itself, [pod_affinity.identity(pod).namespace], deleting=False),
+        counts if ruled else None,
+        located(cache, itself, names - going),
     )
 
 
-def placed(
-    cache: SchedulerCache, itself: str, namespaces: Iterable[str], *, deleting: bool = True
+def located(
+    cache: SchedulerCache, itself: str, uids: Iterable[str]
 ) -> list[tuple[pod_affinity.PodFacts, int]]:
-    """The pods placed in `namespaces` but `itself` (and, unless `deleting`, those being deleted) as what
-    other pods' terms match them by, with their rows."""
+    """The placed pods among `uids` but `itself`, with their rows."""
     return [
-        (pod_affinity.identity(other), row)
-        for namespace in namespaces
-        for uid in cache.in_namespace.get(namespace, ())
-        if uid != itself
-        and (other := cache.placed_pod(uid)) is not None
-        and (deleting or not objects.terminating(other))
-        and (row := cache.row_of(uid)) is not None
+        (cache.pods.facts[uid], row)
+        for uid in uids
+        if uid != itself and (row := cache.row_of(uid)) is not None and uid in cache.pods.facts
     ]
 
 

@@ -147,16 +147,13 @@ def bound_facts(pod: Mapping[str, Any]) -> PodFacts:
         return identity(pod)
 
 
-def namespaces_named(pod: PodFacts, namespace_labels: Mapping[str, Mapping[str, str]]) -> set[str]:
-    """The namespaces whose pods the pod's terms may name: those they list, and those their namespace
-    selectors match among `namespace_labels` (every namespace the scheduler knows)."""
-    found: set[str] = set()
-    for term in (*pod.affinity, *pod.anti_affinity):
-        found |= term.namespaces
-        if term.namespace_selector is not None:
-            found.update(
-                name for name, labels in namespace_labels.items() if term.namespace_selector.matches(labels)
-            )
+def namespaces_named(term: PodTerm, namespace_labels: Mapping[str, Mapping[str, str]]) -> set[str]:
+    """The namespaces whose pods a term may name: those it lists, and those its namespace selector matches
+    among `namespace_labels` (every namespace the scheduler knows)."""
+    found = set(term.namespaces)
+    if term.namespace_selector is not None:
+        selector = term.namespace_selector
+        found.update(name for name, labels in namespace_labels.items() if selector.matches(labels))
     return found
 
 

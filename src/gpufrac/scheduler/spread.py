@@ -64,18 +64,19 @@ def allowed(
     rows: Iterable[int],
     nodes: Iterable[int],
     node_labels: Callable[[int], Mapping[str, str]],
-    counts: Callable[[int, Spread], bool],
+    counts: Callable[[int, Spread], bool] | None,
     placed: Iterable[tuple[PodFacts, int]],
 ) -> tuple[list[bool], Counter[str]]:
     """Per row of `rows`, whether the pod may go there by `spreads`, and the rows it may not counted by
     reason. `nodes`: every node of the cluster, of which `counts(row, spread)` says which count for a
-    constraint (its policies); `placed`: the pods placed (facts, row), not being deleted."""
+    constraint (its policies; None: all of them); `placed`: the pods placed (facts, row), not being
+    deleted, that the constraints may name."""
     keys = {spread.topology_key for spread in spreads}
     labelled = [row for row in nodes if keys <= node_labels(row).keys()]
     placed = [(other, row) for other, row in placed if other.namespace == pod.namespace]
     limits = []  # per constraint: pods per domain, the least of any domain, the pod's own count
     for spread in spreads:
-        counted = {row for row in labelled if counts(row, spread)}
+        counted = set(labelled) if counts is None else {row for row in labelled if counts(row, spread)}
         domains = {node_labels(row)[spread.topology_key] for row in counted}
         matched: Counter[str] = Counter()
         # As kube-scheduler counts: an empty selector names no pod (though the pod itself counts).

@@ -1,0 +1,66 @@
+"""The placed pods as inter-pod affinity and topology spread read them: each pod's namespace, labels and
+terms, indexed so that a decision reads only the pods a term or spread may name. Pure.
+
+A term or spread names pods of some namespaces by a label selector, and nearly every selector requires some
+label to be one of a few values (`matchLabels`): only the pods with that label value are looked at, not
+every pod of the namespace, which at 100,000 pods cost a tenth of a second a decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from gpufrac.scheduler import pod_affinity
+from gpufrac.scheduler.pod_affinity import PodFacts, Selector
+
+
+class PodIndex:
+    def __init__(self) -> None:
+        self.facts: dict[str, PodFacts] = {}  # uid -> facts of a placed pod (bound or assumed)
+        self.repelling: set[str] = set()  # uids of those with required anti-affinity terms
+        self._in_namespace: dict[str, set[str]] = {}
+        self._labelled: dict[tuple[str, str, str], set[str]] = {}  # (namespace, label, value) -> uids
+
+    def know(self, uid: str, pod: Mapping[str, Any]) -> None:
+        """Note a placed pod, or its new version (its labels may have changed)."""
+        self.forget(uid)
+        facts = self.facts[uid] = pod_affinity.bound_facts(pod)
+        self._in_namespace.setdefault(facts.namespace, set()).add(uid)
+        for key, value in facts.labels.items():
+            self._labelled.setdefault((facts.namespace, key, value), set()).add(uid)
+        if facts.anti_affinity:
+            self.repelling.add(uid)
+
+    def forget(self, uid: str) -> None:
+        facts = self.facts.pop(uid, None)
+        if facts is None:
+            return
+        self.repelling.discard(uid)
+        _drop(self._in_namespace, facts.namespace, uid)
+        for key, value in facts.labels.items():
+            _drop(self._labelled, (facts.namespace, key, value), uid)
+
+    def namespace(self, name: str) -> set[str]:
+        return self._in_namespace.get(name, set())
+
+    def named(self, namespaces: Iterable[str], selector: Selector | None) -> Iterator[str]:
+        """The uids of the pods in `namespaces` that `selector` may match (a superset: the caller matches
+        them); none for no selector."""
+        if selector is None:
+            return
+        pinned = next((r for r in selector.requirements if r.operator == "In"), None)
+        for namespace in namespaces:
+            if pinned is None:
+                yield from self._in_namespace.get(namespace, ())
+            else:
+                for value in pinned.values:
+                    yield from self._labelled.get((namespace, pinned.key, value), ())
+
+
+def _drop(index: dict[Any, set[str]], key: Any, uid: str) -> None:
+    members = index.get(key)
+    if members is not None:
+        members.discard(uid)
+        if not members:
+            del index[key]
