@@ -162,9 +162,8 @@ async def test_a_pod_gone_leaves_no_trace_in_the_namespace_and_anti_affinity_ind
     made, _, _ = setup(NODES, [replica("r0"), running("quiet", "a1", app="db")])
     await made.schedule_pending()
     await made.wait_for_binds()
-    assert made.cache.pods.namespace("team") == {key("r0"), key("quiet")} and made.cache.pods.repelling == {
-        key("r0")
-    }
+    assert made.cache.pods.namespace("team") == {key("r0"), key("quiet")}
+    assert list(made.cache.pods.repelling.values()) == [{key("r0")}]
     for name in ("r0", "quiet"):
         made.cache.remove_pod(key(name))
     assert made.cache.pods.namespace("team") == set() and not made.cache.pods.repelling

@@ -48,7 +48,10 @@ def pod_terms_kept(
 ) -> tuple[list[bool], Counter[str]]:
     """InterPodAffinity: the pod's own terms, and the anti-affinity of the pods placed."""
     facts = pod_affinity.bound_facts(pod)
-    repelling = located(cache, itself, cache.pods.repelling)
+    repelling = {
+        term: (row for uid in holders if uid != itself and (row := cache.row_of(uid)) is not None)
+        for term, holders in cache.pods.repelling.items()
+    }
     if not (facts.has_terms or repelling):
         return [], Counter()
     names: set[str] = set()

@@ -163,12 +163,13 @@ def allowed(
     node_labels: Callable[[int], Mapping[str, str]],
     *,
     named: Iterable[tuple[PodFacts, int]],
-    repelling: Iterable[tuple[PodFacts, int]],
+    repelling: Mapping[PodTerm, Iterable[int]],
     namespace_labels: Mapping[str, Mapping[str, str]],
 ) -> tuple[list[bool], Counter[str]]:
-    """Per row of `rows`, whether the pod may go there, and the rows it may not counted by reason. Placed
-    pods come as (facts, row): `named`, those its terms may name (the pods of their namespaces);
-    `repelling`, those with anti-affinity terms of their own."""
+    """Per row of `rows`, whether the pod may go there, and the rows it may not counted by reason; no
+    verdicts (an empty list) when no term bears on it. `named`: the placed pods its terms may name, as
+    (facts, row); `repelling`: the anti-affinity terms of the placed pods, each with the rows of the pods
+    that hold it (read only for the terms that name the pod: replicas share their terms)."""
     wanted: Counter[tuple[str, str]] = Counter()  # (key, value) -> pods its affinity names there
     shunned: dict[str, set[str]] = {}  # key -> values where pods its anti-affinity names run
     repelled: dict[str, set[str]] = {}  # key -> values where pods whose anti-affinity names it run
@@ -182,11 +183,14 @@ def allowed(
         for term in pod.anti_affinity:
             if term.topology_key in labels and term.names(other, namespace_labels):
                 shunned.setdefault(term.topology_key, set()).add(labels[term.topology_key])
-    for other, row in repelling:
-        labels = node_labels(row)
-        for term in other.anti_affinity:
-            if term.topology_key in labels and term.names(pod, namespace_labels):
-                repelled.setdefault(term.topology_key, set()).add(labels[term.topology_key])
+    for term, holders in repelling.items():
+        if term.names(pod, namespace_labels):
+            for row in holders:
+                labels = node_labels(row)
+                if term.topology_key in labels:
+                    repelled.setdefault(term.topology_key, set()).add(labels[term.topology_key])
+    if not (pod.has_terms or repelled):
+        return [], Counter()
     first_of_group = not wanted and all(term.names(pod, namespace_labels) for term in pod.affinity)
     verdicts: list[bool] = []
     refused: Counter[str] = Counter()

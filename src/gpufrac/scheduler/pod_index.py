@@ -12,13 +12,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from gpufrac.scheduler import pod_affinity
-from gpufrac.scheduler.pod_affinity import PodFacts, Selector
+from gpufrac.scheduler.pod_affinity import PodFacts, PodTerm, Selector
 
 
 class PodIndex:
     def __init__(self) -> None:
         self.facts: dict[str, PodFacts] = {}  # uid -> facts of a placed pod (bound or assumed)
-        self.repelling: set[str] = set()  # uids of those with required anti-affinity terms
+        # The required anti-affinity terms of placed pods, each with the uids of the pods that hold it.
+        self.repelling: dict[PodTerm, set[str]] = {}
         self._in_namespace: dict[str, set[str]] = {}
         self._labelled: dict[tuple[str, str, str], set[str]] = {}  # (namespace, label, value) -> uids
 
@@ -29,14 +30,15 @@ class PodIndex:
         self._in_namespace.setdefault(facts.namespace, set()).add(uid)
         for key, value in facts.labels.items():
             self._labelled.setdefault((facts.namespace, key, value), set()).add(uid)
-        if facts.anti_affinity:
-            self.repelling.add(uid)
+        for term in facts.anti_affinity:
+            self.repelling.setdefault(term, set()).add(uid)
 
     def forget(self, uid: str) -> None:
         facts = self.facts.pop(uid, None)
         if facts is None:
             return
-        self.repelling.discard(uid)
+        for term in facts.anti_affinity:
+            _drop(self.repelling, term, uid)
         _drop(self._in_namespace, facts.namespace, uid)
         for key, value in facts.labels.items():
             _drop(self._labelled, (facts.namespace, key, value), uid)
