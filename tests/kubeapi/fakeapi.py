@@ -206,6 +206,16 @@ class FakeApi(RecordingClient, Mishaps):
             raise api_error(404, "NotFound", f"{name} not found")
         return Item(found)
 
+    async def patch(
+        self, resource: type[Any], name: str, obj: Any, *, namespace: str | None = None, **_: Any
+    ) -> None:
+        """A merge patch of a stored object (a PersistentVolumeClaim's annotations); recorded only for the
+        kinds not stored (a pod's status)."""
+        self._record("patch", resource.__name__, name, obj)
+        found = self.objects.get((resource.__name__, namespace or "", name))
+        if found is not None and isinstance(obj, Mapping):
+            _merge(found, obj)
+
     async def delete(self, resource: type[Any], name: str, *, namespace: str | None = None, **_: Any) -> None:
         await self._delete(resource.__name__, name, namespace or "", uid=None)
 
@@ -244,6 +254,14 @@ class _GenericClient:
 
     def handle_response(self, method: str, response: Any, request: Any) -> None:
         return None
+
+
+def _merge(target: dict[str, Any], change: Mapping[str, Any]) -> None:
+    for key, value in change.items():
+        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
 
 
 class Item:

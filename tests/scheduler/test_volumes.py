@@ -11,7 +11,7 @@ import pytest
 from gpufrac.scheduler.volumes import NO_PROVISIONER, SELECTED_NODE_ANNOTATION, WAIT_FOR_FIRST_CONSUMER
 
 from ..kubeapi.apiobjects import key
-from ..kubeapi.fakeapi import api_error
+from ..kubeapi.fakeapi import FakeApi, api_error
 from .schedulers import pod_nodes
 from .test_scheduler_binds import MANAGED, gpu_node, setup, share_pod
 
@@ -53,6 +53,16 @@ def zonal_volume(name: str, zone: str) -> dict[str, Any]:
     }
 
 
+def volume_on(name: str, node: str) -> dict[str, Any]:
+    """A volume that only `node` can attach, as a provisioner makes it for a claim of delayed binding."""
+    only = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    return {
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [only]}}},
+    }
+
+
 def storage_class(name: str, mode: str = WAIT_FOR_FIRST_CONSUMER, **extra: Any) -> dict[str, Any]:
     body = {"kind": "StorageClass", "metadata": {"name": name}, "provisioner": "ebs.csi.aws.com"}
     return {**body, "volumeBindingMode": mode, **extra}
@@ -61,14 +71,37 @@ def storage_class(name: str, mode: str = WAIT_FOR_FIRST_CONSUMER, **extra: Any) 
 NODES = [zoned("a1", "zone-a"), zoned("b1", "zone-b")]
 
 
-async def decided(*objects: dict[str, Any]) -> tuple[Any, Any]:
+def provisioning(client: FakeApi, *, succeeds: bool = True) -> None:
+    """A provisioner: a claim that names a node is bound to a new volume when next read, or (`succeeds`
+    false) has the node taken off again, as a provisioner that cannot make the volume there does."""
+    read = client.get
+
+    async def get(resource: type[Any], name: str, *, namespace: str | None = None, **more: Any) -> Any:
+        stored = client.stored(resource.__name__, name, namespace or "")
+        notes = stored["metadata"].get("annotations", {}) if stored else {}
+        if resource.__name__ == "PersistentVolumeClaim" and stored and SELECTED_NODE_ANNOTATION in notes:
+            if succeeds:
+                stored["spec"]["volumeName"] = f"pv-{name}"
+                client.put(volume_on(f"pv-{name}", notes[SELECTED_NODE_ANNOTATION]))
+            else:
+                del notes[SELECTED_NODE_ANNOTATION]
+        return await read(resource, name, namespace=namespace, **more)
+
+    client.get = get  # type: ignore[method-assign]
+
+
+async def decided(
+    *objects: dict[str, Any], provisions: bool | None = True, **settings: Any
+) -> tuple[Any, Any]:
     """A scheduler over `NODES` and the API objects given (pods are listed, the rest only stored), after
-    one round."""
+    one round; with a provisioner that `provisions` (None: none)."""
     pods = [body for body in objects if body.get("kind", "Pod") == "Pod"]
-    made, client, _ = setup(NODES, pods)
+    made, client, _ = setup(NODES, pods, **settings)
     for body in objects:
         if body not in pods:
             client.put(body)
+    if provisions is not None:
+        provisioning(client, succeeds=provisions)
     await made.schedule_pending()
     await made.wait_for_binds()
     return made, client
@@ -92,6 +125,22 @@ async def test_a_claim_of_delayed_binding_is_given_the_node_before_the_pod_is_bo
     ]
     kinds = [call.kind for call in client.calls if call.verb in ("patch", "create")]
     assert kinds.index("PersistentVolumeClaim") < kinds.index("Binding")
+
+
+@pytest.mark.parametrize("provisions", [False, None], ids=["provisioner-gives-up", "never-provisioned"])
+async def test_a_pod_whose_volume_is_not_provisioned_is_not_bound_and_is_placed_again(
+    provisions: bool | None,
+) -> None:
+    pod = mounting(share_pod("p"), "cache")
+    made, client = await decided(
+        pod,
+        claim("cache", storage_class="gp3"),
+        storage_class("gp3"),
+        provisions=provisions,
+        volume_bind_timeout=0.3,
+    )
+    assert client.made("create", "Binding") == [] and made.cache.state.placements == {}
+    assert key("p") in made.pending  # tried again after its backoff
 
 
 async def test_a_claim_already_given_a_node_keeps_the_pod_to_it_and_is_not_written_again() -> None:

@@ -56,3 +56,6 @@ class SchedulerConfig:
     # Gangs (PodGroup objects, podgroups.gpufrac.io): a group's pods are bound together once `minMember` of
     # them can run. Needs the chart's CustomResourceDefinition.
     gangs: bool = False
+    # How long a bind waits for the volumes of a pod's delayed-binding claims to be provisioned
+    # (scheduler/volumes.py), as kube-scheduler's bindTimeoutSeconds: past it the pod is placed again.
+    volume_bind_timeout: float = 600.0

@@ -524,11 +524,17 @@ class Scheduler:
                 env_delivery=self.config.env_delivery,
                 kubelet_gpus=placement.node in self.cache.devices,
             )
+            gone = lambda: uid in self.cache.gone_assumed  # noqa: E731
             try:
-                await volumes.select_node(self.client, pod, placement.node)
+                timeout = self.config.volume_bind_timeout
+                await volumes.provision(self.client, pod, placement.node, timeout=timeout, gone=gone)
+            except volumes.NotProvisioned as error:
+                raise BindError(str(error)) from None
             except READ_ERRORS as error:
-                raise BindError(f"cannot name {placement.node} on the pod's volume claims: {error}") from None
-            await bind(self.client, pod, placement.node, plan, gone=lambda: uid in self.cache.gone_assumed)
+                raise BindError(
+                    f"cannot read or name {placement.node} on the pod's claims: {error}"
+                ) from None
+            await bind(self.client, pod, placement.node, plan, gone=gone)
         except PodGone as error:
             self.metrics.attempts.labels("error").inc()
             log.info("pod %s: not bound to %s: %s", objects.pod_key(pod), placement.node, error)

@@ -5,9 +5,10 @@ chosen: kube-scheduler's VolumeBinding, for the volumes GPU pods carry (a notebo
   hold on the node, as a required node affinity does.
 - An unbound claim of a StorageClass with `volumeBindingMode: WaitForFirstConsumer` (the default classes of
   the big clouds): its provisioner makes the volume where the pod goes, once the claim's
-  `volume.kubernetes.io/selected-node` annotation names the node, which `select_node` writes just before
-  the bind; the class's `allowedTopologies` must hold on the node. A claim already annotated (a bind that
-  failed after it) keeps the pod to that node, where its volume may be on the way.
+  `volume.kubernetes.io/selected-node` annotation names the node, which `provision` writes before the bind;
+  the bind then waits for the volume, and a provisioning that fails places the pod again. The class's
+  `allowedTopologies` must hold on the node. A claim already annotated (a bind that failed after it) keeps
+  the pod to that node, where its volume may be on the way.
 - Anything else waits, saying why: a claim not there (yet: a generic ephemeral volume's is made by a
   controller) or being deleted, one unbound with immediate binding (the volume controller binds it), one
   whose volume is lost, one of a class without a provisioner (pre-made local volumes, which kube-scheduler
@@ -19,7 +20,9 @@ claim and volume of a cluster held in memory would cost the scheduler more than 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,18 +129,54 @@ async def _claim_constraints(
     return None
 
 
-async def select_node(client: lightkube.AsyncClient, pod: Mapping[str, Any], node: str) -> None:
+class NotProvisioned(Exception):
+    """A claim was not bound to a volume for the pod's node: the pod is to be placed again."""
+
+
+# Pauses between reads of the claims whose volumes a bind waits for, the last repeated.
+POLL_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+async def provision(
+    client: lightkube.AsyncClient,
+    pod: Mapping[str, Any],
+    node: str,
+    *,
+    timeout: float,
+    gone: Callable[[], bool] = lambda: False,
+) -> None:
     """Name `node` on each of the pod's unbound claims that names none yet, so that their provisioner makes
-    their volumes there: before the bind, as the kubelet waits for the volumes once the pod is there.
-    Raises what the API server raises."""
+    their volumes there, then wait until every claim is bound to a volume, as kube-scheduler's PreBind
+    waits: bound first, a pod whose provisioning fails would stay on a node without its volume. Raises
+    `NotProvisioned` when a claim goes, loses the node (its provisioner gave up and asks for another) or
+    is not bound within `timeout` seconds, and what the API server raises; returns at once if the pod is
+    `gone`."""
     namespace = objects.meta(pod).get("namespace") or ""
-    for name in dict.fromkeys(claim_names(pod)):
-        claim = await _get(client, PersistentVolumeClaim, name, namespace)
-        if claim is None or objects.text_field(claim, "spec", "volumeName"):
-            continue
-        if not objects.annotations_of(claim).get(SELECTED_NODE_ANNOTATION):
-            change = {"metadata": {"annotations": {SELECTED_NODE_ANNOTATION: node}}}
-            await client.patch(PersistentVolumeClaim, name, change, namespace=namespace)
+    deadline = time.monotonic() + timeout
+    pauses = iter(POLL_SECONDS)
+    named: set[str] = set()
+    while not gone():
+        waiting = []
+        for name in dict.fromkeys(claim_names(pod)):
+            what = f"persistentvolumeclaim {namespace}/{name}"
+            claim = await _get(client, PersistentVolumeClaim, name, namespace)
+            if claim is None:
+                raise NotProvisioned(f"{what} is gone")
+            if objects.text_field(claim, "spec", "volumeName"):
+                continue
+            selected = objects.annotations_of(claim).get(SELECTED_NODE_ANNOTATION)
+            if not selected and name not in named:
+                change = {"metadata": {"annotations": {SELECTED_NODE_ANNOTATION: node}}}
+                await client.patch(PersistentVolumeClaim, name, change, namespace=namespace)
+                named.add(name)
+            elif selected != node:
+                raise NotProvisioned(f"{what} no longer names node {node}: its provisioner could not")
+            waiting.append(what)
+        if not waiting:
+            return
+        if time.monotonic() >= deadline:
+            raise NotProvisioned(f"{', '.join(waiting)} not bound to a volume within {timeout:g}s")
+        await asyncio.sleep(next(pauses, POLL_SECONDS[-1]))
 
 
 async def _get(
