@@ -97,7 +97,7 @@ class SchedulerCache:
             if len(rows):
                 keep, refused = judge(self, pod, itself, rows)
                 if refused:
-                    rows, excluded = rows[np.array(keep, bool)], excluded + refused
+                    rows, excluded = rows[keep], excluded + refused
         return rows, excluded
 
     def placed_pod(self, uid: str) -> Obj | None:

@@ -37,6 +37,10 @@ def tolerates(tolerations: list[Mapping[str, Any]], taint: Mapping[str, Any]) ->
     return False
 
 
+# Label columns kept (`Eligibility.column`): the topology keys in use are a few (hostname, zone, rack).
+MAX_COLUMNS = 16
+
+
 class Eligibility:
     def __init__(
         self,
@@ -57,6 +61,10 @@ class Eligibility:
         self._taints: dict[int, list[Mapping[str, Any]]] = {}
         self._why_not: dict[int, str] = {}
         self._held: dict[int, str] = {}  # rows the cache holds back, with why (`hold`)
+        # Per label key that a topology key named: every row's value as a code (-1: no such label), so that
+        # pod affinity and spreads judge every node in a few array operations. The keys are the tenants'
+        # to choose, so only the last `MAX_COLUMNS` used are kept.
+        self._columns: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
 
     def update(self, row: int, node: Mapping[str, Any]) -> None:
         if row >= self._usable.shape[0]:
@@ -67,6 +75,10 @@ class Eligibility:
             self._heartbeat = np.concatenate([self._heartbeat, np.full(extra.shape, np.nan)])
         labels = objects.node_labels_of(node)
         self._labels[row] = labels
+        for key, (codes, known) in self._columns.items():
+            if row < codes.shape[0]:
+                value = labels.get(key)
+                codes[row] = -1 if value is None else known.setdefault(value, len(known))
         self._taints[row] = objects.node_taints(node)
         if any(labels.get(key) != value for key, value in self._selector.items()):
             self._why_not[row] = "not managed by gpufrac (node selector)"
@@ -133,6 +145,23 @@ class Eligibility:
         spec = pod.get("spec") or {}
         required = affinity.field_at(spec, "affinity", "nodeAffinity", affinity.REQUIRED)
         return bool(spec.get("nodeSelector")) or required is not None
+
+    def column(self, key: str, size: int) -> np.ndarray:
+        """Each row's value of label `key` as a code (-1: the node has no such label), for rows below `size`
+        at least: rows with one value share one code."""
+        found = self._columns.pop(key, None)  # taken out and put back last: the most recently used
+        if found is None or found[0].shape[0] < size:
+            known: dict[str, int] = {}
+            codes = np.full(max(size, max(self._labels, default=-1) + 1), -1, np.int64)
+            for row, labels in self._labels.items():
+                value = labels.get(key)
+                if value is not None and row < codes.shape[0]:
+                    codes[row] = known.setdefault(value, len(known))
+            found = (codes, known)
+        self._columns[key] = found
+        while len(self._columns) > MAX_COLUMNS:
+            del self._columns[next(iter(self._columns))]
+        return found[0]
 
     def labels(self, row: int) -> Mapping[str, str]:
         """The labels of the node at `row` (none for a row never seen)."""

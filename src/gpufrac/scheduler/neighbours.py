@@ -1,7 +1,7 @@
 """What the pods already placed rule out for a pod, judged over the rows the eligibility pass left: host
 ports they bind, inter-pod (anti-)affinity (`pod_affinity`), topology spread (`spread`). Each judge returns,
-per row, whether the pod may go there (empty: no judgement, every row stays) and the rows ruled out counted
-by reason. Apart from the cache, which only keeps the state they read.
+per row, whether the pod may go there (nothing ruled out: no judgement, every row stays) and the rows ruled
+out counted by reason. Apart from the cache, which only keeps the state they read.
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ if TYPE_CHECKING:
     from gpufrac.scheduler.cache import SchedulerCache
 
 Obj = Mapping[str, Any]
-Judge = Callable[["SchedulerCache", Obj, str, np.ndarray], tuple[list[bool], Counter[str]]]
+Judge = Callable[["SchedulerCache", Obj, str, np.ndarray], tuple[np.ndarray, Counter[str]]]
 
 
 def ports_free(
     cache: SchedulerCache, pod: Obj, itself: str, rows: np.ndarray
-) -> tuple[list[bool], Counter[str]]:
+) -> tuple[np.ndarray, Counter[str]]:
     """Kubernetes' NodePorts: no two pods on a node bind one host port (binds in flight count)."""
     wanted = objects.host_ports(pod)
     if not wanted:
-        return [], Counter()
+        return np.zeros(0, bool), Counter()
     free = [
         not any(
             objects.ports_clash(wanted, objects.host_ports(other))
@@ -38,14 +38,14 @@ def ports_free(
         for row in rows.tolist()
     ]
     taken = len(free) - sum(free)
-    return free, Counter(
+    return np.array(free, bool), Counter(
         {"node(s) didn't have free ports for the requested pod ports": taken} if taken else {}
     )
 
 
 def pod_terms_kept(
     cache: SchedulerCache, pod: Obj, itself: str, rows: np.ndarray
-) -> tuple[list[bool], Counter[str]]:
+) -> tuple[np.ndarray, Counter[str]]:
     """InterPodAffinity: the pod's own terms, and the anti-affinity of the pods placed."""
     facts = pod_affinity.bound_facts(pod)
     repelling = {
@@ -53,15 +53,15 @@ def pod_terms_kept(
         for term, holders in cache.pods.repelling.items()
     }
     if not (facts.has_terms or repelling):
-        return [], Counter()
+        return np.zeros(0, bool), Counter()
     names: set[str] = set()
     for term in (*facts.affinity, *facts.anti_affinity):
         namespaces = pod_affinity.namespaces_named(term, cache.namespace_labels)
         names.update(cache.pods.named(namespaces, term.selector))
     return pod_affinity.allowed(
         facts,
-        rows.tolist(),
-        cache.eligibility.labels,
+        rows,
+        columns(cache),
         named=located(cache, itself, names),
         repelling=repelling,
         namespace_labels=cache.namespace_labels,
@@ -70,14 +70,14 @@ def pod_terms_kept(
 
 def spread_kept(
     cache: SchedulerCache, pod: Obj, itself: str, rows: np.ndarray
-) -> tuple[list[bool], Counter[str]]:
+) -> tuple[np.ndarray, Counter[str]]:
     """PodTopologySpread: the pod's constraints that must hold."""
     try:
         spreads = spread.constraints_of(pod)
     except contract.ContractError:  # refused before it gets here (`constraints.refusal`)
         spreads = ()
     if not spreads:
-        return [], Counter()
+        return np.zeros(0, bool), Counter()
     selected, tolerated = cache.eligibility.node_rules(pod, cache.state)
 
     def counts(row: int, constraint: spread.Spread) -> bool:
@@ -98,12 +98,18 @@ def spread_kept(
     return spread.allowed(
         facts,
         spreads,
-        rows.tolist(),
-        np.flatnonzero(cache.state.active).tolist(),
-        cache.eligibility.labels,
+        rows,
+        np.flatnonzero(cache.state.active),
+        columns(cache),
         counts if ruled else None,
         located(cache, itself, names - going),
     )
+
+
+def columns(cache: SchedulerCache) -> Callable[[str], np.ndarray]:
+    """Each node label's column of value codes (`Eligibility.column`), over every row of the state."""
+    size = cache.state.active.shape[0]
+    return lambda key: cache.eligibility.column(key, size)
 
 
 def located(

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from gpufrac import contract
 from gpufrac.scheduler import affinity
 from gpufrac.scheduler.affinity import (
@@ -159,63 +161,74 @@ def namespaces_named(term: PodTerm, namespace_labels: Mapping[str, Mapping[str, 
 
 def allowed(
     pod: PodFacts,
-    rows: Iterable[int],
-    node_labels: Callable[[int], Mapping[str, str]],
+    rows: np.ndarray,
+    column: Callable[[str], np.ndarray],
     *,
     named: Iterable[tuple[PodFacts, int]],
     repelling: Mapping[PodTerm, Iterable[int]],
     namespace_labels: Mapping[str, Mapping[str, str]],
-) -> tuple[list[bool], Counter[str]]:
+) -> tuple[np.ndarray, Counter[str]]:
     """Per row of `rows`, whether the pod may go there, and the rows it may not counted by reason; no
-    verdicts (an empty list) when no term bears on it. `named`: the placed pods its terms may name, as
-    (facts, row); `repelling`: the anti-affinity terms of the placed pods, each with the rows of the pods
-    that hold it (read only for the terms that name the pod: replicas share their terms)."""
-    wanted: Counter[tuple[str, str]] = Counter()  # (key, value) -> pods its affinity names there
-    shunned: dict[str, set[str]] = {}  # key -> values where pods its anti-affinity names run
-    repelled: dict[str, set[str]] = {}  # key -> values where pods whose anti-affinity names it run
+    verdicts (an empty array) when no term bears on it. `column(key)`: every row's value of a node label as
+    a code (-1: none); `named`: the placed pods its terms may name, as (facts, row); `repelling`: the
+    anti-affinity terms of the placed pods, each with the rows of the pods that hold it (read only for the
+    terms that name the pod: replicas share their terms)."""
+    wanted: dict[str, set[int]] = {}  # key -> codes of the domains where pods its affinity names run
+    shunned: dict[str, set[int]] = {}  # the same for its anti-affinity
+    repelled: dict[str, set[int]] = {}  # key -> domains where pods whose anti-affinity names it run
+
+    def note(found: dict[str, set[int]], key: str, row: int) -> None:
+        code = int(column(key)[row])
+        if code >= 0:
+            found.setdefault(key, set()).add(code)
+
     for other, row in named:
-        labels = node_labels(row)
         # As kube-scheduler counts them: a pod counts for the affinity only if every term names it.
         if pod.affinity and all(term.names(other, namespace_labels) for term in pod.affinity):
             for term in pod.affinity:
-                if term.topology_key in labels:
-                    wanted[term.topology_key, labels[term.topology_key]] += 1
+                note(wanted, term.topology_key, row)
         for term in pod.anti_affinity:
-            if term.topology_key in labels and term.names(other, namespace_labels):
-                shunned.setdefault(term.topology_key, set()).add(labels[term.topology_key])
+            if term.names(other, namespace_labels):
+                note(shunned, term.topology_key, row)
     for term, holders in repelling.items():
         if term.names(pod, namespace_labels):
             for row in holders:
-                labels = node_labels(row)
-                if term.topology_key in labels:
-                    repelled.setdefault(term.topology_key, set()).add(labels[term.topology_key])
+                note(repelled, term.topology_key, row)
     if not (pod.has_terms or repelled):
-        return [], Counter()
+        return np.zeros(0, bool), Counter()
     first_of_group = not wanted and all(term.names(pod, namespace_labels) for term in pod.affinity)
-    verdicts: list[bool] = []
-    refused: Counter[str] = Counter()
-    for row in rows:
-        labels = node_labels(row)
-        reason = None  # judged in kube-scheduler's order, so a node is counted under the same reason
-        if not all(
-            term.topology_key in labels
-            and (first_of_group or wanted[term.topology_key, labels[term.topology_key]] > 0)
-            for term in pod.affinity
-        ):
-            reason = AFFINITY_FAILED
-        elif _among(labels, shunned):
-            reason = ANTI_AFFINITY_FAILED
-        elif _among(labels, repelled):
-            reason = EXISTING_ANTI_AFFINITY
-        verdicts.append(reason is None)
-        if reason is not None:
-            refused[reason] += 1
-    return verdicts, refused
+    # Judged in kube-scheduler's order, so that a node is counted under the same reason.
+    apart = np.zeros(len(rows), bool)
+    for term in pod.affinity:
+        codes = column(term.topology_key)[rows]
+        kept = codes >= 0
+        if not first_of_group:
+            kept &= np.isin(codes, list(wanted.get(term.topology_key, ())))
+        apart |= ~kept
+    shuns = ~apart & _within(rows, column, shunned)
+    repels = ~apart & ~shuns & _within(rows, column, repelled)
+    refused = Counter(
+        {
+            reason: int(mask.sum())
+            for reason, mask in (
+                (AFFINITY_FAILED, apart),
+                (ANTI_AFFINITY_FAILED, shuns),
+                (EXISTING_ANTI_AFFINITY, repels),
+            )
+            if mask.any()
+        }
+    )
+    return ~(apart | shuns | repels), refused
 
 
-def _among(labels: Mapping[str, str], domains: Mapping[str, set[str]]) -> bool:
-    """Whether a node of `labels` is in one of `domains` (label key -> values)."""
-    return any(labels.get(key) in values for key, values in domains.items())
+def _within(
+    rows: np.ndarray, column: Callable[[str], np.ndarray], domains: Mapping[str, set[int]]
+) -> np.ndarray:
+    """Which of `rows` lie in one of `domains` (label key -> value codes)."""
+    inside = np.zeros(len(rows), bool)
+    for key, codes in domains.items():
+        inside |= np.isin(column(key)[rows], list(codes))
+    return inside
 
 
 def _terms(items: object, kind: str, namespace: str, labels: Mapping[str, str]) -> tuple[PodTerm, ...]:

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from gpufrac import contract
 from gpufrac.scheduler.affinity import field_at, list_at, mapping_at
 from gpufrac.scheduler.pod_affinity import (
@@ -61,48 +63,48 @@ def constraints_of(pod: Mapping[str, Any]) -> tuple[Spread, ...]:
 def allowed(
     pod: PodFacts,
     spreads: tuple[Spread, ...],
-    rows: Iterable[int],
-    nodes: Iterable[int],
-    node_labels: Callable[[int], Mapping[str, str]],
+    rows: np.ndarray,
+    nodes: np.ndarray,
+    column: Callable[[str], np.ndarray],
     counts: Callable[[int, Spread], bool] | None,
     placed: Iterable[tuple[PodFacts, int]],
-) -> tuple[list[bool], Counter[str]]:
+) -> tuple[np.ndarray, Counter[str]]:
     """Per row of `rows`, whether the pod may go there by `spreads`, and the rows it may not counted by
     reason. `nodes`: every node of the cluster, of which `counts(row, spread)` says which count for a
-    constraint (its policies; None: all of them); `placed`: the pods placed (facts, row), not being
-    deleted, that the constraints may name."""
-    keys = {spread.topology_key for spread in spreads}
-    labelled = [row for row in nodes if keys <= node_labels(row).keys()]
+    constraint (its policies; None: all of them); `column(key)`: every row's value of a node label as a
+    code (-1: none); `placed`: the pods placed (facts, row), not being deleted, that the constraints may
+    name."""
+    keys = sorted({spread.topology_key for spread in spreads})
+    labelled = nodes[np.all([column(key)[nodes] >= 0 for key in keys], axis=0)]
     placed = [(other, row) for other, row in placed if other.namespace == pod.namespace]
-    limits = []  # per constraint: pods per domain, the least of any domain, the pod's own count
+    skewed = np.zeros(len(rows), bool)
     for spread in spreads:
-        counted = set(labelled) if counts is None else {row for row in labelled if counts(row, spread)}
-        domains = {node_labels(row)[spread.topology_key] for row in counted}
-        matched: Counter[str] = Counter()
+        codes = column(spread.topology_key)
+        counted = labelled if counts is None else labelled[[counts(int(row), spread) for row in labelled]]
+        inside = np.zeros(codes.shape[0], bool)
+        inside[counted] = True
+        # Pods it names per domain (code); never empty, as rows without the label read index 0 (masked).
+        matched = np.zeros(int(codes.max(initial=0)) + 1, np.int64)
         # As kube-scheduler counts: an empty selector names no pod (though the pod itself counts).
         if spread.selector is not None and spread.selector.requirements:
             for other, row in placed:
-                if row in counted and spread.selector.matches(other.labels):
-                    matched[node_labels(row)[spread.topology_key]] += 1
-        least = 0 if len(domains) < spread.min_domains else min((matched[d] for d in domains), default=0)
+                if inside[row] and spread.selector.matches(other.labels):
+                    matched[codes[row]] += 1
+        domains = np.unique(codes[counted])
+        least = 0 if len(domains) < max(spread.min_domains, 1) else int(matched[domains].min())
         itself = int(spread.selector is not None and spread.selector.matches(pod.labels))
-        limits.append((matched, least, itself))
-    verdicts: list[bool] = []
-    refused: Counter[str] = Counter()
-    for row in rows:
-        labels = node_labels(row)
-        reason = None
-        if not keys <= labels.keys():
-            reason = MISSING_LABEL
-        elif any(
-            matched[labels[spread.topology_key]] + itself - least > spread.max_skew
-            for spread, (matched, least, itself) in zip(spreads, limits, strict=True)
-        ):
-            reason = SKEWED
-        verdicts.append(reason is None)
-        if reason is not None:
-            refused[reason] += 1
-    return verdicts, refused
+        here = codes[rows]
+        skewed |= (here >= 0) & (matched[np.maximum(here, 0)] + itself - least > spread.max_skew)
+    missing = ~np.all([column(key)[rows] >= 0 for key in keys], axis=0)
+    skewed &= ~missing
+    refused = Counter(
+        {
+            reason: int(mask.sum())
+            for reason, mask in ((MISSING_LABEL, missing), (SKEWED, skewed))
+            if mask.any()
+        }
+    )
+    return ~(missing | skewed), refused
 
 
 def _constraint(item: object, where: str, labels: Mapping[str, str]) -> Spread | None:
