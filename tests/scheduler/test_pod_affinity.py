@@ -18,6 +18,7 @@ from .schedulers import pod_nodes
 from .test_scheduler_binds import MANAGED, gpu_node, setup, share_pod
 
 HOST, ZONE = "kubernetes.io/hostname", "topology.kubernetes.io/zone"
+EVERY_POD = pod_affinity.Selector(())  # an empty selector
 
 
 def node_in(name: str, zone: str) -> dict[str, Any]:
@@ -162,11 +163,11 @@ async def test_a_pod_gone_leaves_no_trace_in_the_namespace_and_anti_affinity_ind
     made, _, _ = setup(NODES, [replica("r0"), running("quiet", "a1", app="db")])
     await made.schedule_pending()
     await made.wait_for_binds()
-    assert made.cache.pods.namespace("team") == {key("r0"), key("quiet")}
+    assert set(made.cache.pods.named(["team"], EVERY_POD)) == {key("r0"), key("quiet")}
     assert list(made.cache.pods.repelling.values()) == [{key("r0")}]
     for name in ("r0", "quiet"):
         made.cache.remove_pod(key(name))
-    assert made.cache.pods.namespace("team") == set() and not made.cache.pods.repelling
+    assert not list(made.cache.pods.named(["team"], EVERY_POD)) and not made.cache.pods.repelling
     assert made.cache.pods.facts == {}
 
 
@@ -223,4 +224,8 @@ def test_the_index_finds_pods_by_the_label_a_selector_pins_and_follows_label_cha
     assert set(index.named(["team", "other"], pinned)) == {"c"}
     for uid in ("a", "b", "c"):
         index.forget(uid)
-    assert index.facts == {} and index.namespace("team") == set() and not list(index.named(["other"], loose))
+    assert (
+        index.facts == {}
+        and not list(index.named(["team"], EVERY_POD))
+        and not list(index.named(["other"], loose))
+    )

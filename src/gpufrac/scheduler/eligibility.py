@@ -163,10 +163,6 @@ class Eligibility:
             del self._columns[next(iter(self._columns))]
         return found[0]
 
-    def labels(self, row: int) -> Mapping[str, str]:
-        """The labels of the node at `row` (none for a row never seen)."""
-        return self._labels.get(row, {})
-
     def hold(self, row: int, reason: str | None) -> None:
         """Keep every pod off `row` for `reason` (the cache cannot account a pod there), or stop doing so."""
         if reason is None:

@@ -524,7 +524,10 @@ class Scheduler:
                 env_delivery=self.config.env_delivery,
                 kubelet_gpus=placement.node in self.cache.devices,
             )
-            gone = lambda: uid in self.cache.gone_assumed  # noqa: E731
+
+            def gone() -> bool:
+                return uid in self.cache.gone_assumed
+
             try:
                 timeout = self.config.volume_bind_timeout
                 await volumes.provision(self.client, pod, placement.node, timeout=timeout, gone=gone)

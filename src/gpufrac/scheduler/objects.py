@@ -137,17 +137,13 @@ def pod_scalars(pod: Obj) -> Scalars:
     """The scalar resources (`_is_scalar`) the pod requests, as `pod_total` adds them up. `ContractError` for
     a malformed amount."""
     spec = _mapping(pod.get("spec"))
-
-    def requests(container: object) -> Obj:
-        return _mapping(_mapping(_mapping(container).get("resources")).get("requests"))
-
     containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
-    names = sorted({name for container in containers for name in requests(container) if _is_scalar(name)})
+    names = sorted({name for container in containers for name in _requests(container) if _is_scalar(name)})
     if not names:
         return ()
 
     def measure(container: Obj, where: str) -> tuple[int, ...]:
-        wanted = requests(container)
+        wanted = _requests(container)
         return tuple(_scalar(name, wanted.get(name), f"{where}.resources.requests.{name}") for name in names)
 
     totals = pod_total(spec, measure)
@@ -155,6 +151,11 @@ def pod_scalars(pod: Obj) -> Scalars:
         if total > MAX_AMOUNT:
             raise contract.ContractError(f"resources.requests.{name}", str(total), "more than any node has")
     return tuple((name, total) for name, total in zip(names, totals, strict=True) if total)
+
+
+def _requests(container: object) -> Obj:
+    """A container's `resources.requests` (empty where missing or malformed)."""
+    return _mapping(_mapping(_mapping(container).get("resources")).get("requests"))
 
 
 def cpu_milli(quantity: object, where: str = "cpu") -> int:
@@ -621,9 +622,7 @@ def pod_resources(pod: Obj) -> tuple[int, int]:
         )
 
     def requests(container: Obj, where: str) -> tuple[int, int]:
-        return cpu_and_memory(
-            _mapping(_mapping(container.get("resources")).get("requests")), f"{where}.resources.requests"
-        )
+        return cpu_and_memory(_requests(container), f"{where}.resources.requests")
 
     cpu, memory = pod_total(spec, requests) or (0, 0)
     level = _mapping(_mapping(spec.get("resources")).get("requests"))

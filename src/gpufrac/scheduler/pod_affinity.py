@@ -129,8 +129,8 @@ def check_size(terms: list[Any], where: str) -> None:
 
 
 def identity(pod: Mapping[str, Any]) -> PodFacts:
-    """What another pod's terms match a pod by (its namespace and labels), without reading its own terms:
-    read for every placed pod when a pod with terms is decided."""
+    """What another pod's terms match a pod by (its namespace and labels), without reading its own terms
+    (labels the API server would refuse, not strings, are left out)."""
     meta = pod.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     namespace, labels = meta.get("namespace"), meta.get("labels")

@@ -43,9 +43,6 @@ class PodIndex:
         for key, value in facts.labels.items():
             _drop(self._labelled, (facts.namespace, key, value), uid)
 
-    def namespace(self, name: str) -> set[str]:
-        return self._in_namespace.get(name, set())
-
     def named(self, namespaces: Iterable[str], selector: Selector | None) -> Iterator[str]:
         """The uids of the pods in `namespaces` that `selector` may match (a superset: the caller matches
         them); none for no selector."""

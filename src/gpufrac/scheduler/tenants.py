@@ -252,8 +252,8 @@ class Tenants:
 
 def _asked(pod: Mapping[str, Any], reference_gpu_mib: int) -> Amounts:
     """What a pending pod asks for: nothing for one that will not be placed as it is (unreadable, or with
-    constraints gpufrac does not place by: it is reported where it is scheduled), since a demand that can
-    never run must not take a fair share, nor make a resource look contested."""
+    placement constraints gpufrac cannot read: it is reported where it is scheduled), since a demand that
+    can never run must not take a fair share, nor make a resource look contested."""
     if constraints.refusal(pod):
         return {}
     try:
