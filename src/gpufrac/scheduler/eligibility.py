@@ -37,10 +37,6 @@ def tolerates(tolerations: list[Mapping[str, Any]], taint: Mapping[str, Any]) ->
     return False
 
 
-# Label columns kept (`Eligibility.column`): the topology keys in use are a few (hostname, zone, rack).
-MAX_COLUMNS = 16
-
-
 class Eligibility:
     def __init__(
         self,
@@ -62,9 +58,12 @@ class Eligibility:
         self._why_not: dict[int, str] = {}
         self._held: dict[int, str] = {}  # rows the cache holds back, with why (`hold`)
         # Per label key that a topology key named: every row's value as a code (-1: no such label), so that
-        # pod affinity and spreads judge every node in a few array operations. The keys are the tenants'
-        # to choose, so only the last `MAX_COLUMNS` used are kept.
+        # pod affinity and spreads judge every node in a few array operations. Topology keys are the
+        # tenants' to choose, but a column is kept only for a key some node carries: node labels are the
+        # operator's, so the columns are bounded by them, and a key no node has reads `_nowhere`.
         self._columns: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
+        self._label_keys: Counter[str] = Counter()  # label key -> nodes carrying it
+        self._nowhere = np.full(0, -1, np.int32)
 
     def update(self, row: int, node: Mapping[str, Any]) -> None:
         if row >= self._usable.shape[0]:
@@ -74,6 +73,8 @@ class Eligibility:
             self._gpu_unready = np.concatenate([self._gpu_unready, extra])
             self._heartbeat = np.concatenate([self._heartbeat, np.full(extra.shape, np.nan)])
         labels = objects.node_labels_of(node)
+        self._label_keys.subtract(self._labels.get(row, {}).keys())
+        self._label_keys.update(labels.keys())
         self._labels[row] = labels
         for key, (codes, known) in self._columns.items():
             if row < codes.shape[0]:
@@ -149,18 +150,19 @@ class Eligibility:
     def column(self, key: str, size: int) -> np.ndarray:
         """Each row's value of label `key` as a code (-1: the node has no such label), for rows below `size`
         at least: rows with one value share one code."""
-        found = self._columns.pop(key, None)  # taken out and put back last: the most recently used
+        if self._label_keys[key] <= 0:  # no node has it: nothing to build, nor keep
+            if self._nowhere.shape[0] < size:
+                self._nowhere = np.full(size, -1, np.int32)
+            return self._nowhere
+        found = self._columns.get(key)
         if found is None or found[0].shape[0] < size:
             known: dict[str, int] = {}
-            codes = np.full(max(size, max(self._labels, default=-1) + 1), -1, np.int64)
+            codes = np.full(max(size, max(self._labels, default=-1) + 1), -1, np.int32)
             for row, labels in self._labels.items():
                 value = labels.get(key)
                 if value is not None and row < codes.shape[0]:
                     codes[row] = known.setdefault(value, len(known))
-            found = (codes, known)
-        self._columns[key] = found
-        while len(self._columns) > MAX_COLUMNS:
-            del self._columns[next(iter(self._columns))]
+            found = self._columns[key] = (codes, known)
         return found[0]
 
     def hold(self, row: int, reason: str | None) -> None:
