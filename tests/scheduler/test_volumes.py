@@ -11,7 +11,7 @@ import pytest
 from gpufrac.scheduler.volumes import NO_PROVISIONER, SELECTED_NODE_ANNOTATION, WAIT_FOR_FIRST_CONSUMER
 
 from ..kubeapi.apiobjects import key
-from ..kubeapi.fakeapi import FakeApi, api_error
+from ..kubeapi.fakeapi import FakeApi, api_error, until
 from .schedulers import pod_nodes
 from .test_scheduler_binds import MANAGED, gpu_node, setup, share_pod
 
@@ -203,3 +203,17 @@ async def test_a_pod_deleted_while_its_volumes_are_read_is_not_placed_nor_left_r
     await made.wait_for_binds()
     assert made.cache.state.placements == {} and made.cache.assumed == {} and made.pending == {}
     assert client.made("create", "Binding") == []
+
+
+async def test_a_bind_waiting_for_its_volume_holds_no_bind_slot() -> None:
+    """One bind at a time: the pod whose volume is still being made does not keep the next pod from
+    binding, and binds itself once its volume comes."""
+    slow = mounting(share_pod("slow", created="2024-05-01T11:00:00Z"), "cache")
+    made, client, _ = setup(NODES, [slow, share_pod("quick")], max_concurrent_binds=1, volume_bind_timeout=5)
+    client.put(claim("cache", storage_class="gp3"))
+    client.put(storage_class("gp3"))
+    await made.schedule_pending()
+    await until(lambda: bool(client.made("create", "Binding")))
+    provisioning(client)
+    await made.wait_for_binds()
+    assert [call.name for call in client.made("create", "Binding")] == ["quick", "slow"]

@@ -528,15 +528,8 @@ class Scheduler:
             def gone() -> bool:
                 return uid in self.cache.gone_assumed
 
-            try:
-                timeout = self.config.volume_bind_timeout
-                await volumes.provision(self.client, pod, placement.node, timeout=timeout, gone=gone)
-            except volumes.NotProvisioned as error:
-                raise BindError(str(error)) from None
-            except READ_ERRORS as error:
-                raise BindError(
-                    f"cannot read or name {placement.node} on the pod's claims: {error}"
-                ) from None
+            if volumes.claim_names(pod):
+                await self._provision(pod, placement.node, gone)
             await bind(self.client, pod, placement.node, plan, gone=gone)
         except PodGone as error:
             self.metrics.attempts.labels("error").inc()
@@ -570,6 +563,21 @@ class Scheduler:
                 self._cluster_changed()
         finally:
             self._slots.release()
+
+    async def _provision(self, pod: dict[str, Any], node: str, gone: Callable[[], bool]) -> None:
+        """Name `node` on the pod's delayed claims and wait for their volumes (`volumes.provision`), without
+        holding a bind slot meanwhile: a provisioner that takes minutes, or a tenant's claims that are never
+        provisioned, must not keep every other pod from binding. `BindError` when the volumes do not come."""
+        self._slots.release()
+        try:
+            timeout = self.config.volume_bind_timeout
+            await volumes.provision(self.client, pod, node, timeout=timeout, gone=gone)
+        except volumes.NotProvisioned as error:
+            raise BindError(str(error)) from None
+        except READ_ERRORS as error:
+            raise BindError(f"cannot read or name {node} on the pod's claims: {error}") from None
+        finally:
+            await self._slots.acquire()
 
     def _off_device_plugin_nodes(
         self, rows: np.ndarray, excluded: Counter[str]
