@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,7 +16,7 @@ from gpufrac.cluster.invariants import violations
 from gpufrac.cluster.model import GpuSpec, NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.engine import decide
-from gpufrac.placement.preemption import plan_eviction, plan_gang_eviction
+from gpufrac.placement.preemption import NEIGHBOUR_LOOKS, plan_eviction, plan_gang_eviction
 
 from ..cluster.builders import SM, TS, node, share_pod, whole_pod
 from .builders import policy
@@ -145,8 +146,8 @@ def gang_cluster() -> ClusterState:
     return state
 
 
-def gang(size: int) -> list[tuple[Any, None]]:
-    return [(whole_pod(f"w{i}"), None) for i in range(size)]
+def gang(size: int) -> list[tuple[Any, None, None]]:
+    return [(whole_pod(f"w{i}"), None, None) for i in range(size)]
 
 
 def test_a_gang_is_planned_for_whole_or_not_at_all() -> None:
@@ -179,7 +180,7 @@ def test_a_victim_on_a_gpu_gone_unhealthy_is_weighed_and_put_back() -> None:
     plan = plan_eviction(state, pod, BINPACK, victims={"a": 0}, max_victims=1)
     assert plan is not None and plan.victims == ("a",) and plan.placement.assignments[0].gpus == (1,)
     assert snapshot(state) == before
-    gang_plan = plan_gang_eviction(state, [(pod, None)], BINPACK, victims={"a": 0}, max_victims=1)
+    gang_plan = plan_gang_eviction(state, [(pod, None, None)], BINPACK, victims={"a": 0}, max_victims=1)
     assert gang_plan is not None and gang_plan.victims == ("a",)
     assert snapshot(state) == before
 
@@ -237,3 +238,39 @@ def test_among_victims_otherwise_alike_the_plan_loses_the_least_work() -> None:
         one_node, whole_pod("w"), BINPACK, victims={"old": 0, "new": 1}, max_victims=1, lost=lost
     )
     assert plan is not None and plan.victims == ("old",)
+
+
+def test_the_rules_of_the_pods_placed_take_the_fewest_more_victims_on_the_node_and_few_looks() -> None:
+    """`allows` stands for the scheduler's inter-pod rules: every node rules the pod out while a pod named
+    `shy-*` is on it. The plan takes the shy pod of one node (not its bystander, nor pods elsewhere), and,
+    where no node can be opened by its own pods, gives up after a bounded number of one-node looks."""
+    nodes = 200
+    state = ClusterState([node(f"n{i:03}", 1) for i in range(nodes)])
+    for i in range(nodes):
+        place_on(state, share_pod(f"by-{i:03}", 100, cpu=0), f"n{i:03}")
+        place_on(state, share_pod(f"shy-{i:03}", 100, cpu=0), f"n{i:03}")
+    looks: list[int] = []
+
+    def allows(rows: Any, gone: Any) -> Any:
+        looks.append(len(rows))
+        return np.array([f"shy-{row:03}" in gone for row in rows.tolist()])
+
+    victims = {name: 1 for name in state.placements}
+
+    def plan(allows: Any) -> Any:
+        rows = np.arange(nodes)
+        return plan_eviction(
+            state, share_pod("p", 500), BINPACK, victims=victims, max_victims=3, rows=rows, allows=allows
+        )
+
+    planned = plan(allows)
+    assert planned is not None and len(planned.victims) == 1 and planned.victims[0].startswith("shy-")
+    assert planned.placement.node == f"n{planned.victims[0][4:]}"
+
+    def never(rows: Any, gone: Any) -> Any:
+        looks.append(len(rows))
+        return np.zeros(len(rows), bool) if len(rows) == 1 else np.array([True] * len(rows))
+
+    looks.clear()
+    assert plan(never) is None
+    assert sum(1 for size in looks if size == 1) <= NEIGHBOUR_LOOKS + 1

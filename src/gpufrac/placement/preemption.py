@@ -10,11 +10,19 @@ again: its controller recreates it and it waits its turn.
 
 A gang is planned for at once (`plan_gang_eviction`): pods are evicted only if every member it still needs
 then fits, so no pod is evicted for a gang that could not run anyway.
+
+What the pods placed rule out beyond resources (the scheduler's host ports, inter-pod (anti-)affinity and
+topology spread, which the engine does not know) comes as `Allows`. As kube-scheduler's preemption, victims
+are taken on the one node the pod goes to: where those rules keep the pod off a node, more of the node's
+victims go, the cheapest first, until they let it in (those not needed then stay); a pod kept off by pods
+on other nodes (anti-affinity across a zone) is not helped. A plan never takes a pod the pod's own affinity
+needs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +33,13 @@ from gpufrac.placement.defrag import TRIALS, fewest_victims
 from gpufrac.placement.engine import decide
 from gpufrac.placement.fit import Fit, find_fit
 from gpufrac.placement.framework import Policy
+
+# Checks of `Allows` on one node that a plan may make while it looks for the victims those rules need: each
+# costs up to milliseconds in a big cluster, and a pod kept off a whole zone would try every node of it.
+NEIGHBOUR_LOOKS = 64
+
+Allows = Callable[[np.ndarray, Collection[str]], np.ndarray]
+"""Per row of those given, whether the pods placed let the pod there with the pods named not counted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,34 +58,93 @@ def plan_eviction(
     victims: Mapping[str, int],
     max_victims: int,
     rows: np.ndarray | None = None,
+    allows: Allows | None = None,
     allow: Callable[[Sequence[str]], bool] = lambda _: True,
     lost: Mapping[str, float] | None = None,
 ) -> Eviction | None:
     """The pods among `victims` (name -> priority) whose going lets `pod` in among `rows`; None when no set
-    of at most `max_victims` on one node (that `allow` accepts) does. `lost`: the work each victim would
-    lose (its GPU-seconds run; absent: none). The state is left as it was found."""
+    of at most `max_victims` on one node (that `allow` accepts) does. `allows`: what the pods placed rule
+    out, where `rows` may hold nodes they rule out as things are (see the module). `lost`: the work each
+    victim would lose (its GPU-seconds run; absent: none). The state is left as it was found."""
     lost = lost or {}
     placed = {name: priority for name, priority in victims.items() if name in state.placements}
+    looks = NEIGHBOUR_LOOKS
 
     def _cost(names: list[str]) -> tuple[float, float]:
         """The priorities a set of victims adds up to, then the work they would lose."""
         return sum(placed[name] for name in names), sum(lost.get(name, 0.0) for name in names)
 
+    def lets_in(row: int, gone: Sequence[str]) -> bool:
+        """`allows` on node `row` with `gone` not counted."""
+        return allows is None or bool(allows(np.array([row]), gone)[0])
+
+    def may_let_in(row: int, gone: Sequence[str]) -> bool:
+        """`lets_in` while the search has looks left (the trials' checks are few: they count none)."""
+        nonlocal looks
+        looks -= 1
+        return looks >= 0 and lets_in(row, gone)
+
+    ruled_out = set[int]()
+    if allows is not None and rows is not None:
+        let_in = allows(rows, ())
+        ruled_out = set(rows[~let_in].tolist())
     for ceiling in sorted(set(placed.values())):  # the lowest priorities first: only if they are not enough,
         allowed = {name for name, priority in placed.items() if priority <= ceiling}  # a higher one too
-        fit = find_fit(state.without(allowed), pod, rows=rows)
+        searched = rows
+        if allows is not None and rows is not None:  # and the nodes these victims' going could open
+            searched = rows[let_in | allows(rows, allowed)]
+        fit = find_fit(state.without(allowed), pod, rows=searched)
         candidates = []
-        for at, row in enumerate(fit.rows):
+        for at, row in enumerate(fit.rows.tolist()):
             here = [name for name in state.pods_on[row] if name in allowed]
             chosen = _allowed_victims(state, fit, at, here, allow, _cost)
+            if chosen is not None and row in ruled_out:  # none, perhaps, for its room: some for those rules
+                chosen = _neighbourly(chosen, here, functools.partial(may_let_in, row), allow, _cost)
             if chosen and len(chosen) <= max_victims:
-                candidates.append((len(chosen), *_cost(chosen), int(state.tie_rank[row]), int(row), chosen))
+                candidates.append(
+                    (len(chosen), *_cost(chosen), int(state.tie_rank[row]), row, at, here, chosen)
+                )
         candidates.sort(key=lambda candidate: candidate[:5])
-        for *_, row, chosen in candidates[:TRIALS]:
+        for *_, row, at, here, chosen in candidates[:TRIALS]:
+            if allows is not None and not lets_in(row, chosen):  # a victim the pod's own affinity needs
+                keeps = functools.partial(_both, allow, functools.partial(lets_in, row))
+                chosen = _allowed_victims(state, fit, at, here, keeps, _cost)
+                if not chosen or len(chosen) > max_victims:
+                    continue
             placement = placement_without(state, pod, policy, np.array([row]), chosen)
             if placement is not None:
                 return Eviction(placement, tuple(chosen))
     return None
+
+
+def _both(
+    first: Callable[[Sequence[str]], bool], then: Callable[[Sequence[str]], bool], names: Sequence[str]
+) -> bool:
+    return first(names) and then(names)
+
+
+def _neighbourly(
+    chosen: list[str],
+    here: list[str],
+    lets_in: Callable[[list[str]], bool],
+    allow: Callable[[Sequence[str]], bool],
+    cost: Callable[[list[str]], tuple[float, float]],
+) -> list[str] | None:
+    """`chosen` (the victims that free the pod's room on a node) with those more of `here` whose going lets
+    the pod in by the rules of the pods placed (`lets_in`): the cheapest added first until it does, then
+    each added one kept back if it is not needed, the costliest first. None when all of `here` would not
+    do, or `allow` refuses them."""
+    extra = sorted((name for name in here if name not in chosen), key=lambda name: (cost([name]), name))
+    need = list(chosen)
+    while not lets_in(need):
+        if not extra:
+            return None
+        need.append(extra.pop(0))
+    for name in sorted(need[len(chosen) :], key=lambda name: (cost([name]), name), reverse=True):
+        kept_back = [other for other in need if other != name]
+        if lets_in(kept_back):
+            need = kept_back
+    return need if allow(need) else None
 
 
 def _allowed_victims(
@@ -106,7 +180,7 @@ class GangEviction:
 
 def plan_gang_eviction(
     state: ClusterState,
-    members: Sequence[tuple[PodDemand, np.ndarray | None]],
+    members: Sequence[tuple[PodDemand, np.ndarray | None, Allows | None]],
     policy: Policy,
     *,
     victims: Mapping[str, int],
@@ -114,7 +188,8 @@ def plan_gang_eviction(
     allow: Callable[[Sequence[str]], bool] = lambda _: True,
     lost: Mapping[str, float] | None = None,
 ) -> GangEviction | None:
-    """Room for every one of `members` (each with the rows it may go on) at once, with at most `max_victims`
+    """Room for every one of `members` (each with the rows it may go on and what the pods placed rule out
+    there, as `plan_eviction` takes them) at once, with at most `max_victims`
     of `victims` evicted in all, and only if `allow` accepts them all together; None when they do not all
     fit. Members are placed in order: the first (the pod that fits nowhere, or may not be placed as things
     are) by `plan_eviction`, each other where it fits as things are, else by `plan_eviction` among the
@@ -123,8 +198,11 @@ def plan_gang_eviction(
     chosen: list[str] = []
     released: list[Placement] = []
     try:
-        for demand, rows in members:
-            outcome = decide(state, demand, policy, rows=rows) if placements else None
+        for demand, rows, allows in members:
+            outcome = None
+            if placements:
+                where = rows if allows is None or rows is None else rows[allows(rows, chosen)]
+                outcome = decide(state, demand, policy, rows=where)
             if not isinstance(outcome, Placement):
                 left = {name: priority for name, priority in victims.items() if name not in chosen}
                 so_far = tuple(chosen)
@@ -139,6 +217,7 @@ def plan_gang_eviction(
                     victims=left,
                     max_victims=max_victims - len(chosen),
                     rows=rows,
+                    allows=allows,
                     allow=allow_with_earlier,
                     lost=lost,
                 )

@@ -15,7 +15,7 @@ import contextlib
 import gc
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -88,17 +88,25 @@ class SchedulerCache:
         self, pod: Obj, *, gpus: bool = True, volumes: Sequence[tuple[affinity.Term, ...]] = ()
     ) -> tuple[np.ndarray, Counter[str]]:
         """The state rows `pod` may land on, and the other nodes counted by reason: those of the
-        eligibility filters, nodes where another pod already binds a host port it asks for, and nodes its
-        inter-pod (anti-)affinity, that of the pods there or its topology spread rules out. A bound pod
-        asked where it could be moved to is not counted against itself."""
-        rows, excluded = self.eligibility.rows_for(pod, self.state, gpus=gpus, volumes=volumes)
-        itself = objects.pod_uid(pod)
-        for judge in neighbours.JUDGES:
-            if len(rows):
-                keep, refused = judge(self, pod, itself, rows)
-                if refused:
-                    rows, excluded = rows[keep], excluded + refused
-        return rows, excluded
+        eligibility filters (`open_rows`), then those the pods placed rule out (`neighbours_allow`)."""
+        rows, excluded = self.open_rows(pod, gpus=gpus, volumes=volumes)
+        keep, refused = self.neighbours_allow(pod, rows)
+        return rows[keep], excluded + refused
+
+    def open_rows(
+        self, pod: Obj, *, gpus: bool = True, volumes: Sequence[tuple[affinity.Term, ...]] = ()
+    ) -> tuple[np.ndarray, Counter[str]]:
+        """The rows the eligibility filters leave `pod` (the node's own rules: selectors, taints, readiness,
+        volumes), whatever the pods there: where a preemption may look."""
+        return self.eligibility.rows_for(pod, self.state, gpus=gpus, volumes=volumes)
+
+    def neighbours_allow(
+        self, pod: Obj, rows: np.ndarray, gone: Collection[str] = ()
+    ) -> tuple[np.ndarray, Counter[str]]:
+        """Per row, whether the pods placed let `pod` there (host ports, inter-pod (anti-)affinity, topology
+        spread), and the rows they rule out counted by reason; the pods `gone` are not counted, as a
+        preemption weighs its victims, nor the pod itself, as a bound pod asked where it could be moved."""
+        return neighbours.allowed(self, pod, rows, {objects.pod_uid(pod), *gone})
 
     def placed_pod(self, uid: str) -> Obj | None:
         """The object of a placed pod: bound, or whose bind is in flight."""

@@ -53,15 +53,17 @@ class Evictions:
         self.pending, self.config, self.fault_domain, self.clock = pending, settings, fault_domain, clock
         self._evictable_at: tuple[float, dict[str, dict[str, int]], dict[str, list[str]]] | None = None
 
-    def _room_coming(self, demand: PodDemand, rows: np.ndarray, policy: Policy) -> bool:
-        """Whether the pod would fit among `rows` once the pods being deleted there are gone: evicted ones,
-        maybe, whose room is on its way (kept for the pod they went for by a scheduler that may since have
-        restarted and forgotten). Then nothing more is evicted until they are gone, as kube-scheduler
-        preempts no more while its victims terminate: evicting by what they still hold would take twice what
-        is needed. Pods deleted where they would not make room stop nothing, nor do pods still there
-        `STUCK_AFTER_SECONDS` past their grace period (a finalizer no one removes, a node gone) or whose
-        grace period ends over `LONGEST_WAIT_SECONDS` from now: a tenant could otherwise hold every
-        eviction on its node back for ever."""
+    def _room_coming(
+        self, pod: Mapping[str, Any], demand: PodDemand, rows: np.ndarray, policy: Policy
+    ) -> bool:
+        """Whether the pod would fit among `rows` once the pods being deleted there are gone (the room, and
+        the rules of the pods placed, without them): evicted ones, maybe, whose room is on its way (kept for
+        the pod they went for by a scheduler that may since have restarted and forgotten). Then nothing more
+        is evicted until they are gone, as kube-scheduler preempts no more while its victims terminate:
+        evicting by what they still hold would take twice what is needed. Pods deleted where they would not
+        make room stop nothing, nor do pods still there `STUCK_AFTER_SECONDS` past their grace period (a
+        finalizer no one removes, a node gone) or whose grace period ends over `LONGEST_WAIT_SECONDS` from
+        now: a tenant could otherwise hold every eviction on its node back for ever."""
         bound, pods_on = self.cache.bound, self.cache.state.pods_on
         now = self.mover.wall_clock()
         going = [
@@ -72,7 +74,10 @@ class Evictions:
             and (due := objects.deletion_due(bound[uid])) is not None
             and due - LONGEST_WAIT_SECONDS < now < due + STUCK_AFTER_SECONDS
         ]
-        return bool(going) and placement_without(self.cache.state, demand, policy, rows, going) is not None
+        if not going:
+            return False
+        rows = rows[self.cache.neighbours_allow(pod, rows, going)[0]]
+        return placement_without(self.cache.state, demand, policy, rows, going) is not None
 
     async def make_room(
         self,
@@ -80,6 +85,7 @@ class Evictions:
         pod: dict[str, Any],
         demand: PodDemand,
         rows: np.ndarray,
+        open_rows: np.ndarray,
         policy: Policy,
         *,
         capped: bool = False,
@@ -91,11 +97,14 @@ class Evictions:
         and only if the pods preempted bring it within. A gang member is planned for with the members its
         gang still needs, all at once (moves make room for one pod: none for them). A pod of
         `preemptionPolicy: Never` preempts and reclaims nothing, as Kubernetes promises; pods that opted in
-        may still be moved for it. True when pods are on their way out."""
-        rows = rows[~np.isin(rows, self.cache.hold_matrix()[0])]
-        if self._room_coming(demand, rows, policy):
+        may still be moved for it. `rows`: where it may go as things are; `open_rows`: where it may go by
+        the nodes' own rules, which victims' going may open to it (the rules of the pods there). True when
+        pods are on their way out."""
+        held = self.cache.hold_matrix()[0]
+        rows, open_rows = rows[~np.isin(rows, held)], open_rows[~np.isin(open_rows, held)]
+        if self._room_coming(pod, demand, open_rows, policy):
             return False
-        members = self._still_needed(uid, pod, demand, rows)
+        members = self._still_needed(uid, pod, demand, open_rows)
         if not members:  # a gang whose members could not all run even then: nothing is evicted for it
             return False
         if not capped and len(members) == 1:
@@ -162,8 +171,9 @@ class Evictions:
     def _still_needed(
         self, uid: str, pod: dict[str, Any], demand: PodDemand, rows: np.ndarray
     ) -> list[tuple[str, dict[str, Any], PodDemand, np.ndarray]]:
-        """The pods to make room for: the pod alone, or with the pending members of its gang that it takes
-        to reach `minMember` (oldest first); none when its gang has too few pending to get there."""
+        """The pods to make room for, each with the rows the nodes' own rules leave it among `rows`: the pod
+        alone, or with the pending members of its gang that it takes to reach `minMember` (oldest first);
+        none when its gang has too few pending to get there."""
         alone = [(uid, pod, demand, rows)]
         group = group_of(pod) if self.config.gangs else None
         spec = self.gangs.spec(group) if group is not None else None
@@ -186,7 +196,7 @@ class Evictions:
                 wanted = objects.pod_demand(body, fault_domain=self.fault_domain(body))
             except contract.ContractError:
                 continue
-            eligible, _ = self.cache.eligible_rows(body, gpus=True)
+            eligible, _ = self.cache.open_rows(body, gpus=True)
             members.append((other, body, wanted, eligible[np.isin(eligible, rows)]))
         return members if len(members) >= needed else []
 

@@ -381,11 +381,13 @@ class Scheduler:
             self.queue.park(uid, **self._order(pod))
             await self._report_failure(pod, needs.waits)
             return
-        rows, excluded = self.cache.eligible_rows(
+        open_rows, excluded = self.cache.open_rows(
             pod, gpus=bool(demand.shares or demand.whole), volumes=needs.constraints
         )
         if demand.shares and demand.whole and self.cache.devices:
-            rows, excluded = self._off_device_plugin_nodes(rows, excluded)
+            open_rows, excluded = self._off_device_plugin_nodes(open_rows, excluded)
+        allowed, refused = self.cache.neighbours_allow(pod, open_rows)
+        rows, excluded = open_rows[allowed], excluded + refused
         # A pod that would take its queue past a limit is never placed: only its queue's lower priorities
         # going may bring it within. A kept room was within the limits when its pods were evicted.
         past = None
@@ -414,7 +416,7 @@ class Scheduler:
                 isinstance(outcome, Unschedulable)
                 and self.config.max_moves
                 and await self.evictions.make_room(
-                    uid, pod, demand, rows, self.policy, capped=past is not None
+                    uid, pod, demand, rows, open_rows, self.policy, capped=past is not None
                 )
             ):
                 self.tenants.outdated()  # the queues' use, counting these evictions, before the next decision

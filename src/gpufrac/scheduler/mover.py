@@ -34,7 +34,7 @@ from gpufrac.kubeapi.client import API_ERRORS
 from gpufrac.kubeapi.eviction import evict
 from gpufrac.placement.defrag import Planner
 from gpufrac.placement.framework import Policy
-from gpufrac.placement.preemption import plan_gang_eviction
+from gpufrac.placement.preemption import Allows, plan_gang_eviction
 from gpufrac.scheduler import constraints, objects, volumes
 from gpufrac.scheduler.cache import SchedulerCache
 
@@ -218,7 +218,8 @@ class Mover:
     ) -> bool:
         """Plan and start evicting some of `victims` (uid -> priority), never to be placed again by this
         plan, so that every one of `members` (uid, pod, demand, rows: one pod, or the members a gang still
-        needs) fits at once, with at most `max_moves` evicted for each, and only sets of victims that
+        needs; rows the pods placed may rule out as things are, where victims' going may let it in) fits at
+        once, with at most `max_moves` evicted for each, and only sets of victims that
         `allow` accepts, losing the least work (`lost`) among sets otherwise alike; True when pods are on
         their way out."""
         leaving = self._leaving()
@@ -231,7 +232,7 @@ class Mover:
             return False
         plan = plan_gang_eviction(
             self.cache.snapshot(),
-            [(demand, rows) for _, _, demand, rows in members],
+            [(demand, rows, self._allows(pod)) for _, pod, demand, rows in members],
             policy,
             victims=offered,
             max_victims=self.max_moves * len(members),
@@ -246,6 +247,10 @@ class Mover:
         evicted = [*plan.victims, *(other for other in mates if other not in plan.victims)]
         rooms = [(uid, pod, plan.placements[demand.name]) for uid, pod, demand, _ in members]
         return await self._start(rooms, evicted, why)
+
+    def _allows(self, pod: Mapping[str, Any]) -> Allows:
+        """What the pods placed rule out for `pod` (`SchedulerCache.neighbours_allow`), as a plan asks it."""
+        return lambda rows, gone: self.cache.neighbours_allow(pod, rows, gone)[0]
 
     async def _start(
         self, rooms: list[tuple[str, Mapping[str, Any], Placement]], victims: list[str], why: Why

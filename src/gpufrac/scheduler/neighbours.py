@@ -1,13 +1,15 @@
 """What the pods already placed rule out for a pod, judged over the rows the eligibility pass left: host
 ports they bind, inter-pod (anti-)affinity (`pod_affinity`), topology spread (`spread`). Each judge returns,
 per row, whether the pod may go there (nothing ruled out: no judgement, every row stays) and the rows ruled
-out counted by reason. Apart from the cache, which only keeps the state they read.
+out counted by reason. Placed pods in `absent` are not counted: the pod itself (a bound pod asked where it
+could be moved to), and the victims a preemption weighs gone. Apart from the cache, which only keeps the
+state they read.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,11 +21,11 @@ if TYPE_CHECKING:
     from gpufrac.scheduler.cache import SchedulerCache
 
 Obj = Mapping[str, Any]
-Judge = Callable[["SchedulerCache", Obj, str, np.ndarray], tuple[np.ndarray, Counter[str]]]
+Judge = Callable[["SchedulerCache", Obj, Set[str], np.ndarray], tuple[np.ndarray, Counter[str]]]
 
 
 def ports_free(
-    cache: SchedulerCache, pod: Obj, itself: str, rows: np.ndarray
+    cache: SchedulerCache, pod: Obj, absent: Set[str], rows: np.ndarray
 ) -> tuple[np.ndarray, Counter[str]]:
     """Kubernetes' NodePorts: no two pods on a node bind one host port (binds in flight count)."""
     wanted = objects.host_ports(pod)
@@ -33,7 +35,7 @@ def ports_free(
         not any(
             objects.ports_clash(wanted, objects.host_ports(other))
             for uid in cache.state.pods_on[row]
-            if uid != itself and (other := cache.placed_pod(uid)) is not None
+            if uid not in absent and (other := cache.placed_pod(uid)) is not None
         )
         for row in rows.tolist()
     ]
@@ -44,12 +46,12 @@ def ports_free(
 
 
 def pod_terms_kept(
-    cache: SchedulerCache, pod: Obj, itself: str, rows: np.ndarray
+    cache: SchedulerCache, pod: Obj, absent: Set[str], rows: np.ndarray
 ) -> tuple[np.ndarray, Counter[str]]:
     """InterPodAffinity: the pod's own terms, and the anti-affinity of the pods placed."""
     facts = pod_affinity.bound_facts(pod)
     repelling = {
-        term: (row for uid in holders if uid != itself and (row := cache.row_of(uid)) is not None)
+        term: (row for uid in holders if uid not in absent and (row := cache.row_of(uid)) is not None)
         for term, holders in cache.pods.repelling.items()
     }
     if not (facts.has_terms or repelling):
@@ -62,14 +64,14 @@ def pod_terms_kept(
         facts,
         rows,
         columns(cache),
-        named=located(cache, itself, names),
+        named=located(cache, absent, names),
         repelling=repelling,
         namespace_labels=cache.namespace_labels,
     )
 
 
 def spread_kept(
-    cache: SchedulerCache, pod: Obj, itself: str, rows: np.ndarray
+    cache: SchedulerCache, pod: Obj, absent: Set[str], rows: np.ndarray
 ) -> tuple[np.ndarray, Counter[str]]:
     """PodTopologySpread: the pod's constraints that must hold."""
     try:
@@ -102,7 +104,7 @@ def spread_kept(
         np.flatnonzero(cache.state.active),
         columns(cache),
         counts if ruled else None,
-        located(cache, itself, names - going),
+        located(cache, absent, names - going),
     )
 
 
@@ -113,14 +115,32 @@ def columns(cache: SchedulerCache) -> Callable[[str], np.ndarray]:
 
 
 def located(
-    cache: SchedulerCache, itself: str, uids: Iterable[str]
+    cache: SchedulerCache, absent: Set[str], uids: Iterable[str]
 ) -> list[tuple[pod_affinity.PodFacts, int]]:
-    """The placed pods among `uids` but `itself`, with their rows."""
+    """The placed pods among `uids` but those `absent`, with their rows."""
     return [
         (cache.pods.facts[uid], row)
         for uid in uids
-        if uid != itself and (row := cache.row_of(uid)) is not None and uid in cache.pods.facts
+        if uid not in absent and (row := cache.row_of(uid)) is not None and uid in cache.pods.facts
     ]
 
 
 JUDGES: tuple[Judge, ...] = (ports_free, pod_terms_kept, spread_kept)
+
+
+def allowed(
+    cache: SchedulerCache, pod: Obj, rows: np.ndarray, absent: Set[str]
+) -> tuple[np.ndarray, Counter[str]]:
+    """Per row, whether no judge rules the pod out there, and the rows ruled out counted by the first judge
+    that did; each judge sees only the rows the ones before it left."""
+    keep = np.ones(len(rows), bool)
+    refused: Counter[str] = Counter()
+    for judge in JUDGES:
+        left = np.flatnonzero(keep)
+        if not left.size:
+            break
+        kept, why = judge(cache, pod, absent, rows[left])
+        if why:
+            keep[left[~kept]] = False
+            refused += why
+    return keep, refused

@@ -38,6 +38,7 @@ from ...kubeapi.fakeapi import FakeApi, FakeClock, api_error
 
 GPU_MIB = 10_000
 TS, SM = contract.ComputeMode.TIME_SLICING.value, contract.ComputeMode.SM_SHARING.value
+HOSTNAME, ZONE = "kubernetes.io/hostname", "topology.kubernetes.io/zone"
 ANY = "*"  # binds somewhere
 PREEMPTED, RECLAIMED, MOVED = PREEMPT.reason, RECLAIM.reason, MOVE.reason
 EPOCH = 1_714_564_800.0  # 2024-05-01T12:00:00Z, the wall clock when a scenario starts
@@ -60,6 +61,20 @@ class Node:
     cpu: str = "16"
     mem: str = "64Gi"
     cordoned: bool = False
+    zone: str = ""  # its `topology.kubernetes.io/zone` label, if any (every node has its hostname's)
+
+
+@dataclass(frozen=True)
+class Neighbourly:
+    """What a pod says of the pods around it, each a label `key=value`: its own `labels`, a required
+    `anti`-affinity and `affinity` to pods so labelled (on the same node, or in the same zone with
+    `by_zone`), and a `spread` of pods so labelled over nodes (maxSkew 1, DoNotSchedule)."""
+
+    labels: str = ""  # comma-separated
+    anti: str = ""
+    affinity: str = ""
+    spread: str = ""
+    by_zone: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,6 +96,7 @@ class Run:
     overdue: float = 0.0  # with `terminating`, seconds since it was to be gone (its deletionTimestamp)
     movable: bool = False  # its tenant consented to moves, and a controller recreates it
     scheduler: str = "gpufrac"
+    rules: Neighbourly = Neighbourly()
 
 
 @dataclass(frozen=True)
@@ -100,6 +116,7 @@ class Ask:
     arrives: int = 0
     never_preempts: bool = False  # `preemptionPolicy: Never`
     unreadable: bool = False  # a topology spread constraint the API server would refuse (maxSkew 0)
+    rules: Neighbourly = Neighbourly()
 
 
 @dataclass(frozen=True)
@@ -263,6 +280,7 @@ def _state(api: ScenarioApi, made: Scheduler) -> tuple[Any, ...]:
 def _node(name: str, spec: Node) -> dict[str, Any]:
     return node(
         name,
+        labels={HOSTNAME: name, **({ZONE: spec.zone} if spec.zone else {})},
         gpus=spec.gpus,
         memory=spec.mib,
         cpu=spec.cpu,
@@ -283,12 +301,39 @@ def _pod_group(name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
     return {"kind": podgroups.KIND, "metadata": {"name": name, "namespace": NAMESPACE}, "spec": dict(spec)}
 
 
-def _labelled(body: dict[str, Any], queue: str, group: str) -> dict[str, Any]:
+def _labelled(body: dict[str, Any], queue: str, group: str, rules: Neighbourly) -> dict[str, Any]:
     labels = {queues.QUEUE_LABEL: queue} if queue else {}
     if group:
         labels[podgroups.POD_GROUP_LABEL] = group
+    labels.update(_label(pair) for pair in rules.labels.split(",") if pair)
     body["metadata"]["labels"] = labels
+    key = ZONE if rules.by_zone else HOSTNAME
+
+    def terms(selector: str) -> list[dict[str, Any]]:
+        return [{"labelSelector": {"matchLabels": dict([_label(selector)])}, "topologyKey": key}]
+
+    affinity = {
+        kind: {"requiredDuringSchedulingIgnoredDuringExecution": terms(selector)}
+        for kind, selector in (("podAntiAffinity", rules.anti), ("podAffinity", rules.affinity))
+        if selector
+    }
+    if affinity:
+        body["spec"]["affinity"] = affinity
+    if rules.spread:
+        body["spec"]["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": key,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": dict([_label(rules.spread)])},
+            }
+        ]
     return body
+
+
+def _label(pair: str) -> tuple[str, str]:
+    name, _, value = pair.partition("=")
+    return name, value
 
 
 def _running(name: str, run: Run) -> dict[str, Any]:
@@ -327,7 +372,7 @@ def _running(name: str, run: Run) -> dict[str, Any]:
     if run.movable:
         body["metadata"]["annotations"][keys.MOVABLE_ANNOTATION] = "true"
         body["metadata"]["ownerReferences"] = [OWNER]
-    return _labelled(body, run.queue, run.group)
+    return _labelled(body, run.queue, run.group, run.rules)
 
 
 def _pending(name: str, ask: Ask, order: int) -> dict[str, Any]:
@@ -349,7 +394,7 @@ def _pending(name: str, ask: Ask, order: int) -> dict[str, Any]:
         body["spec"]["preemptionPolicy"] = "Never"
     if ask.unreadable:
         body["spec"]["topologySpreadConstraints"] = [{"maxSkew": 0, "topologyKey": "kubernetes.io/hostname"}]
-    return _labelled(body, ask.queue, ask.group)
+    return _labelled(body, ask.queue, ask.group, ask.rules)
 
 
 def _stamp(seconds: float) -> str:
