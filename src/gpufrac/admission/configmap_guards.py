@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gpufrac.admission import exchange, settings, shapes
 from gpufrac.contract import keys
+from gpufrac.kubeapi import fields
 
 
 def validate(request: exchange.Request, policy: settings.Policy) -> exchange.Decision:
@@ -16,8 +17,8 @@ def validate(request: exchange.Request, policy: settings.Policy) -> exchange.Dec
     guarded = False
     for obj in (request.object, request.old_object):
         meta = shapes.metadata_of(obj)
-        names += [shapes.as_str(meta.get("name")), shapes.as_str(meta.get("generateName"))]
-        guarded = guarded or keys.ENV_CONFIGMAP_LABEL in shapes.as_mapping(meta.get("labels"))
+        names += [fields.as_str(meta.get("name")), fields.as_str(meta.get("generateName"))]
+        guarded = guarded or keys.ENV_CONFIGMAP_LABEL in fields.as_mapping(meta.get("labels"))
     guarded = guarded or any(name.startswith(keys.ENV_CONFIGMAP_PREFIX) for name in names)
     if not guarded or policy.is_scheduler(request.user):
         return exchange.ALLOW

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpufrac.admission import shapes
 from gpufrac.contract.errors import brief
+from gpufrac.kubeapi import fields
 
 API_VERSION = "admission.k8s.io/v1"
 
@@ -38,8 +39,8 @@ class Request:
         meta = shapes.metadata_of(self.object or self.old_object)
         name = (
             self.name
-            or shapes.as_str(meta.get("name"))
-            or (shapes.as_str(meta.get("generateName")) + "<generated>")
+            or fields.as_str(meta.get("name"))
+            or (fields.as_str(meta.get("generateName")) + "<generated>")
         )
         return f"{self.namespace}/{name}" if self.namespace else name
 

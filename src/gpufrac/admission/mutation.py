@@ -36,6 +36,7 @@ from typing import Any
 from gpufrac import contract
 from gpufrac.admission import exchange, gpu_env, settings, shapes
 from gpufrac.contract import keys, memory_resource
+from gpufrac.kubeapi import fields
 
 MPS_VOLUME = "gpufrac-mps"
 
@@ -64,7 +65,7 @@ def mutate(
         asked = contract.parse_pod(pod)
     except (shapes.Malformed, contract.ContractError):
         return exchange.ALLOW
-    spec = shapes.as_mapping(pod.get("spec"))
+    spec = fields.as_mapping(pod.get("spec"))
     scheduler = spec.get("schedulerName")
     whole_for_gpufrac = bool(asked.whole) and scheduler == policy.scheduler_name
     if (
@@ -152,12 +153,12 @@ def _delivery_patch(
 ) -> list[dict[str, Any]]:
     """An `envFrom` on each GPU container to its own env ConfigMap (one per container, since `envFrom`
     imports a whole ConfigMap), and the MPS pipe directory for sm-sharing containers."""
-    spec = shapes.as_mapping(pod.get("spec"))
+    spec = fields.as_mapping(pod.get("spec"))
     containers, index = _containers(pod)
     patch: list[dict[str, Any]] = []
     for name in gpu_containers(asked):
         i = index[name]
-        container = shapes.as_mapping(containers[i])
+        container = fields.as_mapping(containers[i])
         source = {"configMapRef": {"name": keys.env_configmap_name(base, name), "optional": False}}
         patch.append(_append(f"/spec/containers/{i}/envFrom", container.get("envFrom"), source))
     sm_sharing = sm_sharing_containers(asked)
@@ -167,7 +168,7 @@ def _delivery_patch(
         patch.append(
             _append(
                 f"/spec/containers/{i}/volumeMounts",
-                shapes.as_mapping(containers[i]).get("volumeMounts"),
+                fields.as_mapping(containers[i]).get("volumeMounts"),
                 mount,
             )
         )
@@ -178,7 +179,7 @@ def _delivery_patch(
         }
         volumes = spec.get("volumes")
         existing = [
-            i for i, v in enumerate(shapes.as_list(volumes)) if shapes.as_mapping(v).get("name") == MPS_VOLUME
+            i for i, v in enumerate(fields.as_list(volumes)) if fields.as_mapping(v).get("name") == MPS_VOLUME
         ]
         if existing:
             patch.append({"op": "replace", "path": f"/spec/volumes/{existing[0]}", "value": volume})
@@ -204,7 +205,7 @@ def _resource_patch(
     patch: list[dict[str, Any]] = []
     for name, quantity in counted(asked, reference_mib).items():
         path = f"/spec/containers/{index[name]}/resources"
-        resources = shapes.as_mapping(containers[index[name]]).get("resources")
+        resources = fields.as_mapping(containers[index[name]]).get("resources")
         if not isinstance(resources, Mapping):
             patch.append({"op": "add", "path": path, "value": {}})
             resources = {}
@@ -218,13 +219,13 @@ def _resource_patch(
 
 def _no_gpu_patch(pod: Mapping[str, Any], asked: contract.PodGpuRequest) -> list[dict[str, Any]]:
     """`NVIDIA_VISIBLE_DEVICES=void` last in the `env` of every container the contract gives no GPU."""
-    spec = shapes.as_mapping(pod.get("spec"))
+    spec = fields.as_mapping(pod.get("spec"))
     gpu = set(gpu_containers(asked))
     variable = {"name": keys.ENV_VISIBLE_DEVICES, "value": gpu_env.NO_GPU}
     patch = []
     for kind in ("containers", "initContainers"):
-        for i, entry in enumerate(shapes.as_list(spec.get(kind))):
-            entry = shapes.as_mapping(entry)
+        for i, entry in enumerate(fields.as_list(spec.get(kind))):
+            entry = fields.as_mapping(entry)
             if kind == "containers" and entry.get("name") in gpu:
                 continue
             patch.append(_append(f"/spec/{kind}/{i}/env", entry.get("env"), variable))
@@ -233,9 +234,9 @@ def _no_gpu_patch(pod: Mapping[str, Any], asked: contract.PodGpuRequest) -> list
 
 def _containers(pod: Mapping[str, Any]) -> tuple[Sequence[object], dict[str, int]]:
     """The pod's regular containers, and each one's position by name: what a JSON Pointer names."""
-    containers = shapes.as_list(shapes.as_mapping(pod.get("spec")).get("containers"))
+    containers = fields.as_list(fields.as_mapping(pod.get("spec")).get("containers"))
     return containers, {
-        shapes.as_str(shapes.as_mapping(entry).get("name")): i for i, entry in enumerate(containers)
+        fields.as_str(fields.as_mapping(entry).get("name")): i for i, entry in enumerate(containers)
     }
 
 

@@ -32,6 +32,7 @@ from gpufrac.admission import exchange, gpu_env, host_paths, mutation, settings,
 from gpufrac.contract import keys, memory_resource, queues
 from gpufrac.contract.errors import brief
 from gpufrac.contract.queues import QueueSpec
+from gpufrac.kubeapi import fields
 
 ALL_KINDS = ("containers", "initContainers", "ephemeralContainers")
 # The NVIDIA runtime reads a volume mounted below this path in a container as a request for the GPU the
@@ -156,11 +157,11 @@ def _capped_env(pod: Mapping[str, Any], asked: contract.PodGpuRequest) -> exchan
     beats the env ConfigMap that delivers the cap, so it would lift the cap up to the MPS daemon's own."""
     capped = {share.container for share in asked.shares if share.compute_percent is not None}
     for kind, container in shapes.containers_by_list(pod):
-        name = shapes.as_str(container.get("name"))
+        name = fields.as_str(container.get("name"))
         if kind != "containers" or name not in capped:
             continue
-        for variable in shapes.as_list(container.get("env")):
-            if shapes.as_str(shapes.as_mapping(variable).get("name")) == keys.ENV_MPS_THREAD_PERCENTAGE:
+        for variable in fields.as_list(container.get("env")):
+            if fields.as_str(fields.as_mapping(variable).get("name")) == keys.ENV_MPS_THREAD_PERCENTAGE:
                 return exchange.deny(
                     "env",
                     f'container "{brief(name)}" sets {keys.ENV_MPS_THREAD_PERCENTAGE} in its env, which '
@@ -177,7 +178,7 @@ def _untrusted_sm_sharing(pod: Mapping[str, Any], asked: contract.PodGpuRequest)
     shared = [share.container for share in asked.shares if share.mode is contract.ComputeMode.SM_SHARING]
     if not shared:
         return None
-    namespace = brief(shapes.as_str(shapes.metadata_of(pod).get("namespace")))
+    namespace = brief(fields.as_str(shapes.metadata_of(pod).get("namespace")))
     return exchange.deny(
         "untrusted-sm-sharing",
         f'container "{brief(shared[0])}" asks for sm-sharing, but namespace "{namespace}" is not trusted '
@@ -226,11 +227,11 @@ def _targets(obj: Mapping[str, Any], gpus: _Gpus) -> exchange.Decision | None:
     namespace, where the share's /proc/<pid>/root reaches the MPS pipes only the share may mount: the
     reason shareProcessNamespace is refused beside one."""
     for kind, container in shapes.containers_by_list(obj):
-        target = shapes.as_str(container.get("targetContainerName"))
+        target = fields.as_str(container.get("targetContainerName"))
         if kind == "ephemeralContainers" and target in gpus.sm_sharing:
             return exchange.deny(
                 "privileged",
-                f'ephemeral container "{brief(shapes.as_str(container.get("name")))}" targets '
+                f'ephemeral container "{brief(fields.as_str(container.get("name")))}" targets '
                 f'"{brief(target)}", an sm-sharing share, whose processes reach the MPS pipes through '
                 "/proc/<pid>/root, though only the share may mount them; debug without --target, or a copy "
                 "of the pod (kubectl debug --copy-to)",
@@ -347,14 +348,14 @@ def _reserved_env(pod: Mapping[str, Any], kinds: Collection[str]) -> exchange.De
     for kind, container in shapes.containers_by_list(pod):
         if kind not in kinds:
             continue
-        where = f'container "{brief(shapes.as_str(container.get("name")))}"'
-        for variable in shapes.as_list(container.get("env")):
-            variable = shapes.as_mapping(variable)
-            name = shapes.as_str(variable.get("name"))
+        where = f'container "{brief(fields.as_str(container.get("name")))}"'
+        for variable in fields.as_list(container.get("env")):
+            variable = fields.as_mapping(variable)
+            name = fields.as_str(variable.get("name"))
             if gpu_env.is_reserved(name) and not gpu_env.is_narrowing(name, variable.get("value")):
                 return exchange.deny("env", f"{where} sets {brief(name)} in its env: {_GPU_ENV_FIX}")
-        for source in shapes.as_list(container.get("envFrom")):
-            prefix = shapes.as_str(shapes.as_mapping(source).get("prefix"))
+        for source in fields.as_list(container.get("envFrom")):
+            prefix = fields.as_str(fields.as_mapping(source).get("prefix"))
             if spelled := gpu_env.spelled_with_prefix(prefix):
                 return exchange.deny(
                     "env",
@@ -379,21 +380,21 @@ def _privileged(pod: Mapping[str, Any], gpus: _Gpus, kinds: Collection[str]) -> 
     for kind, container in shapes.containers_by_list(pod):
         if kind not in kinds:
             continue
-        where = f'container "{brief(shapes.as_str(container.get("name")))}"'
-        security = shapes.as_mapping(container.get("securityContext"))
+        where = f'container "{brief(fields.as_str(container.get("name")))}"'
+        security = fields.as_mapping(container.get("securityContext"))
         if security.get("privileged") is True:
             return exchange.deny(
                 "privileged",
                 f"{where} is privileged {pod_words}: a privileged container sees every GPU on its node, so "
                 "no share boundary holds for it; drop securityContext.privileged",
             )
-        added = shapes.as_list(shapes.as_mapping(security.get("capabilities")).get("add"))
+        added = fields.as_list(fields.as_mapping(security.get("capabilities")).get("add"))
         for capability in added:
-            name = shapes.as_str(capability).upper().removeprefix("CAP_")
+            name = fields.as_str(capability).upper().removeprefix("CAP_")
             if name not in BASELINE_CAPABILITIES:
                 return exchange.deny(
                     "privileged",
-                    f"{where} adds capability {brief(shapes.as_str(capability))} {pod_words}: only Pod "
+                    f"{where} adds capability {brief(fields.as_str(capability))} {pod_words}: only Pod "
                     "Security's baseline capabilities are allowed there, since the others can reach past the "
                     "device rules that keep the node's other GPUs out; drop it from "
                     "securityContext.capabilities.add",
@@ -431,7 +432,7 @@ def _env_configmap(
     the `envFrom` of each GPU container: bound without it, it would run without its limits.
     """
     own = shapes.annotations_of(pod).get(keys.ENV_CONFIGMAP_ANNOTATION)
-    spec = shapes.as_mapping(pod.get("spec"))
+    spec = fields.as_mapping(pod.get("spec"))
     for_gpufrac = spec.get("schedulerName") == policy.scheduler_name
     asks = bool(asked.shares or asked.whole)
     if own is not None:
@@ -467,20 +468,20 @@ def _delivery(
     `envFrom` (later sources win, so a tenant source after it would override its devices and limits), and
     `NVIDIA_VISIBLE_DEVICES=void` as the last `env` of every other container (env wins over every
     `envFrom`). Without them the pod did not pass the mutation, or was changed after it."""
-    spec = shapes.as_mapping(pod.get("spec"))
+    spec = fields.as_mapping(pod.get("spec"))
     if spec.get("schedulerName") != policy.scheduler_name or not (asked.shares or asked.whole):
         return None
     own = shapes.annotations_of(pod).get(keys.ENV_CONFIGMAP_ANNOTATION)
     base = own if isinstance(own, str) else None
     gpu = set(mutation.gpu_containers(asked))
     for kind in ("containers", "initContainers"):
-        for container in shapes.as_list(spec.get(kind)):
-            container = shapes.as_mapping(container)
-            name = shapes.as_str(container.get("name"))
+        for container in fields.as_list(spec.get(kind)):
+            container = fields.as_mapping(container)
+            name = fields.as_str(container.get("name"))
             if kind == "containers" and name in gpu:
                 if policy.env_delivery != contract.EnvDelivery.CONFIGMAP:
                     continue
-                sources = shapes.as_list(container.get("envFrom"))
+                sources = fields.as_list(container.get("envFrom"))
                 if not base or not sources or not _delivers(sources[-1], keys.env_configmap_name(base, name)):
                     return exchange.deny(
                         "delivery",
@@ -488,9 +489,9 @@ def _delivery(
                         f"gpufrac env ConfigMap, without a prefix and not optional: {_UNMUTATED}",
                     )
                 continue
-            variables = shapes.as_list(container.get("env"))
-            last = shapes.as_mapping(variables[-1]) if variables else {}
-            variable = shapes.as_str(last.get("name"))
+            variables = fields.as_list(container.get("env"))
+            last = fields.as_mapping(variables[-1]) if variables else {}
+            variable = fields.as_str(last.get("name"))
             if set(last) != {"name", "value"} or not gpu_env.is_narrowing(variable, last.get("value")):
                 return exchange.deny(
                     "delivery",
@@ -504,8 +505,8 @@ def _delivers(source: object, configmap: str) -> bool:
     """Whether an `envFrom` entry imports `configmap` as the mutation writes it: without a prefix, which
     would rename `NVIDIA_VISIBLE_DEVICES` and the limits to variables nothing reads (leaving the image's
     `NVIDIA_VISIBLE_DEVICES=all`), and not optional, which would let the container start without them."""
-    entry = shapes.as_mapping(source)
-    ref = shapes.as_mapping(entry.get("configMapRef"))
+    entry = fields.as_mapping(source)
+    ref = fields.as_mapping(entry.get("configMapRef"))
     return ref.get("name") == configmap and not entry.get("prefix") and ref.get("optional") in (None, False)
 
 
@@ -516,13 +517,13 @@ def _memory_resource(
     another scheduler may go without it, since gpufrac's mutation left it alone."""
     resource = memory_resource.GPU_MEMORY_RESOURCE
     counted = mutation.counted(asked, policy.fraction_reference_mib)
-    ours = shapes.as_mapping(pod.get("spec")).get("schedulerName") == policy.scheduler_name
+    ours = fields.as_mapping(pod.get("spec")).get("schedulerName") == policy.scheduler_name
     for kind, container in shapes.containers_by_list(pod):
-        name = shapes.as_str(container.get("name"))
+        name = fields.as_str(container.get("name"))
         want = counted.get(name) if kind == "containers" else None
-        resources = shapes.as_mapping(container.get("resources"))
+        resources = fields.as_mapping(container.get("resources"))
         for field in ("requests", "limits"):
-            have = shapes.as_mapping(resources.get(field)).get(resource)
+            have = fields.as_mapping(resources.get(field)).get(resource)
             where = f'container "{brief(name)}" {field} {resource}'
             if have is None:
                 if want is not None and ours:
@@ -558,7 +559,7 @@ def _foreign_env_configmaps(
     for kind, container in shapes.containers_by_list(pod):
         if kind not in kinds:
             continue
-        name = shapes.as_str(container.get("name"))
+        name = fields.as_str(container.get("name"))
         mine = (
             keys.env_configmap_name(gpus.base, name)
             if gpus.base and kind == "containers" and name in gpus.gpu
@@ -578,7 +579,7 @@ def _foreign_env_configmaps(
             if ref.startswith(keys.ENV_CONFIGMAP_PREFIX):
                 return exchange.deny(
                     "env-configmap-ref",
-                    f'volume "{brief(shapes.as_str(volume.get("name")))}" mounts ConfigMap "{brief(ref)}", '
+                    f'volume "{brief(fields.as_str(volume.get("name")))}" mounts ConfigMap "{brief(ref)}", '
                     f"{_whose(ref, gpus.base)} gpufrac env ConfigMap, {_ENV_CONFIGMAP_FIX}",
                 )
     return None
@@ -612,9 +613,9 @@ def _host_paths(
     for volume in shapes.volumes(pod):
         if "hostPath" not in volume:
             continue
-        path = shapes.as_str(shapes.as_mapping(volume.get("hostPath")).get("path"))
+        path = fields.as_str(fields.as_mapping(volume.get("hostPath")).get("path"))
         canonical = host_paths.canonical(path)
-        name = shapes.as_str(volume.get("name"))
+        name = fields.as_str(volume.get("name"))
         if name == mutation.MPS_VOLUME and sm_sharing and canonical == root:
             continue
         if why := host_paths.reaches(path, root):
@@ -640,9 +641,9 @@ def _mounts(pod: Mapping[str, Any], gpus: _Gpus, kinds: Collection[str]) -> exch
     for kind, container in shapes.containers_by_list(pod):
         if kind not in kinds:
             continue
-        name = shapes.as_str(container.get("name"))
-        for mount in shapes.as_list(container.get("volumeMounts")):
-            mount = shapes.as_mapping(mount)
+        name = fields.as_str(container.get("name"))
+        for mount in fields.as_list(container.get("volumeMounts")):
+            mount = fields.as_mapping(mount)
             if mount.get("name") == mutation.MPS_VOLUME and not (
                 kind == "containers" and name in gpus.sm_sharing
             ):
@@ -652,7 +653,7 @@ def _mounts(pod: Mapping[str, Any], gpus: _Gpus, kinds: Collection[str]) -> exch
                     "directory, which only the sm-sharing share containers it was added for may mount; "
                     "remove the volumeMount",
                 )
-            path = host_paths.canonical(shapes.as_str(mount.get("mountPath")))
+            path = host_paths.canonical(fields.as_str(mount.get("mountPath")))
             if path.startswith(DEVICE_REQUEST_PATH):
                 return exchange.deny(
                     "device-mount",

@@ -9,10 +9,11 @@ rule cannot raise on what `check_pod` was not asked to check; the rules run only
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gpufrac.contract.errors import brief
+from gpufrac.kubeapi.fields import as_list, as_mapping
 
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 # The most annotations a pod may carry for the webhook to read them all; far above any real pod's, far
@@ -95,18 +96,6 @@ def _check(value: object, schema: object, where: str) -> None:
 
 
 _KINDS: dict[type, str] = {str: "a string", bool: "a boolean", Mapping: "an object"}
-
-
-def as_mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def as_list(value: object) -> Sequence[object]:
-    return value if isinstance(value, list) else []
-
-
-def as_str(value: object) -> str:
-    return value if isinstance(value, str) else ""
 
 
 def metadata_of(obj: object) -> Mapping[str, Any]:

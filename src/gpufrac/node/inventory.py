@@ -16,8 +16,9 @@ from typing import Any, Protocol
 from gpufrac.contract import memory_resource, node_inventory
 from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement, GpuInfo
 from gpufrac.contract.quantity import MIB, format_mib, parse_quantity
+from gpufrac.kubeapi.fields import as_list, as_mapping
 from gpufrac.node.nvml import GpuSample, Snapshot
-from gpufrac.node.watchdog import Mode, as_list, as_mapping
+from gpufrac.node.watchdog import Mode
 
 # What a CUDA context takes before its process allocates anything: the context's own allocations (its
 # code modules, stack and printf/malloc heaps), a few hundred MiB on current GPUs, outside any share. A

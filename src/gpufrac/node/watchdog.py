@@ -35,6 +35,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpufrac import contract
+from gpufrac.kubeapi.fields import as_list, as_mapping, is_sidecar
 from gpufrac.node import procfs
 from gpufrac.node.nvml import MIB
 
@@ -238,9 +239,7 @@ def _sidecars(pod: Mapping[str, Any]) -> set[str]:
     """Init containers that keep running beside the app (`restartPolicy: Always`)."""
     spec = as_mapping(pod.get("spec"))
     return {
-        str(as_mapping(init).get("name"))
-        for init in as_list(spec.get("initContainers"))
-        if as_mapping(init).get("restartPolicy") == "Always"
+        str(as_mapping(init).get("name")) for init in as_list(spec.get("initContainers")) if is_sidecar(init)
     }
 
 
@@ -249,16 +248,6 @@ def _priority(pod: Mapping[str, Any]) -> int:
     where it is absent or not a whole number."""
     value = as_mapping(pod.get("spec")).get("priority")
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def as_mapping(value: object) -> Mapping[str, Any]:
-    """A field of an API object as a map, or an empty one: the agent reads pods it did not check."""
-    return value if isinstance(value, Mapping) else {}
-
-
-def as_list(value: object) -> list[Any]:
-    """A field of an API object as a list, or an empty one."""
-    return value if isinstance(value, list) else []
 
 
 def _short(text: str) -> str:

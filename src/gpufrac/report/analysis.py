@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from gpufrac import contract
 from gpufrac.cluster.model import PodDemand
 from gpufrac.contract import keys, node_inventory
+from gpufrac.kubeapi.fields import as_mapping
 
 MIB = 1024 * 1024
 NOT_MEASURED = "not measured"
@@ -179,12 +180,12 @@ def _bound_gpu_pods(pods: Iterable[Mapping[str, object]]) -> tuple[list[_Bound],
     GPU is counted through the shares on it). A pod whose contract cannot be read is set aside with why."""
     bound, skipped = [], []
     for pod in pods:
-        metadata = _mapping(pod.get("metadata"))
-        spec, status = _mapping(pod.get("spec")), _mapping(pod.get("status"))
+        metadata = as_mapping(pod.get("metadata"))
+        spec, status = as_mapping(pod.get("spec")), as_mapping(pod.get("status"))
         node = spec.get("nodeName")
         if not node or status.get("phase") in DONE_PHASES:
             continue
-        if _mapping(metadata.get("labels")).get(keys.RESERVATION_LABEL) == "true":
+        if as_mapping(metadata.get("labels")).get(keys.RESERVATION_LABEL) == "true":
             continue
         name = f"{metadata.get('namespace')}/{metadata.get('name')}"
         try:
@@ -247,7 +248,3 @@ def _shares(bound: Sequence[_Bound], samples: Sequence[ShareSample]) -> tuple[Sh
         for share in pod.placement.shares
         for device in share.devices
     )
-
-
-def _mapping(value: object) -> Mapping[str, object]:
-    return value if isinstance(value, Mapping) else {}

@@ -26,6 +26,7 @@ from gpufrac import contract
 from gpufrac.cluster.model import Assignment, GpuSpec, NodeSpec, Placement, PodDemand, Scalars
 from gpufrac.contract import keys, node_inventory
 from gpufrac.contract.memory_resource import GPU_MEMORY_RESOURCE
+from gpufrac.kubeapi.fields import as_mapping, is_sidecar
 
 Obj = Mapping[str, Any]
 log = logging.getLogger("gpufrac.scheduler")
@@ -39,18 +40,13 @@ MAX_AMOUNT = 2**50
 _MAX_PRIORITY = 2**31  # Kubernetes priorities are int32
 
 
-def _mapping(value: object) -> Obj:
-    # A JSON object is a dict: its exact-type test is far cheaper than the Mapping ABC's, on every field read.
-    return value if type(value) is dict or isinstance(value, Mapping) else {}
-
-
 def meta(obj: Obj) -> Obj:
-    return _mapping(obj.get("metadata"))
+    return as_mapping(obj.get("metadata"))
 
 
 def text_field(obj: Obj, part: str, name: str) -> str:
     """`obj[part][name]` when it is a string, else "": identity fields of an object that may be malformed."""
-    value = _mapping(obj.get(part)).get(name)
+    value = as_mapping(obj.get(part)).get(name)
     return value if isinstance(value, str) else ""
 
 
@@ -136,7 +132,7 @@ def _scalar(name: str, value: object, where: str, *, offered: bool = False) -> i
 def pod_scalars(pod: Obj) -> Scalars:
     """The scalar resources (`_is_scalar`) the pod requests, as `pod_total` adds them up. `ContractError` for
     a malformed amount."""
-    spec = _mapping(pod.get("spec"))
+    spec = as_mapping(pod.get("spec"))
     containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
     names = sorted({name for container in containers for name in _requests(container) if _is_scalar(name)})
     if not names:
@@ -155,7 +151,7 @@ def pod_scalars(pod: Obj) -> Scalars:
 
 def _requests(container: object) -> Obj:
     """A container's `resources.requests` (empty where missing or malformed)."""
-    return _mapping(_mapping(_mapping(container).get("resources")).get("requests"))
+    return as_mapping(as_mapping(as_mapping(container).get("resources")).get("requests"))
 
 
 def cpu_milli(quantity: object, where: str = "cpu") -> int:
@@ -297,7 +293,7 @@ def node_spec(node: Obj) -> NodeSpec:
     name = name_of(node)
     if not name:
         raise contract.ContractError("metadata.name", "", "a Node needs a name")
-    allocatable = _mapping(_mapping(node.get("status")).get("allocatable"))
+    allocatable = as_mapping(as_mapping(node.get("status")).get("allocatable"))
     node_meta_labels = node_labels_of(node)
     inventory, _ = _agent_inventory(node)
     if inventory is not None:
@@ -353,7 +349,7 @@ def device_plugin_gpus(node: Obj) -> tuple[node_inventory.GpuInfo, ...] | None:
 def gpu_ready(node: Obj) -> str | None:
     """Why the node takes no GPU pod now: its agent has not said it is ready (`READY_CONDITION`), with the
     agent's reason; None when it has."""
-    conditions = _mapping(node.get("status")).get("conditions") or []
+    conditions = as_mapping(node.get("status")).get("conditions") or []
     for condition in conditions:
         if isinstance(condition, Mapping) and condition.get("type") == node_inventory.READY_CONDITION:
             if condition.get("status") == "True":
@@ -369,7 +365,7 @@ def gpu_ready(node: Obj) -> str | None:
 
 def gpu_heartbeat(node: Obj) -> float | None:
     """When the agent last refreshed `READY_CONDITION` (seconds since the epoch); None without one."""
-    for condition in _mapping(node.get("status")).get("conditions") or []:
+    for condition in as_mapping(node.get("status")).get("conditions") or []:
         if isinstance(condition, Mapping) and condition.get("type") == node_inventory.READY_CONDITION:
             stamp = node_inventory.condition_time(condition.get("lastHeartbeatTime"))
             return stamp.timestamp() if stamp is not None else None
@@ -412,31 +408,31 @@ def _int_label(labels: Mapping[str, str], key: str, most: int) -> int:
 
 def pod_volumes(pod: Obj) -> list[Obj]:
     """The pod's `spec.volumes` that are objects (none when the field is missing or not a list)."""
-    volumes = _mapping(pod.get("spec")).get("volumes")
+    volumes = as_mapping(pod.get("spec")).get("volumes")
     return [volume for volume in volumes if isinstance(volume, Mapping)] if isinstance(volumes, list) else []
 
 
 def annotations_of(obj: Obj) -> Obj:
     """The annotations of a node or pod, empty when they are missing or not a map."""
-    return _mapping(meta(obj).get("annotations"))
+    return as_mapping(meta(obj).get("annotations"))
 
 
 def node_ready(node: Obj) -> bool:
     """Ready, and not cordoned: the only nodes a new pod may land on."""
-    if _mapping(node.get("spec")).get("unschedulable"):
+    if as_mapping(node.get("spec")).get("unschedulable"):
         return False
-    conditions = _mapping(node.get("status")).get("conditions") or []
+    conditions = as_mapping(node.get("status")).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def node_labels_of(node: Obj) -> Mapping[str, str]:
-    return _mapping(meta(node).get("labels"))
+    return as_mapping(meta(node).get("labels"))
 
 
 def node_taints(node: Obj) -> list[Obj]:
     return [
         t
-        for t in _mapping(node.get("spec")).get("taints") or []
+        for t in as_mapping(node.get("spec")).get("taints") or []
         if t.get("effect") in ("NoSchedule", "NoExecute")
     ]
 
@@ -447,7 +443,7 @@ def node_taints(node: Obj) -> list[Obj]:
 def never_preempts(pod: Obj) -> bool:
     """`preemptionPolicy: Never`: the pod waits for room rather than have other pods evicted for it (its
     PriorityClass's policy, copied into the pod at admission)."""
-    return _mapping(pod.get("spec")).get("preemptionPolicy") == "Never"
+    return as_mapping(pod.get("spec")).get("preemptionPolicy") == "Never"
 
 
 HostPort = tuple[str, str, int]  # host IP ("0.0.0.0": every address), protocol, port
@@ -456,21 +452,16 @@ HostPort = tuple[str, str, int]  # host IP ("0.0.0.0": every address), protocol,
 def host_ports(pod: Obj) -> set[HostPort]:
     """The node ports the pod's containers and sidecars bind (`hostPort`; a hostNetwork pod's ports have
     one too, the API server defaults it), which no two pods on a node may share."""
-    spec = _mapping(pod.get("spec"))
+    spec = as_mapping(pod.get("spec"))
     running = [*(spec.get("containers") or [])]
-    running += [c for c in spec.get("initContainers") or [] if _sidecar(c)]
+    running += [c for c in spec.get("initContainers") or [] if is_sidecar(c)]
     found = set()
     for container in running:
-        for port in _mapping(container).get("ports") or []:
-            number = _mapping(port).get("hostPort")
+        for port in as_mapping(container).get("ports") or []:
+            number = as_mapping(port).get("hostPort")
             if isinstance(number, int) and not isinstance(number, bool) and number > 0:
                 found.add((port.get("hostIP") or "0.0.0.0", port.get("protocol") or "TCP", number))
     return found
-
-
-def _sidecar(container: object) -> bool:
-    """An init container of `restartPolicy: Always`: it keeps running beside the pod's containers."""
-    return _mapping(container).get("restartPolicy") == "Always"
 
 
 def ports_clash(wanted: set[HostPort], taken: set[HostPort]) -> bool:
@@ -487,7 +478,7 @@ def ports_clash(wanted: set[HostPort], taken: set[HostPort]) -> bool:
 def gated(pod: Obj) -> bool:
     """Whether the pod still has scheduling gates: something (a queueing controller such as Kueue, an
     operator) holds it back, and no scheduler may place it until the last gate is removed."""
-    return bool(_mapping(pod.get("spec")).get("schedulingGates"))
+    return bool(as_mapping(pod.get("spec")).get("schedulingGates"))
 
 
 def is_done(pod: Obj) -> bool:
@@ -524,14 +515,14 @@ def pod_total(spec: Obj, measure: Callable[[Obj, str], tuple[int, ...]]) -> tupl
 
     running: tuple[int, ...] | None = None
     for position, container in enumerate(spec.get("containers") or []):
-        own = measure(_mapping(container), f"spec.containers[{position}]")
+        own = measure(as_mapping(container), f"spec.containers[{position}]")
         running = own if running is None else plus(running, own)
     if running is None:
         return ()
     sidecars = starting = tuple(0 for _ in running)
     for position, container in enumerate(spec.get("initContainers") or []):
-        own = measure(_mapping(container), f"spec.initContainers[{position}]")
-        if _sidecar(container):
+        own = measure(as_mapping(container), f"spec.initContainers[{position}]")
+        if is_sidecar(container):
             running, sidecars = plus(running, own), plus(sidecars, own)
             starting = most(starting, sidecars)
         else:
@@ -544,14 +535,14 @@ def gpu_resource_count(pod: Obj) -> int:
     anything unreadable, which the kubelet would refuse."""
 
     def count(container: Obj, _: str) -> tuple[int]:
-        resources = _mapping(container.get("resources"))
-        value = _mapping(resources.get("limits")).get(keys.GPU_RESOURCE)
+        resources = as_mapping(container.get("resources"))
+        value = as_mapping(resources.get("limits")).get(keys.GPU_RESOURCE)
         if value is None:
-            value = _mapping(resources.get("requests")).get(keys.GPU_RESOURCE)
+            value = as_mapping(resources.get("requests")).get(keys.GPU_RESOURCE)
         text = str(value) if isinstance(value, str | int) and not isinstance(value, bool) else "0"
         return (int(text) if text.isascii() and text.isdigit() and len(text) < 4 else 0,)
 
-    return sum(pod_total(_mapping(pod.get("spec")), count))
+    return sum(pod_total(as_mapping(pod.get("spec")), count))
 
 
 def movable_since(pod: Obj) -> float | None:
@@ -603,7 +594,7 @@ def scheduler_name(pod: Obj) -> str:
 
 def priority(pod: Obj) -> int:
     """spec.priority, an int32 in Kubernetes; 0 when absent or not one."""
-    value = _mapping(pod.get("spec")).get("priority")
+    value = as_mapping(pod.get("spec")).get("priority")
     if isinstance(value, int) and not isinstance(value, bool) and -_MAX_PRIORITY <= value < _MAX_PRIORITY:
         return value
     return 0
@@ -614,7 +605,7 @@ def pod_resources(pod: Obj) -> tuple[int, int]:
     `resources.requests` where set (Kubernetes 1.32+), else its containers' as `pod_total` adds them up, and
     its RuntimeClass's `overhead`. `ContractError` for a malformed amount."""
     check(pod, POD_SHAPE)
-    spec = _mapping(pod.get("spec"))
+    spec = as_mapping(pod.get("spec"))
 
     def cpu_and_memory(wanted: Obj, where: str) -> tuple[int, int]:
         return cpu_milli(wanted.get("cpu"), f"{where}.cpu"), memory_mib(
@@ -625,11 +616,11 @@ def pod_resources(pod: Obj) -> tuple[int, int]:
         return cpu_and_memory(_requests(container), f"{where}.resources.requests")
 
     cpu, memory = pod_total(spec, requests) or (0, 0)
-    level = _mapping(_mapping(spec.get("resources")).get("requests"))
+    level = as_mapping(as_mapping(spec.get("resources")).get("requests"))
     level_cpu, level_memory = cpu_and_memory(level, "spec.resources.requests")
     cpu = level_cpu if level.get("cpu") is not None else cpu
     memory = level_memory if level.get("memory") is not None else memory
-    extra_cpu, extra_memory = cpu_and_memory(_mapping(spec.get("overhead")), "spec.overhead")
+    extra_cpu, extra_memory = cpu_and_memory(as_mapping(spec.get("overhead")), "spec.overhead")
     cpu, memory = cpu + extra_cpu, memory + extra_memory
     if cpu > MAX_AMOUNT or memory > MAX_AMOUNT:
         raise contract.ContractError(
