@@ -4,11 +4,18 @@ cannot be placed with yet."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
-from gpufrac.scheduler.volumes import NO_PROVISIONER, SELECTED_NODE_ANNOTATION, WAIT_FOR_FIRST_CONSUMER
+from gpufrac.scheduler.volumes import (
+    MAX_CLAIMS,
+    NO_PROVISIONER,
+    READS_AT_ONCE,
+    SELECTED_NODE_ANNOTATION,
+    WAIT_FOR_FIRST_CONSUMER,
+)
 
 from ..kubeapi.apiobjects import key
 from ..kubeapi.fakeapi import FakeApi, api_error, until
@@ -217,3 +224,32 @@ async def test_a_bind_waiting_for_its_volume_holds_no_bind_slot() -> None:
     provisioning(client)
     await made.wait_for_binds()
     assert [call.name for call in client.made("create", "Binding")] == ["quick", "slow"]
+
+
+async def test_a_pods_claims_are_read_a_few_at_once_and_each_class_once() -> None:
+    """A tenant's pod of many claims costs the scheduler (deciding one pod at a time) a few round trips,
+    not one per claim; where several make it wait, it is told of the first it names."""
+    names = [f"c{i:03}" for i in range(MAX_CLAIMS)]
+    pod = mounting(share_pod("p"), *names)
+    made, client, _ = setup(NODES, [pod])
+    client.put(storage_class("gp3"))
+    for name in names[:-2]:
+        client.put(claim(name, storage_class="gp3"))
+    client.put(claim(names[-1], storage_class="gp3", deletionTimestamp="2024-05-01T12:00:00Z"))
+    read, flying, most = client.get, [0], [0]
+
+    async def get(resource: type[Any], name: str, **more: Any) -> Any:
+        flying[0] += 1
+        most[0] = max(most[0], flying[0])
+        await asyncio.sleep(0.001)
+        try:
+            return await read(resource, name, **more)
+        finally:
+            flying[0] -= 1
+
+    client.get = get  # type: ignore[method-assign]
+    await made.schedule_pending()
+    assert 1 < most[0] <= READS_AT_ONCE
+    assert len(client.made("get", "StorageClass")) == 1
+    messages = [call.body["status"]["conditions"][0]["message"] for call in client.made("patch", "PodStatus")]
+    assert any(f"persistentvolumeclaim team/{names[-2]} not found" in message for message in messages)

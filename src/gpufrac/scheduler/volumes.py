@@ -14,8 +14,10 @@ chosen: kube-scheduler's VolumeBinding, for the volumes GPU pods carry (a notebo
   whose volume is lost, one of a class without a provisioner (pre-made local volumes, which kube-scheduler
   binds by matching volumes to claims and gpufrac does not).
 
-Read when the pod is decided, claim by claim, rather than watched: pods with volumes are a few, and every
-claim and volume of a cluster held in memory would cost the scheduler more than these reads.
+Read when the pod is decided rather than watched: pods with volumes are a few, and every claim and volume
+of a cluster held in memory would cost the scheduler more than these reads. The claims of a pod are read
+`READS_AT_ONCE` at a time (and each StorageClass once), since the scheduler decides one pod at a time: a
+tenant's pod of many claims read one by one would hold every other pod up for as many round trips.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ NO_PROVISIONER = "kubernetes.io/no-provisioner"
 # The most claims a pod may have: each is read on every try, and the pod is the tenant's. No node attaches
 # more volumes than this.
 MAX_CLAIMS = 128
+# Reads of one pod's claims (and their volumes and classes) in flight at once.
+READS_AT_ONCE = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,65 +72,90 @@ def claim_names(pod: Mapping[str, Any]) -> list[str]:
 
 
 async def read(client: lightkube.AsyncClient, pod: Mapping[str, Any]) -> Volumes:
-    """What the pod's claims ask of its node, read from the API server now."""
+    """What the pod's claims ask of its node, read from the API server now. Where several claims make the
+    pod wait, it says why for the first the pod names."""
     names = claim_names(pod)
     if not names:
         return NONE
     if len(names) > MAX_CLAIMS:
         return Volumes(waits=f"the pod mounts {len(names)} persistent volume claims, more than {MAX_CLAIMS}")
-    namespace = objects.meta(pod).get("namespace") or ""
+    reader = _Reader(client, objects.meta(pod).get("namespace") or "")
+    found = await asyncio.gather(*(reader.claim_constraints(name) for name in dict.fromkeys(names)))
     constraints: list[tuple[affinity.Term, ...]] = []
-    try:
-        for name in dict.fromkeys(names):
-            why = await _claim_constraints(client, namespace, name, constraints)
-            if why is not None:
-                return Volumes(waits=why)
-    except contract.ContractError as error:
-        return Volumes(waits=f"unreadable volume of the pod: {error}")
-    except READ_ERRORS as error:
-        return Volumes(waits=f"cannot read the pod's volumes: {error}")
+    for terms in found:
+        if isinstance(terms, str):
+            return Volumes(waits=terms)
+        constraints += terms
     return Volumes(tuple(constraints))
 
 
-async def _claim_constraints(
-    client: lightkube.AsyncClient, namespace: str, name: str, constraints: list[tuple[affinity.Term, ...]]
-) -> str | None:
-    """Add what claim `name` asks of the node to `constraints`; or why the pod must wait for it."""
-    what = f"persistentvolumeclaim {namespace}/{name}"
-    claim = await _get(client, PersistentVolumeClaim, name, namespace)
-    if claim is None:
-        return f"{what} not found"
-    if objects.terminating(claim):
-        return f"{what} is being deleted"
-    if objects.text_field(claim, "status", "phase") == "Lost":
-        return f"{what} lost its volume"
-    volume_name = objects.text_field(claim, "spec", "volumeName")
-    if volume_name:
-        volume = await _get(client, PersistentVolume, volume_name, None)
-        if volume is None:
-            return f"persistentvolume {volume_name} of {what} not found"
-        required = affinity.field_at(volume, "spec", "nodeAffinity", "required")
-        if required is not None:
-            where = f"persistentvolume {volume_name} spec.nodeAffinity.required"
-            constraints.append(affinity.selector_terms(required, where))
-        return None
-    class_name = objects.text_field(claim, "spec", "storageClassName")
-    storage_class = await _get(client, StorageClass, class_name, None) if class_name else None
-    if storage_class is None or storage_class.get("volumeBindingMode") != WAIT_FOR_FIRST_CONSUMER:
-        return f"{what} is not bound to a volume yet"
-    if storage_class.get("provisioner") == NO_PROVISIONER:
-        return (
-            f"{what}: gpufrac does not bind pre-made volumes of StorageClass {class_name} (no provisioner); "
-            "bind the claim to its volume, or leave the pod to another scheduler"
-        )
-    selected = objects.annotations_of(claim).get(SELECTED_NODE_ANNOTATION)
-    if selected:
-        constraints.append(affinity.node_named(selected))
-    topologies = storage_class.get("allowedTopologies")
-    if topologies:
-        where = f"storageclass {class_name} allowedTopologies"
-        constraints.append(affinity.topology_terms(topologies, where))
-    return None
+class _Reader:
+    """The reads of one pod's claims, `READS_AT_ONCE` in flight, each StorageClass read once."""
+
+    def __init__(self, client: lightkube.AsyncClient, namespace: str) -> None:
+        self.client, self.namespace = client, namespace
+        self.slots = asyncio.Semaphore(READS_AT_ONCE)
+        self.classes: dict[str, asyncio.Task[dict[str, Any] | None]] = {}
+
+    async def get(self, resource: Any, name: str, namespace: str | None) -> dict[str, Any] | None:
+        async with self.slots:
+            return await _get(self.client, resource, name, namespace)
+
+    async def storage_class(self, name: str) -> dict[str, Any] | None:
+        if name not in self.classes:
+            self.classes[name] = asyncio.ensure_future(self.get(StorageClass, name, None))
+        return await self.classes[name]
+
+    async def claim_constraints(self, name: str) -> list[tuple[affinity.Term, ...]] | str:
+        """What claim `name` asks of the node; or why the pod must wait for it."""
+        try:
+            return await self._claim_constraints(name)
+        except contract.ContractError as error:
+            return f"unreadable volume of the pod: {error}"
+        except READ_ERRORS as error:
+            return f"cannot read the pod's volumes: {error}"
+
+    async def _claim_constraints(self, name: str) -> list[tuple[affinity.Term, ...]] | str:
+        what = f"persistentvolumeclaim {self.namespace}/{name}"
+        claim = await self.get(PersistentVolumeClaim, name, self.namespace)
+        if claim is None:
+            return f"{what} not found"
+        if objects.terminating(claim):
+            return f"{what} is being deleted"
+        if objects.text_field(claim, "status", "phase") == "Lost":
+            return f"{what} lost its volume"
+        volume_name = objects.text_field(claim, "spec", "volumeName")
+        if volume_name:
+            volume = await self.get(PersistentVolume, volume_name, None)
+            if volume is None:
+                return f"persistentvolume {volume_name} of {what} not found"
+            required = affinity.field_at(volume, "spec", "nodeAffinity", "required")
+            if required is None:
+                return []
+            return [
+                affinity.selector_terms(
+                    required, f"persistentvolume {volume_name} spec.nodeAffinity.required"
+                )
+            ]
+        class_name = objects.text_field(claim, "spec", "storageClassName")
+        storage_class = await self.storage_class(class_name) if class_name else None
+        if storage_class is None or storage_class.get("volumeBindingMode") != WAIT_FOR_FIRST_CONSUMER:
+            return f"{what} is not bound to a volume yet"
+        if storage_class.get("provisioner") == NO_PROVISIONER:
+            return (
+                f"{what}: gpufrac does not bind pre-made volumes of StorageClass {class_name} "
+                "(no provisioner); bind the claim to its volume, or leave the pod to another scheduler"
+            )
+        constraints = []
+        selected = objects.annotations_of(claim).get(SELECTED_NODE_ANNOTATION)
+        if selected:
+            constraints.append(affinity.node_named(selected))
+        topologies = storage_class.get("allowedTopologies")
+        if topologies:
+            constraints.append(
+                affinity.topology_terms(topologies, f"storageclass {class_name} allowedTopologies")
+            )
+        return constraints
 
 
 class NotProvisioned(Exception):
