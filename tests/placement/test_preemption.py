@@ -16,7 +16,7 @@ from gpufrac.cluster.invariants import violations
 from gpufrac.cluster.model import GpuSpec, NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.engine import decide
-from gpufrac.placement.preemption import NEIGHBOUR_LOOKS, plan_eviction, plan_gang_eviction
+from gpufrac.placement.preemption import Looks, plan_eviction, plan_gang_eviction
 
 from ..cluster.builders import SM, TS, node, share_pod, whole_pod
 from .builders import policy
@@ -256,21 +256,38 @@ def test_the_rules_of_the_pods_placed_take_the_fewest_more_victims_on_the_node_a
         return np.array([f"shy-{row:03}" in gone for row in rows.tolist()])
 
     victims = {name: 1 for name in state.placements}
-
-    def plan(allows: Any) -> Any:
-        rows = np.arange(nodes)
-        return plan_eviction(
-            state, share_pod("p", 500), BINPACK, victims=victims, max_victims=3, rows=rows, allows=allows
-        )
-
-    planned = plan(allows)
+    planned = plan_eviction(
+        state,
+        share_pod("p", 500),
+        BINPACK,
+        victims=victims,
+        max_victims=3,
+        rows=np.arange(nodes),
+        allows=allows,
+    )
     assert planned is not None and len(planned.victims) == 1 and planned.victims[0].startswith("shy-")
     assert planned.placement.node == f"n{planned.victims[0][4:]}"
 
     def never(rows: Any, gone: Any) -> Any:
         looks.append(len(rows))
-        return np.zeros(len(rows), bool) if len(rows) == 1 else np.array([True] * len(rows))
+        return np.zeros(len(rows), bool)
 
     looks.clear()
-    assert plan(never) is None
-    assert sum(1 for size in looks if size == 1) <= NEIGHBOUR_LOOKS + 1
+    assert (
+        plan_eviction(
+            state,
+            share_pod("p", 500),
+            BINPACK,
+            victims=victims,
+            max_victims=3,
+            rows=np.arange(nodes),
+            allows=never,
+        )
+        is None
+    )
+    assert sum(1 for size in looks if size == 1) <= Looks().left
+
+    looks.clear()  # a gang's members share the plan's looks, however many they are
+    gang = [(share_pod(f"p{i}", 500), np.arange(nodes), allows) for i in range(10)]
+    plan_gang_eviction(state, gang, BINPACK, victims=victims, max_victims=30)
+    assert sum(1 for size in looks if size == 1) < 2 * Looks().left  # the looks, and a few trials' checks

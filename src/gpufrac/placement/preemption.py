@@ -34,12 +34,21 @@ from gpufrac.placement.engine import decide
 from gpufrac.placement.fit import Fit, find_fit
 from gpufrac.placement.framework import Policy
 
-# Checks of `Allows` on one node that a plan may make while it looks for the victims those rules need: each
-# costs up to milliseconds in a big cluster, and a pod kept off a whole zone would try every node of it.
-NEIGHBOUR_LOOKS = 64
-
 Allows = Callable[[np.ndarray, Collection[str]], np.ndarray]
 """Per row of those given, whether the pods placed let the pod there with the pods named not counted."""
+
+
+@dataclass(slots=True)
+class Looks:
+    """The checks of `Allows` on one node that a plan (a gang's, all members together) may still make while
+    it looks for the victims those rules need: each costs up to milliseconds in a big cluster, and a pod
+    kept off a whole zone would try every node of it."""
+
+    left: int = 64
+
+    def spend(self) -> bool:
+        self.left -= 1
+        return self.left >= 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,14 +70,16 @@ def plan_eviction(
     allows: Allows | None = None,
     allow: Callable[[Sequence[str]], bool] = lambda _: True,
     lost: Mapping[str, float] | None = None,
+    looks: Looks | None = None,
 ) -> Eviction | None:
     """The pods among `victims` (name -> priority) whose going lets `pod` in among `rows`; None when no set
     of at most `max_victims` on one node (that `allow` accepts) does. `allows`: what the pods placed rule
-    out, where `rows` may hold nodes they rule out as things are (see the module). `lost`: the work each
-    victim would lose (its GPU-seconds run; absent: none). The state is left as it was found."""
+    out, where `rows` may hold nodes they rule out as things are (see the module), looked at within `looks`.
+    `lost`: the work each victim would lose (its GPU-seconds run; absent: none). The state is left as it
+    was found."""
     lost = lost or {}
+    looks = looks or Looks()
     placed = {name: priority for name, priority in victims.items() if name in state.placements}
-    looks = NEIGHBOUR_LOOKS
 
     def _cost(names: list[str]) -> tuple[float, float]:
         """The priorities a set of victims adds up to, then the work they would lose."""
@@ -79,42 +90,47 @@ def plan_eviction(
         return allows is None or bool(allows(np.array([row]), gone)[0])
 
     def may_let_in(row: int, gone: Sequence[str]) -> bool:
-        """`lets_in` while the search has looks left (the trials' checks are few: they count none)."""
-        nonlocal looks
-        looks -= 1
-        return looks >= 0 and lets_in(row, gone)
+        return looks.spend() and lets_in(row, gone)
 
-    ruled_out = set[int]()
-    if allows is not None and rows is not None:
-        let_in = allows(rows, ())
-        ruled_out = set(rows[~let_in].tolist())
+    ruled_out = set[int]() if allows is None or rows is None else set(rows[~allows(rows, ())].tolist())
     for ceiling in sorted(set(placed.values())):  # the lowest priorities first: only if they are not enough,
         allowed = {name for name, priority in placed.items() if priority <= ceiling}  # a higher one too
-        searched = rows
-        if allows is not None and rows is not None:  # and the nodes these victims' going could open
-            searched = rows[let_in | allows(rows, allowed)]
-        fit = find_fit(state.without(allowed), pod, rows=searched)
-        candidates = []
+        fit = find_fit(state.without(allowed), pod, rows=rows)
+        rooms = []  # by the victims that free the pod's room alone, the cheapest first
         for at, row in enumerate(fit.rows.tolist()):
             here = [name for name in state.pods_on[row] if name in allowed]
             chosen = _allowed_victims(state, fit, at, here, allow, _cost)
-            if chosen is not None and row in ruled_out:  # none, perhaps, for its room: some for those rules
-                chosen = _neighbourly(chosen, here, functools.partial(may_let_in, row), allow, _cost)
-            if chosen and len(chosen) <= max_victims:
-                candidates.append(
-                    (len(chosen), *_cost(chosen), int(state.tie_rank[row]), row, at, here, chosen)
-                )
+            if chosen is not None and (chosen or row in ruled_out):
+                rooms.append((len(chosen), *_cost(chosen), int(state.tie_rank[row]), row, at, here, chosen))
+        rooms.sort(key=lambda room: room[:5])
+        candidates: list[tuple[int, float, float, int, int, list[str]]] = []
+        open_tried = 0
+        for *_, row, at, here, chosen in rooms:
+            if len(candidates) == TRIALS:
+                break
+            if row in ruled_out:  # the rules of the pods placed keep it off: more of the node's victims?
+                found = _neighbourly(chosen, here, functools.partial(may_let_in, row), allow, _cost)
+            elif open_tried < TRIALS:
+                open_tried += 1
+                found = chosen
+                if not lets_in(row, chosen):  # a victim the pod's own affinity needs
+                    keeps = functools.partial(_both, allow, functools.partial(lets_in, row))
+                    found = _allowed_victims(state, fit, at, here, keeps, _cost)
+            else:
+                continue
+            if found and len(found) <= max_victims:
+                candidates.append((len(found), *_cost(found), int(state.tie_rank[row]), row, found))
         candidates.sort(key=lambda candidate: candidate[:5])
-        for *_, row, at, here, chosen in candidates[:TRIALS]:
-            if allows is not None and not lets_in(row, chosen):  # a victim the pod's own affinity needs
-                keeps = functools.partial(_both, allow, functools.partial(lets_in, row))
-                chosen = _allowed_victims(state, fit, at, here, keeps, _cost)
-                if not chosen or len(chosen) > max_victims:
-                    continue
+        for *_, row, chosen in candidates:
             placement = placement_without(state, pod, policy, np.array([row]), chosen)
             if placement is not None:
                 return Eviction(placement, tuple(chosen))
     return None
+
+
+def _also_gone(allows: Allows, earlier: Sequence[str]) -> Allows:
+    """`allows` with the victims chosen for a gang's earlier members gone too."""
+    return lambda rows, gone: allows(rows, [*earlier, *gone])
 
 
 def _both(
@@ -197,6 +213,7 @@ def plan_gang_eviction(
     placements: dict[str, Placement] = {}
     chosen: list[str] = []
     released: list[Placement] = []
+    looks = Looks()
     try:
         for demand, rows, allows in members:
             outcome = None
@@ -217,9 +234,10 @@ def plan_gang_eviction(
                     victims=left,
                     max_victims=max_victims - len(chosen),
                     rows=rows,
-                    allows=allows,
+                    allows=None if allows is None else _also_gone(allows, so_far),
                     allow=allow_with_earlier,
                     lost=lost,
+                    looks=looks,
                 )
                 if plan is None:
                     return None

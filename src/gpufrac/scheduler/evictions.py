@@ -152,7 +152,7 @@ class Evictions:
             ({} if capped else reclaimable, RECLAIM, within_surplus),
             (preemptible, PREEMPT, within_limit),
         ):
-            if victims and await self.mover.preempt(members, policy, victims, why, allow, lost):
+            if victims and await self.mover.preempt(members, policy, victims, why, allow, lost, going):
                 return True
         return False
 

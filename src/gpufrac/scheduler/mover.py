@@ -215,13 +215,15 @@ class Mover:
         why: Why,
         allow: Callable[[Sequence[str]], bool] = lambda _: True,
         lost: Mapping[str, float] | None = None,
+        going: Callable[[Sequence[str]], list[str]] = list,
     ) -> bool:
         """Plan and start evicting some of `victims` (uid -> priority), never to be placed again by this
         plan, so that every one of `members` (uid, pod, demand, rows: one pod, or the members a gang still
         needs; rows the pods placed may rule out as things are, where victims' going may let it in) fits at
         once, with at most `max_moves` evicted for each, and only sets of victims that
         `allow` accepts, losing the least work (`lost`) among sets otherwise alike; True when pods are on
-        their way out."""
+        their way out. `going`: victims with the pods that go with them (their gangs' other members), as
+        the rules of the pods placed are judged without them."""
         leaving = self._leaving()
         offered = {
             victim: priority
@@ -232,7 +234,7 @@ class Mover:
             return False
         plan = plan_gang_eviction(
             self.cache.snapshot(),
-            [(demand, rows, self._allows(pod)) for _, pod, demand, rows in members],
+            [(demand, rows, self._allows(pod, going)) for _, pod, demand, rows in members],
             policy,
             victims=offered,
             max_victims=self.max_moves * len(members),
@@ -248,9 +250,10 @@ class Mover:
         rooms = [(uid, pod, plan.placements[demand.name]) for uid, pod, demand, _ in members]
         return await self._start(rooms, evicted, why)
 
-    def _allows(self, pod: Mapping[str, Any]) -> Allows:
-        """What the pods placed rule out for `pod` (`SchedulerCache.neighbours_allow`), as a plan asks it."""
-        return lambda rows, gone: self.cache.neighbours_allow(pod, rows, gone)[0]
+    def _allows(self, pod: Mapping[str, Any], going: Callable[[Sequence[str]], list[str]]) -> Allows:
+        """What the pods placed rule out for `pod` (`SchedulerCache.neighbours_allow`), as a plan asks it:
+        with the victims named gone, and those `going` with them."""
+        return lambda rows, gone: self.cache.neighbours_allow(pod, rows, going(list(gone)))[0]
 
     async def _start(
         self, rooms: list[tuple[str, Mapping[str, Any], Placement]], victims: list[str], why: Why

@@ -94,6 +94,34 @@ SCENARIOS = [
         evicted={"web1": PREEMPTED},
     ),
     Scenario(
+        "a victim elsewhere whose going would skew the spread does not hide the node where one victim will do",
+        nodes={"n1": Node(), "n2": Node()},
+        running={
+            "web-a": Run("n1", priority=20, rules=WEB),
+            "batch": Run("n1", priority=1, rules=BATCH),
+            "web-b": Run("n2", priority=1, rules=WEB),
+            "owner": Run("n2:0", priority=20),
+        },
+        pending={
+            "high": Ask(
+                gpus=1, priority=10, rules=Neighbourly(labels="app=web", anti="app=batch", spread="app=web")
+            )
+        },
+        binds={"high": "n1"},
+        evicted={"batch": PREEMPTED},
+    ),
+    Scenario(
+        "a victim whose gang mate (evicted with it) the pod's affinity needs is not preempted",
+        nodes=ONE_GPU,
+        groups={"g": {"minMember": 2}},
+        running={
+            "filler": Run("n1:0", priority=1, group="g"),
+            "db": Run("n1", priority=1, group="g", rules=Neighbourly(labels="app=db")),
+        },
+        pending={"high": Ask(gpus=1, priority=10, rules=Neighbourly(affinity="app=db"))},
+        waiting={"high": "no healthy free GPU"},
+    ),
+    Scenario(
         "the one pod the pod's affinity needs stays; the other lower priority goes",
         nodes=ONE_GPU,
         running={
