@@ -256,15 +256,8 @@ def test_the_rules_of_the_pods_placed_take_the_fewest_more_victims_on_the_node_a
         return np.array([f"shy-{row:03}" in gone for row in rows.tolist()])
 
     victims = {name: 1 for name in state.placements}
-    planned = plan_eviction(
-        state,
-        share_pod("p", 500),
-        BINPACK,
-        victims=victims,
-        max_victims=3,
-        rows=np.arange(nodes),
-        allows=allows,
-    )
+    pending, rows = share_pod("p", 500), np.arange(nodes)
+    planned = plan_eviction(state, pending, BINPACK, victims=victims, max_victims=3, rows=rows, allows=allows)
     assert planned is not None and len(planned.victims) == 1 and planned.victims[0].startswith("shy-")
     assert planned.placement.node == f"n{planned.victims[0][4:]}"
 
@@ -274,20 +267,12 @@ def test_the_rules_of_the_pods_placed_take_the_fewest_more_victims_on_the_node_a
 
     looks.clear()
     assert (
-        plan_eviction(
-            state,
-            share_pod("p", 500),
-            BINPACK,
-            victims=victims,
-            max_victims=3,
-            rows=np.arange(nodes),
-            allows=never,
-        )
+        plan_eviction(state, pending, BINPACK, victims=victims, max_victims=3, rows=rows, allows=never)
         is None
     )
     assert sum(1 for size in looks if size == 1) <= Looks().left
 
     looks.clear()  # a gang's members share the plan's looks, however many they are
-    gang = [(share_pod(f"p{i}", 500), np.arange(nodes), allows) for i in range(10)]
+    gang = [(share_pod(f"p{i}", 500), rows, allows) for i in range(10)]
     plan_gang_eviction(state, gang, BINPACK, victims=victims, max_victims=30)
     assert sum(1 for size in looks if size == 1) < 2 * Looks().left  # the looks, and a few trials' checks

@@ -94,7 +94,7 @@ SCENARIOS = [
         evicted={"web1": PREEMPTED},
     ),
     Scenario(
-        "a victim elsewhere whose going would skew the spread does not hide the node where one victim will do",
+        "a victim elsewhere whose going would skew the spread does not hide a node one victim opens",
         nodes={"n1": Node(), "n2": Node()},
         running={
             "web-a": Run("n1", priority=20, rules=WEB),
