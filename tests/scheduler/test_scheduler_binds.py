@@ -10,7 +10,7 @@ import pytest
 from gpufrac import contract
 from gpufrac.contract import keys
 from gpufrac.scheduler import loop, objects
-from gpufrac.scheduler.loop import Scheduler
+from gpufrac.scheduler.loop import RETELL_SECONDS, Scheduler
 
 from ..kubeapi.apiobjects import GPU_MIB, bound, container, inventory, key, node, pod
 from ..kubeapi.fakeapi import FakeApi, FakeClock, api_error, until
@@ -647,3 +647,22 @@ async def test_a_pod_goes_where_its_ephemeral_storage_is_left_and_waits_saying_s
     assert pod_nodes(made)[key("small")] == "n2" and key("big") not in pod_nodes(made)
     messages = [call.body["status"]["conditions"][0]["message"] for call in client.made("patch", "PodStatus")]
     assert any("2 not enough ephemeral-storage" in message for message in messages)
+
+
+async def test_a_pod_that_waits_for_the_same_reason_is_told_again_only_now_and_then() -> None:
+    """Two writes (its condition, an Event) per try would let a tenant's thousand pods that fit nowhere keep
+    the scheduler writing and fill etcd with Events: the same reason is told again after `RETELL_SECONDS`,
+    a new one at once."""
+    made, client, clock = setup([gpu_node("n1", gpus=1)], [pod("big", whole=2)])
+    started, tries, told_early = clock(), 0, 0
+    while clock() - started < 2 * RETELL_SECONDS:
+        tries += await made.schedule_pending()
+        if clock() - started < RETELL_SECONDS:
+            told_early = len(client.made("patch", "PodStatus"))
+        clock.advance(30.0)
+    assert tries > 3 and told_early == 1
+    assert 2 <= len(client.made("patch", "PodStatus")) <= 3 and len(client.made("create", "Event")) >= 2
+    before = len(client.made("patch", "PodStatus"))
+    made.on_node_event("MODIFIED", gpu_node("n1", gpus=1, cordoned=True))
+    assert await made.schedule_pending() == 1
+    assert len(client.made("patch", "PodStatus")) == before + 1

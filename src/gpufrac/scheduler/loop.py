@@ -64,6 +64,10 @@ WORKLOAD_REFRESH_SECONDS = 600.0
 # workload is the cluster's own pods, so without a cap a tenant's pods of thousands of distinct sizes would
 # make every decision slow and its memory large; the openb traces have 21 to 124.
 MAX_WORKLOAD_SHAPES = 256
+# A pod told why it cannot be placed is told the same again only this long after (kube-scheduler's Event
+# recorder folds repeats alike): a tenant's thousand pods that fit nowhere would otherwise cost two writes
+# (their condition, an Event) each on every try, and fill etcd with Events. Within the hour Events live.
+RETELL_SECONDS = 600.0
 
 
 class Scheduler:
@@ -106,6 +110,7 @@ class Scheduler:
         self.queue = SchedulingQueue(clock=clock) if queue is None else queue
         self.clock = clock
         self.pending: dict[str, dict[str, Any]] = {}  # uid -> latest version of our unbound pods
+        self._told: dict[str, tuple[str, float]] = {}  # uid -> why it waits, as last told, and when
         self.synced = {"nodes": False, "pods": False, "namespaces": False}
         self.gangs = Gangs(
             on_bad=lambda item, error: self.problems.report(
@@ -698,7 +703,15 @@ class Scheduler:
             await asyncio.gather(*list(self._binds), return_exceptions=True)
 
     async def _report_failure(self, pod: dict[str, Any], message: str) -> None:
-        """An Event and a PodScheduled=False condition, so `kubectl describe` says why."""
+        """An Event and a PodScheduled=False condition, so `kubectl describe` says why: when the reason
+        changes, and again every `RETELL_SECONDS` while it holds."""
+        uid, now = objects.pod_uid(pod), self.clock()
+        told = self._told.get(uid)
+        if told is not None and told[0] == message and now - told[1] < RETELL_SECONDS:
+            return
+        if len(self._told) >= 2 * len(self.pending) + 64:  # those no longer pending, now and then
+            self._told = {known: said for known, said in self._told.items() if known in self.pending}
+        self._told[uid] = (message, now)
         namespace, name = objects.meta(pod)["namespace"], objects.meta(pod)["name"]
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
         try:
