@@ -178,11 +178,15 @@ async def test_a_pod_that_breaks_the_contract_is_reported_and_parked() -> None:
     "answer", [api_error(403, "Forbidden"), ValueError("JSON cut short")], ids=["refused", "unreadable"]
 )
 async def test_a_report_that_cannot_be_written_is_only_logged(answer: Exception) -> None:
-    made, client, _ = setup([], [share_pod("p")])
+    made, client, clock = setup([], [share_pod("p")])
     client.fail["patch PodStatus"] = answer
     assert await made.schedule_pending() == 1
     assert steps(client) == [("patch", "PodStatus")]
     assert key("p") in made.queue
+    del client.fail["patch PodStatus"]  # told on the next try, though the reason is the same
+    clock.advance(61.0)
+    assert await made.schedule_pending() == 1
+    assert steps(client)[1:] == [("patch", "PodStatus"), ("create", "Event")]
 
 
 async def test_an_event_whose_answer_cannot_be_read_is_only_logged() -> None:

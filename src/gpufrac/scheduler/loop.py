@@ -711,7 +711,6 @@ class Scheduler:
             return
         if len(self._told) >= 2 * len(self.pending) + 64:  # those no longer pending, now and then
             self._told = {known: said for known, said in self._told.items() if known in self.pending}
-        self._told[uid] = (message, now)
         namespace, name = objects.meta(pod)["namespace"], objects.meta(pod)["name"]
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
         try:
@@ -725,6 +724,7 @@ class Scheduler:
         except READ_ERRORS as error:
             log.warning("pod %s/%s: could not record why it is unschedulable: %s", namespace, name, error)
             return  # the API server refuses this scheduler's writes: an Event would fare no better
+        self._told[uid] = (message, now)
         involved = {"kind": "Pod", "name": name, "namespace": namespace, "uid": objects.meta(pod).get("uid")}
         await events.record(
             self.client,
