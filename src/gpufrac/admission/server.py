@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gpufrac import admission
 from gpufrac.admission import exchange, settings
+from gpufrac.admission.tls_gate import TlsGate
 from gpufrac.contract import keys
 from gpufrac.contract.queues import QueueSpec
 from gpufrac.errors import UserError
@@ -322,17 +323,20 @@ async def serve(
     # that a 2 MiB gzip of zeros stalled every other review for seconds. Compressed, a body is not JSON.
     runner = app_runner(app, access_log=None, handle_signals=False, auto_decompress=False)
     await runner.setup()
+    assert runner.server is not None  # made by `setup`
+    gate = TlsGate(runner.server, context)
     watching = asyncio.create_task(queues.watch(queue_client)) if queues and queue_client else None
+    listener: asyncio.Server | None = None
     try:
-        site = web.TCPSite(runner, host, port, ssl_context=context)
         try:
-            await site.start()
+            listener = await asyncio.get_running_loop().create_server(gate, host, port)
         except OSError as error:
             raise UserError(
                 f"--host {host} --port {port}: cannot listen ({error}); "
                 "give an address of this machine and a free port"
             ) from None
-        for address in runner.addresses:
+        for sock in listener.sockets:
+            address = sock.getsockname()
             (listening or _print_address)(address[0], address[1])
         reload = asyncio.create_task(_reload_certificates(context, tls_cert, tls_key))
         await stop.wait()
@@ -340,6 +344,9 @@ async def serve(
         with contextlib.suppress(asyncio.CancelledError):
             await reload
     finally:
+        if listener is not None:
+            listener.close()
+        gate.close()
         if watching is not None:
             watching.cancel()
             with contextlib.suppress(asyncio.CancelledError):
