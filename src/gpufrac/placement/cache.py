@@ -49,18 +49,33 @@ class Hashed:
         )
 
 
+# The most bytes of arrays one memo keeps; past it, the keys looked up longest ago are dropped. Without a
+# bound, pods of thousands of distinct shapes (a tenant's, each with its own CPU request) grew the
+# scheduler's memos by some 100 KiB a shape at the openb cluster's size (9,000 shapes: some 850 MiB) and 500 KiB
+# at 10,000 nodes. A key takes 30 KiB at the openb size (447 shapes, the most of the paper's traces: 13 MiB)
+# and 240 KiB at 10,000 nodes (270 shapes within the bound).
+MEMO_BYTES = 64 * 2**20
+
+
 class NodeMemo:
     """Arrays indexed by node row, one set per key: `fields` are one value per node (float unless `dtypes`
-    says otherwise), `per_gpu` fields one value per GPU column."""
+    says otherwise), `per_gpu` fields one value per GPU column. At most `most_bytes` of them, the keys
+    looked up longest ago dropped first."""
 
     def __init__(
-        self, *fields: str, dtypes: Mapping[str, DTypeLike] | None = None, per_gpu: Collection[str] = ()
+        self,
+        *fields: str,
+        dtypes: Mapping[str, DTypeLike] | None = None,
+        per_gpu: Collection[str] = (),
+        most_bytes: int = MEMO_BYTES,
     ) -> None:
         self._fields = fields
         self._dtypes = dtypes or {}
         self._per_gpu = per_gpu
+        self._most_bytes = most_bytes
         self._serial = -1
-        self._entries: dict[Hashable, dict[str, np.ndarray]] = {}
+        self._entries: dict[Hashable, dict[str, np.ndarray]] = {}  # the last looked up last
+        self._bytes = 0
 
     def lookup(
         self, state: ClusterState, key: Hashable, rows: np.ndarray
@@ -71,16 +86,22 @@ class NodeMemo:
         the positions returned, then calls `stamp`.
         """
         if self._serial != state.serial:
-            self._entries.clear()
+            self.clear()
             self._serial = state.serial
         size = state.version.shape[0]
-        entry = self._entries.get(key)
-        if entry is None or entry["version"].shape[0] != size or self._stale_width(entry, state.width):
+        entry = self._entries.pop(key, None)
+        if entry is not None and (entry["version"].shape[0] != size or self._stale_width(entry, state.width)):
+            self._bytes -= _nbytes(entry)
+            entry = None
+        if entry is None:
             entry = {"version": np.full(size, -1, np.int64)}
             for name in self._fields:
                 shape = (size, state.width) if name in self._per_gpu else (size,)
                 entry[name] = np.zeros(shape, self._dtypes.get(name, float))
-            self._entries[key] = entry
+            self._bytes += _nbytes(entry)
+            while self._entries and self._bytes > self._most_bytes:
+                self._bytes -= _nbytes(self._entries.pop(next(iter(self._entries))))
+        self._entries[key] = entry
         if rows.size == size:  # every node, in order: no need to gather them
             return entry, (entry["version"] != state.version).nonzero()[0]
         return entry, (entry["version"][rows] != state.version[rows]).nonzero()[0]
@@ -88,6 +109,7 @@ class NodeMemo:
     def clear(self) -> None:
         """Forget every entry: for a plugin whose values also read something other than the node."""
         self._entries.clear()
+        self._bytes = 0
 
     def _stale_width(self, entry: dict[str, np.ndarray], width: int) -> bool:
         """Nodes with more GPUs than any before widen the state's GPU arrays, and so every per-GPU field."""
@@ -96,3 +118,7 @@ class NodeMemo:
     @staticmethod
     def stamp(state: ClusterState, entry: dict[str, np.ndarray], rows: np.ndarray) -> None:
         entry["version"][rows] = state.version[rows]
+
+
+def _nbytes(entry: dict[str, np.ndarray]) -> int:
+    return sum(array.nbytes for array in entry.values())
