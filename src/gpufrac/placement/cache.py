@@ -51,9 +51,9 @@ class Hashed:
 
 # The most bytes of arrays one memo keeps; past it, the keys looked up longest ago are dropped. Without a
 # bound, pods of thousands of distinct shapes (a tenant's, each with its own CPU request) grew the
-# scheduler's memos by some 100 KiB a shape at the openb cluster's size (9,000 shapes: some 850 MiB) and 500 KiB
-# at 10,000 nodes. A key takes 30 KiB at the openb size (447 shapes, the most of the paper's traces: 13 MiB)
-# and 240 KiB at 10,000 nodes (270 shapes within the bound).
+# scheduler's memos without end: at the openb cluster's size, 9,000 shapes took some 850 MiB. A key takes
+# 30 KiB there (447 shapes, the most of the paper's traces: 13 MiB) and 240 KiB at 10,000 nodes (270 keys
+# within the bound).
 MEMO_BYTES = 64 * 2**20
 
 
