@@ -34,10 +34,11 @@ async def closed_by_server(sock: socket.socket, within: float) -> bool:
         return False
 
 
-async def validated(url: str, trust: ssl.SSLContext) -> bool:
-    """Whether a review of a plain pod, sent over TLS, is answered allowed."""
+async def validated(url: str, trust: ssl.SSLContext, *, source: str = "127.0.0.1") -> bool:
+    """Whether a review of a plain pod, sent over TLS from address `source`, is answered allowed."""
+    connector = aiohttp.TCPConnector(local_addr=(source, 0))
     async with (
-        aiohttp.ClientSession() as session,
+        aiohttp.ClientSession(connector=connector) as session,
         session.post(f"{url}/validate", json=review(pod({})), ssl=trust) as response,
     ):
         return bool((await response.json())["response"]["allowed"])
@@ -50,19 +51,38 @@ async def raw_connection(port: int) -> socket.socket:
     return sock
 
 
-async def test_connections_past_the_cap_are_closed_and_the_webhook_serves_once_they_go(
-    tmp_path: Path,
-) -> None:
+async def secured_connection(port: int, trust: ssl.SSLContext) -> asyncio.StreamWriter:
+    """A connection whose handshake is done, that then sends nothing."""
+    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=trust, server_hostname="localhost")
+    return writer
+
+
+async def test_a_peer_that_fills_the_webhook_only_displaces_its_own_connections(tmp_path: Path) -> None:
+    """One address holding every slot: its next connection is refused, another address's gets in (the
+    apiserver's, the kubelet's probe) in place of its oldest, and the server closes the rest as it stops."""
     async with serving(tmp_path) as (url, trust):
         held = [await raw_connection(port_of(url)) for _ in range(tls_gate.MAX_CONNECTIONS)]
         await asyncio.sleep(0.2)  # every one accepted and counted
         extra = await raw_connection(port_of(url))
         assert await closed_by_server(extra, 5.0)
-        assert not await closed_by_server(held[0], 0.2)
-        for sock in [*held, extra]:
-            sock.close()
-        await asyncio.sleep(0.2)
-        assert await validated(url, trust)
+        assert not await closed_by_server(held[-1], 0.2)
+        assert await validated(url, trust, source="127.0.0.2")
+        assert await closed_by_server(held[0], 5.0)
+    assert await closed_by_server(held[-1], 5.0)
+    for sock in [*held, extra]:
+        sock.close()
+
+
+async def test_connections_idle_after_their_handshake_do_not_keep_others_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tls_gate, "HANDSHAKE_SECONDS", 0.3)
+    async with serving(tmp_path) as (url, trust):
+        held = [await secured_connection(port_of(url), trust) for _ in range(tls_gate.MAX_CONNECTIONS)]
+        await asyncio.sleep(0.6)  # past the handshake timeout: they are served connections now
+        assert await validated(url, trust, source="127.0.0.2")
+        for writer in held:
+            writer.close()
 
 
 async def test_a_handshake_that_never_finishes_is_dropped(

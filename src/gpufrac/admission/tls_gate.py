@@ -1,11 +1,15 @@
-"""The webhook's listener: TCP connections accepted while fewer than `MAX_CONNECTIONS` are open, each then
-secured with TLS and handed to aiohttp.
+"""The webhook's listener: TCP connections accepted up to `MAX_CONNECTIONS` open at once, each then secured
+with TLS and served by aiohttp.
 
 asyncio's own TLS server gives every accepted connection a 256 KiB buffer before a byte is read, so a pod
 that opened a thousand connections and sent nothing took 300 MiB of the webhook: past the chart's 256 MiB
 it was killed, and every pod it guards was refused while it restarted. Here a connection is counted from
-its accept; past the cap it is closed before TLS starts, and one whose handshake does not finish within
-`HANDSHAKE_SECONDS` is dropped. The apiserver's connections already open go on.
+its accept to its close, and a handshake that does not finish within `HANDSHAKE_SECONDS` is dropped.
+
+A full webhook must still take the apiserver's next connection (and the kubelet's probe), or whoever holds
+the slots holds admission. So at the cap the connection that goes is the oldest of the peer (address) that
+holds the most, unless that peer is the newcomer's own: one pod opening connections by the hundred only
+ever displaces its own, while the apiserver, which keeps a few, always gets in.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections import Counter
 
 from aiohttp import web
 
@@ -33,43 +38,73 @@ class TlsGate:
 
     def __init__(self, server: web.Server, context: ssl.SSLContext, *, most: int = MAX_CONNECTIONS) -> None:
         self.server, self.context, self.most = server, context, most
-        self.securing: set[asyncio.Task[None]] = set()
-        self.refused = 0
+        self.open: dict[_Connection, None] = {}  # oldest first
+        self.securing: set[asyncio.Task[None]] = set()  # held, as the loop holds tasks only weakly
+        self.per_peer: Counter[str] = Counter()
+        self.closing = False
+        self.turned = 0  # connections refused or closed at the cap
 
     def __call__(self) -> asyncio.Protocol:
-        return _Accepted(self)
+        return _Connection(self)
 
-    def full(self) -> bool:
-        return len(self.securing) + len(self.server.connections) >= self.most
+    def admit(self, connection: _Connection) -> bool:
+        """Count `connection` in, displacing another if the webhook is full; False to refuse it."""
+        if self.closing:
+            return False
+        if len(self.open) >= self.most:
+            heaviest = max(self.per_peer.values())
+            self.turned += 1
+            if self.turned == 1 or self.turned % 1000 == 0:
+                log.warning(
+                    "%d connection(s) refused or closed to let others in: %d open, the most the webhook "
+                    "keeps, %d of them from %s",
+                    *(self.turned, self.most, heaviest, max(self.per_peer, key=self.per_peer.__getitem__)),
+                )
+            if self.per_peer[connection.peer] >= heaviest:
+                return False
+            next(other for other in self.open if self.per_peer[other.peer] == heaviest).drop()
+        self.open[connection] = None
+        self.per_peer[connection.peer] += 1
+        return True
+
+    def forget(self, connection: _Connection) -> None:
+        if connection in self.open:
+            del self.open[connection]
+            self.per_peer[connection.peer] -= 1
+            if not self.per_peer[connection.peer]:
+                del self.per_peer[connection.peer]
 
     def close(self) -> None:
-        """Drop the handshakes under way (the connections handed to aiohttp are its runner's to close)."""
-        for task in self.securing:
-            task.cancel()
+        """Drop the connections still in their handshake, and take no more (those served are the runner's
+        to close)."""
+        self.closing = True
+        for connection in list(self.open):
+            if connection.handler is None:
+                connection.drop()
 
 
-class _Accepted(asyncio.Protocol):
-    """A connection from its accept until aiohttp has it. What arrives between the end of the handshake and
-    the hand-over (the first request, often in the same packet) is kept and given to aiohttp after it."""
+class _Connection(asyncio.Protocol):
+    """One connection from its accept to its close: secured, then relaying to aiohttp's handler what its
+    transport tells, so that the gate learns of its close. What arrives between the end of the handshake and
+    the hand-over (the first request, often in the same packet) is kept and given to the handler after."""
 
     def __init__(self, gate: TlsGate) -> None:
         self.gate = gate
+        self.peer = ""
+        self.raw: asyncio.Transport | None = None
+        self.secured: asyncio.Transport | None = None
+        self.handler: web.RequestHandler | None = None
         self.early: list[bytes] = []
         self.ended = False
-        self.lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        if self.gate.full():
-            self.gate.refused += 1
-            if self.gate.refused == 1 or self.gate.refused % 1000 == 0:
-                log.warning(
-                    "%d connection(s) refused: %d open, the most the webhook keeps",
-                    self.gate.refused,
-                    self.gate.most,
-                )
+        address = transport.get_extra_info("peername")
+        self.peer = str(address[0]) if isinstance(address, tuple) and address else ""
+        if not self.gate.admit(self):
             transport.abort()
             return
+        self.raw = transport
         transport.pause_reading()  # the ClientHello waits in the socket until TLS takes over
         task = asyncio.get_running_loop().create_task(self._secure(transport))
         self.gate.securing.add(task)
@@ -82,28 +117,44 @@ class _Accepted(asyncio.Protocol):
                 transport, self, self.gate.context, server_side=True, ssl_handshake_timeout=HANDSHAKE_SECONDS
             )
         except HANDSHAKE_ERRORS:
-            transport.abort()
+            secured = None
+        if secured is None or secured.is_closing() or self.gate.closing or self not in self.gate.open:
+            self.drop()
             return
-        except asyncio.CancelledError:  # the server is stopping
-            transport.abort()
-            raise
-        if secured is None or self.lost:
-            transport.abort()
-            return
-        handler = self.gate.server()
-        secured.set_protocol(handler)
-        handler.connection_made(secured)
+        self.secured, self.handler = secured, self.gate.server()
+        self.handler.connection_made(secured)
         for data in self.early:
-            handler.data_received(data)
+            self.handler.data_received(data)
         if self.ended:
-            handler.eof_received()
+            self.handler.eof_received()
+
+    def drop(self) -> None:
+        transport = self.secured or self.raw
+        if transport is not None:
+            transport.abort()
+        self.gate.forget(self)
 
     def data_received(self, data: bytes) -> None:
-        self.early.append(data)
+        if self.handler is None:
+            self.early.append(data)
+        else:
+            self.handler.data_received(data)
 
-    def eof_received(self) -> bool:
-        self.ended = True
-        return True
+    def eof_received(self) -> None:
+        if self.handler is None:
+            self.ended = True
+        else:
+            self.handler.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
+        self.gate.forget(self)
+        if self.handler is not None:
+            self.handler.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self.handler is not None:
+            self.handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.handler is not None:
+            self.handler.resume_writing()
