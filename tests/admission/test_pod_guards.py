@@ -301,8 +301,9 @@ def test_the_env_configmap_annotation_comes_from_the_mutation_only() -> None:
     share = {"gpu-fraction": "0.5"}
     assert 'not scheduled by "gpufrac"' in denial(forged(share), "env-configmap")
     assert "(spec.nodeName)" in denial(forged(share, schedulerName="gpufrac", nodeName="n"), "env-configmap")
-    wrong = pod({"gpufrac.io/env-configmap": "mine", **share}, schedulerName="gpufrac")
-    assert 'does not name a gpufrac env ConfigMap ("gpufrac-env-...")' in denial(wrong, "env-configmap")
+    for name in ("mine", "gpufrac-env-x/../../../kube-system/configmaps/y"):  # another object's path
+        wrong = pod({"gpufrac.io/env-configmap": name, **share}, schedulerName="gpufrac")
+        assert 'does not name a gpufrac env ConfigMap ("gpufrac-env-...")' in denial(wrong, "env-configmap")
 
 
 def test_a_share_pod_for_gpufrac_that_skipped_the_mutation_is_denied() -> None:

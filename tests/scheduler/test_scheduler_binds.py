@@ -670,3 +670,14 @@ async def test_a_pod_that_waits_for_the_same_reason_is_told_again_only_now_and_t
     made.on_node_event("MODIFIED", gpu_node("n1", gpus=1, cordoned=True))
     assert await made.schedule_pending() == 1
     assert len(client.made("patch", "PodStatus")) == before + 1
+
+
+async def test_an_env_configmap_base_that_is_no_object_name_is_refused() -> None:
+    """The bind puts `<base>-<container>` in the path of its ConfigMap requests: `../` would reach another
+    namespace's (the webhook denies such a pod; a scheduler run without it must not act on one)."""
+    forged = share_pod("p")
+    forged["metadata"]["annotations"][keys.ENV_CONFIGMAP_ANNOTATION] = "gpufrac-env-x/../../../kube-system/y"
+    made, client, _ = setup([gpu_node()], [forged])
+    assert await made.schedule_pending() == 1
+    assert client.made("create", "Binding") == [] and client.made("create", "ConfigMap") == []
+    assert "is not a valid object name" in client.made("create", "Event")[0].body.message

@@ -253,3 +253,15 @@ async def test_a_pods_claims_are_read_a_few_at_once_and_each_class_once() -> Non
     assert len(client.made("get", "StorageClass")) == 1
     messages = [call.body["status"]["conditions"][0]["message"] for call in client.made("patch", "PodStatus")]
     assert any(f"persistentvolumeclaim team/{names[-2]} not found" in message for message in messages)
+
+
+async def test_a_claim_name_that_is_no_object_name_is_never_read_or_written() -> None:
+    """A claim's name goes into the path of the API request: `../` would reach another namespace's claim
+    (the scheduler may read and patch every claim), which the API server took in a pod's volume."""
+    traversal = "../../victims/persistentvolumeclaims/data"
+    made, client = await decided(mounting(share_pod("p"), "home", traversal), claim("home", volume=""))
+    assert pod_nodes(made) == {}
+    assert all(call.name != traversal for call in client.calls)
+    assert client.made("patch", "PersistentVolumeClaim") == []
+    messages = [call.body["status"]["conditions"][0]["message"] for call in client.made("patch", "PodStatus")]
+    assert any("is not a valid object name" in message for message in messages), messages

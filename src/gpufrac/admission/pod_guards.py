@@ -437,7 +437,7 @@ def _env_configmap(
     asks = bool(asked.shares or asked.whole)
     if own is not None:
         problem = None
-        if not isinstance(own, str) or not own.startswith(keys.ENV_CONFIGMAP_PREFIX):
+        if not fields.is_object_name(own) or not str(own).startswith(keys.ENV_CONFIGMAP_PREFIX):
             problem = f'does not name a gpufrac env ConfigMap ("{keys.ENV_CONFIGMAP_PREFIX}...")'
         elif not asks:
             problem = "is set on a pod that asks for no GPU"

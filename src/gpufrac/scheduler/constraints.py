@@ -1,25 +1,36 @@
-"""Whether gpufrac can read a pod's placement constraints at all. Pure.
+"""Whether gpufrac can read a pod's placement constraints at all, and use the names it gives. Pure.
 
 A node affinity, pod (anti-)affinity or topology spread the API server would not have taken (a pod made past
 its validation, or by an older one) cannot be honoured, so such a pod is refused with the field at fault
-rather than placed as if it had none.
+rather than placed as if it had none. A name the bind puts in the path of an API request (the env
+ConfigMaps' base) must be an object's name, or `../` would reach another namespace.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from gpufrac import contract
-from gpufrac.scheduler import affinity, pod_affinity, spread
+from gpufrac.contract import keys
+from gpufrac.kubeapi import fields
+from gpufrac.scheduler import affinity, objects, pod_affinity, spread
 
 
 def refusal(pod: Mapping[str, Any]) -> str | None:
-    """Why gpufrac will not place the pod by its placement constraints; None when it may."""
+    """Why gpufrac will not place the pod by its placement constraints, or by a name it gives that the bind
+    would use (its env ConfigMaps'); None when it may."""
     try:
         affinity.node_terms(pod)
         pod_affinity.facts_of(pod)
         spread.constraints_of(pod)
     except contract.ContractError as error:
         return f"unreadable placement constraints: {error}"
+    base = objects.annotations_of(pod).get(keys.ENV_CONFIGMAP_ANNOTATION)
+    if base is not None and not fields.is_object_name(base):
+        return (
+            f"annotation {keys.ENV_CONFIGMAP_ANNOTATION}={json.dumps(str(base)[:64])} is not a valid object "
+            "name; leave it to gpufrac's webhook"
+        )
     return None

@@ -23,6 +23,7 @@ tenant's pod of many claims read one by one would hold every other pod up for as
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from lightkube.resources.core_v1 import PersistentVolume, PersistentVolumeClaim
 from lightkube.resources.storage_v1 import StorageClass
 
 from gpufrac import contract
+from gpufrac.kubeapi import fields
 from gpufrac.kubeapi.client import READ_ERRORS
 from gpufrac.scheduler import affinity, objects
 
@@ -79,6 +81,8 @@ async def read(client: lightkube.AsyncClient, pod: Mapping[str, Any]) -> Volumes
         return NONE
     if len(names) > MAX_CLAIMS:
         return Volumes(waits=f"the pod mounts {len(names)} persistent volume claims, more than {MAX_CLAIMS}")
+    if bad := next((name for name in names if not fields.is_object_name(name)), None):
+        return Volumes(waits=f"persistentvolumeclaim name {json.dumps(bad[:64])} is not a valid object name")
     reader = _Reader(client, objects.meta(pod).get("namespace") or "")
     found = await asyncio.gather(*(reader.claim_constraints(name) for name in dict.fromkeys(names)))
     constraints: list[tuple[affinity.Term, ...]] = []
@@ -187,6 +191,8 @@ async def provision(
     while not gone():
         waiting = []
         for name in dict.fromkeys(claim_names(pod)):
+            if not fields.is_object_name(name):  # `read` let no such pod be placed
+                raise NotProvisioned(f"persistentvolumeclaim name {json.dumps(name[:64])} is not valid")
             what = f"persistentvolumeclaim {namespace}/{name}"
             claim = await _get(client, PersistentVolumeClaim, name, namespace)
             if claim is None:
