@@ -13,6 +13,7 @@ import numpy as np
 
 from gpufrac import contract
 from gpufrac.cluster.model import Placement, PodDemand
+from gpufrac.contract import queues
 from gpufrac.contract.podgroups import group_of
 from gpufrac.contract.queues import Resource
 from gpufrac.placement import tenancy
@@ -206,7 +207,7 @@ class Evictions:
         their queue at its fair share at least), by uid, with priorities.
         Only pods this scheduler placed, below `protected_priority`, running `min_runtime` at least; and, as a
         gang is evicted whole, a gang's member only if every member may go, counted together."""
-        tenant, priority = self.tenants.tenant(pod), objects.priority(pod)
+        tenant, priority = self._queue_of(pod), objects.priority(pod)
         over: set[str] = set()
         contested: set[Resource] = set()
         if self.config.queues:
@@ -243,7 +244,10 @@ class Evictions:
         gangs: dict[str, list[str]] = {}
         members: dict[str, list[str]] = {}
         for uid, victim in self.cache.bound.items():
-            if (group := group_of(victim)) is not None:  # as the mover finds a victim's gang
+            # Only a gang gpufrac keeps together is one: a label alone, which a tenant may put on any pod,
+            # would bind pods that may not go to one that may, and so shield them all.
+            group = group_of(victim) if self.config.gangs else None
+            if group is not None and self.gangs.spec(group) is not None:
                 gangs[uid] = members.setdefault(group, [])
                 gangs[uid].append(uid)
             since = objects.running_since(victim)
@@ -255,9 +259,14 @@ class Evictions:
                 and since <= oldest
                 and uid in self.cache.state.placements
             ):
-                pool.setdefault(self.tenants.tenant(victim), {})[uid] = theirs
+                pool.setdefault(self._queue_of(victim), {})[uid] = theirs
         self._evictable_at = (now, pool, gangs)
         return pool, gangs
+
+    def _queue_of(self, pod: Mapping[str, Any]) -> str:
+        """The queue a pod preempts within: its own with queues on; otherwise every pod is in one, as a
+        queue label a tenant may put on any pod must not take its pods out of the others' reach."""
+        return self.tenants.tenant(pod) if self.config.queues else queues.DEFAULT_QUEUE
 
 
 def whole_gangs(victims: Mapping[str, int], gangs: Mapping[str, list[str]]) -> dict[str, int]:

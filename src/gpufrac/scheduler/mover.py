@@ -28,7 +28,6 @@ from prometheus_client import Counter as PromCounter
 
 from gpufrac import contract
 from gpufrac.cluster.model import Placement, PodDemand
-from gpufrac.contract.podgroups import group_of
 from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS
 from gpufrac.kubeapi.eviction import evict
@@ -222,8 +221,8 @@ class Mover:
         needs; rows the pods placed may rule out as things are, where victims' going may let it in) fits at
         once, with at most `max_moves` evicted for each, and only sets of victims that
         `allow` accepts, losing the least work (`lost`) among sets otherwise alike; True when pods are on
-        their way out. `going`: victims with the pods that go with them (their gangs' other members), as
-        the rules of the pods placed are judged without them."""
+        their way out. `going`: victims with the pods that go with them (their gangs' other members), which
+        are evicted too and which the rules of the pods placed are judged without."""
         leaving = self._leaving()
         offered = {
             victim: priority
@@ -244,9 +243,7 @@ class Mover:
         if plan is None:
             return False
         # A gang is evicted whole: its other members could not run without the one evicted.
-        groups = {group_of(self.cache.bound.get(victim, {})) for victim in plan.victims} - {None}
-        mates = [other for other, body in self.cache.bound.items() if groups and group_of(body) in groups]
-        evicted = [*plan.victims, *(other for other in mates if other not in plan.victims)]
+        evicted = going(list(plan.victims))
         rooms = [(uid, pod, plan.placements[demand.name]) for uid, pod, demand, _ in members]
         return await self._start(rooms, evicted, why)
 
