@@ -15,6 +15,8 @@ WHOLE = Ask(gpus=1, priority=10)
 # A pod never evicted (priority 100 or more) runs only within its queue's quota: these give it one.
 DEFAULT_QUOTA_1 = {"default": {"gpus": {"quota": 1}}}
 A_QUOTA_1 = {"a": {"gpus": {"quota": 1}}}
+# Two pods of one pod-group label, the younger too young to be preempted.
+LABELLED_ALIKE = {"low": Run("n1:0", priority=1, group="g"), "young": Run("n1", priority=1, group="g", age=0)}
 
 SCENARIOS = [
     Scenario(
@@ -115,10 +117,7 @@ SCENARIOS = [
     Scenario(
         "a pod-group label without its PodGroup makes no gang: it shields no pod beside one that may not go",
         nodes=ONE_GPU,
-        running={
-            "low": Run("n1:0", priority=1, group="g"),
-            "young": Run("n1", priority=1, group="g", age=0),
-        },
+        running=LABELLED_ALIKE,
         pending={"high": WHOLE},
         binds={"high": "n1:0"},
         evicted={"low": PREEMPTED},
@@ -128,10 +127,7 @@ SCENARIOS = [
         nodes=ONE_GPU,
         settings={"gangs": False},
         groups={"g": {"minMember": 2}},
-        running={
-            "low": Run("n1:0", priority=1, group="g"),
-            "young": Run("n1", priority=1, group="g", age=0),
-        },
+        running=LABELLED_ALIKE,
         pending={"high": WHOLE},
         binds={"high": "n1:0"},
         evicted={"low": PREEMPTED},
