@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpufrac import contract
-from gpufrac.scheduler import constraints, spread
+from gpufrac.scheduler import affinity, constraints, spread
 
 from ..kubeapi.apiobjects import key
 from .test_pod_affinity import HOST, ZONE, decided, labelled, running
@@ -106,3 +106,40 @@ async def test_an_empty_selector_counts_no_pod_but_the_pod_itself() -> None:
     pinned["spec"]["nodeSelector"] = {HOST: "a1"}
     placed, _ = await decided([running("there", "a1", app="infer"), pinned])
     assert placed[key("p")] == "a1"
+
+
+async def test_each_nodes_selector_and_affinity_are_read_once_a_decision_however_many_spreads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tenant's pod of many spreads and a long node affinity cost every spread times every node times
+    every requirement; each node's answer is now kept for the decision."""
+    asked: list[str] = []
+    matches = affinity.matches
+
+    def counted(terms: Any, labels: Any, name: str) -> bool:
+        asked.append(name)
+        return matches(terms, labels, name)
+
+    monkeypatch.setattr(affinity, "matches", counted)
+    body = spreading("next")
+    rule = body["spec"]["topologySpreadConstraints"][0]
+    body["spec"]["topologySpreadConstraints"] = [dict(rule, topologyKey=key_) for key_ in (ZONE, HOST) * 4]
+    body["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": ZONE, "operator": "Exists"}]}]
+            }
+        }
+    }
+    placed, _ = await decided([body])
+    assert key("next") in placed
+    assert max(asked.count(node) for node in set(asked)) <= 2  # the eligibility pass, then the spreads
+
+
+@pytest.mark.parametrize("field", ["tolerations", "nodeSelector"])
+def test_a_pod_of_more_tolerations_or_selector_labels_than_any_needs_is_refused(field: str) -> None:
+    body = share_pod("p")
+    many = [{"operator": "Exists", "key": f"k{i}"} for i in range(constraints.MAX_TOLERATIONS + 1)]
+    body["spec"][field] = many if field == "tolerations" else {f"k{i}": "v" for i in range(300)}
+    why = constraints.refusal(body)
+    assert why is not None and f"spec.{field} has" in why

@@ -17,6 +17,11 @@ from gpufrac.contract import keys
 from gpufrac.kubeapi import fields
 from gpufrac.scheduler import affinity, objects, pod_affinity, spread
 
+# The most tolerations, and node selector labels, a pod may carry: each tainted node (each node) is matched
+# against every one on every try, and the pod is the tenant's. Real pods carry a handful.
+MAX_TOLERATIONS = 256
+MAX_SELECTOR_LABELS = 256
+
 
 def refusal(pod: Mapping[str, Any]) -> str | None:
     """Why gpufrac will not place the pod by its placement constraints, or by a name it gives that the bind
@@ -27,6 +32,13 @@ def refusal(pod: Mapping[str, Any]) -> str | None:
         spread.constraints_of(pod)
     except contract.ContractError as error:
         return f"unreadable placement constraints: {error}"
+    spec = fields.as_mapping(pod.get("spec"))
+    for field, most in (("tolerations", MAX_TOLERATIONS), ("nodeSelector", MAX_SELECTOR_LABELS)):
+        value = spec.get(field)
+        if isinstance(value, list | Mapping) and len(value) > most:
+            return (
+                f"unreadable placement constraints: spec.{field} has {len(value)} entries, more than {most}"
+            )
     base = objects.annotations_of(pod).get(keys.ENV_CONFIGMAP_ANNOTATION)
     if base is not None and not fields.is_object_name(base):
         return (

@@ -8,6 +8,7 @@ under its reason, for the pod's failure message.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -127,6 +128,8 @@ class Eligibility:
         except contract.ContractError:  # refused before it gets here (`constraints.refusal`): no node matches
             terms = ()
 
+        # Each asked once a row: a pod's topology spreads ask of every node for every constraint.
+        @functools.cache
         def selected(row: int) -> str | None:
             labels = self._labels.get(row, {})
             if any(labels.get(key) != value for key, value in wanted.items()):
@@ -135,6 +138,7 @@ class Eligibility:
                 return "node(s) didn't match the pod's node affinity"
             return None
 
+        @functools.cache
         def tolerated(row: int) -> bool:
             return all(tolerates(tolerations, taint) for taint in self._taints.get(row, ()))
 
