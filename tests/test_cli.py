@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from gpufrac import cli
+from gpufrac.errors import one_line
+from gpufrac.kubeapi import client as kube_client
 
 KUBECONFIG = """
 apiVersion: v1
@@ -253,3 +255,71 @@ def test_the_http_clients_request_lines_stay_out_of_the_log_but_at_debug(
     assert [logging.getLogger(name).level == logging.WARNING for name in cli.HTTP_CLIENT_LOGGERS] == [
         quiet
     ] * len(cli.HTTP_CLIENT_LOGGERS)
+
+
+PLUGIN_CONFIG = """
+clusters: [{{name: c, cluster: {{server: "https://127.0.0.1:1"}}}}]
+users: [{{name: p, user: {{exec: {{apiVersion: client.authentication.k8s.io/v1beta1, command: "{command}",
+  args: {args}}}}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: p}}}}]
+current-context: x
+"""
+PLUGIN_COMMANDS = [
+    ("top",),
+    ("report", "--out", "/nonexistent/gpufrac-report"),
+    ("scheduler", "--metrics-port", "0"),
+    ("webhook", "--generate-certs", "--hosts", "h", "--secret", "ns/s"),
+]
+
+
+@pytest.mark.parametrize("command", PLUGIN_COMMANDS, ids=lambda c: c[0])
+@pytest.mark.parametrize(
+    ("plugin", "args", "says"),
+    [("false", "[]", "credential plugin failed"), ("sleep", '["600"]', "no whole answer within 0.5s")],
+    ids=["fails", "never ends"],
+)
+def test_a_credential_plugin_that_fails_or_never_ends_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    command: tuple[str, ...],
+    plugin: str,
+    args: str,
+    says: str,
+) -> None:
+    """An expired cloud login: lightkube runs the plugin at the first request, and raised out of it (a
+    69-line traceback) or waited on it for ever."""
+    monkeypatch.setattr(kube_client, "ONE_SHOT_SECONDS", 0.5)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(PLUGIN_CONFIG.format(command=plugin, args=args))
+    assert_one_line(*run(capsys, *command, "--kubeconfig", str(kubeconfig)), says)
+
+
+def test_certificate_files_that_are_one_file_are_refused_and_left_as_they_were(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_text("OLD CERT")
+    key.write_text("OLD KEY")
+    for flags in (("--tls-key", str(key), "--ca-cert", str(cert)), ("--tls-key", str(cert))):
+        args = ("webhook", "--generate-certs", "--hosts", "h", "--tls-cert", str(cert), *flags)
+        assert_one_line(*run(capsys, *args), "name the same file")
+        assert (cert.read_text(), key.read_text()) == ("OLD CERT", "OLD KEY")
+
+
+def test_a_quoted_cell_with_a_line_break_or_of_any_length_stays_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(f'sn,cpu_milli,memory_mib,gpu,model\nn1,"64\n000{"9" * 100_000}",262144,2,P100\n')
+    code, err = run(capsys, "simulate", "--nodes", str(nodes), "--seeds", "1")
+    assert_one_line(code, err, "must be a whole number", "\\n")
+    assert len(err) < 2 * one_line.__defaults__[0]  # type: ignore[index]
+
+
+def test_a_csv_saved_with_a_byte_order_mark_reads(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Spreadsheets save CSV so: its header's first column read as "\\ufeffsn" and was missing."""
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_bytes(b"\xef\xbb\xbfsn,cpu_milli,memory_mib,gpu,model\nn1,64000,262144,0,\n")
+    code, err = run(capsys, "simulate", "--nodes", str(nodes), "--seeds", "1")
+    assert_one_line(code, err, "the node list has no GPUs")

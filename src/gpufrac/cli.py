@@ -19,7 +19,7 @@ from rich.console import Console
 from gpufrac import contract
 from gpufrac.admission import settings as admission_settings  # pure, cheap: the webhook's defaults
 from gpufrac.contract import memory_resource, node_inventory  # pure, cheap: defaults of agent and webhook
-from gpufrac.errors import UserError
+from gpufrac.errors import UserError, one_line
 from gpufrac.scheduler.config import DEFAULT_POLICY  # pure, cheap: the scheduler's default policy
 
 try:  # recent Typer carries its own copy of Click
@@ -50,7 +50,7 @@ def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return command(*args, **kwargs)
         except UserError as error:
-            stderr.print(f"gpufrac: {error}", markup=False, highlight=False, soft_wrap=True)
+            stderr.print(f"gpufrac: {one_line(str(error))}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt:
             stderr.print("gpufrac: interrupted")

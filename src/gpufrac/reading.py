@@ -65,7 +65,7 @@ def read_text(path: Path, *, limit: int, what: str = "") -> str:
     if len(data) > limit:
         raise UserError(f"{label}: more than {_size(limit)}; pass a smaller file (or split it)")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a byte-order mark, as spreadsheets save CSV, is not text
     except UnicodeDecodeError:
         raise UserError(f"{label}: not a UTF-8 text file") from None
 

@@ -248,6 +248,11 @@ def run(
     if not secret:
         if tls_cert is None or tls_key is None:
             raise UserError("--generate-certs into files needs both --tls-cert and --tls-key")
+        named = {"--tls-cert": tls_cert, "--tls-key": tls_key, "--ca-cert": ca_cert}
+        seen: dict[Path, str] = {}
+        for flag, path in named.items():
+            if path is not None and (other := seen.setdefault(path.resolve(), flag)) != flag:
+                raise UserError(f"{other} and {flag} name the same file {path}; give each its own")
         try:
             write(generate(hosts), cert=tls_cert, key=tls_key, ca=ca_cert)
         except OSError as error:
@@ -262,7 +267,10 @@ def run(
 
         config = kube_client.load_config(kubeconfig)
         try:
-            async with kube_client.async_client(config, field_manager="gpufrac-webhook-certs") as api:
+            async with (
+                kube_client.async_client(config, field_manager="gpufrac-webhook-certs") as api,
+                kube_client.answered_within(config),
+            ):
                 await install(
                     api,
                     namespace=namespace,

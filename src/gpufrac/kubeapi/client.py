@@ -6,8 +6,10 @@ the file and the fix; this is the only place that knows how gpufrac finds its cr
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import shutil
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -115,7 +117,12 @@ def unreachable(error: Exception, config: lightkube.KubeConfig) -> UserError:
     of another service: an `UNREADABLE_ANSWERS` error). A timeout's error says nothing: its kind is named."""
     single = config.get()
     server = f" at {single.cluster.server}" if single is not None else ""
-    reason = str(error) or type(error).__name__
+    reason = " ".join((str(error) or type(error).__name__).split())[:500]
+    if isinstance(error, ConfigError):
+        return UserError(
+            f"cannot sign in to the Kubernetes API server{server}: the kubeconfig's credential plugin failed "
+            f"({reason}); log in again, or fix the user in the kubeconfig"
+        )
     if isinstance(error, UNREADABLE_ANSWERS):
         reason = f"it answered JSON that is not Kubernetes API data ({reason}): not a Kubernetes API server"
     return UserError(
@@ -123,8 +130,25 @@ def unreachable(error: Exception, config: lightkube.KubeConfig) -> UserError:
     )
 
 
-# What a dropped or refused connection raises through lightkube's transport.
-TRANSPORT_ERRORS = (httpx2.TransportError,)
+@contextlib.asynccontextmanager
+async def answered_within(config: lightkube.KubeConfig, seconds: float | None = None) -> AsyncIterator[None]:
+    """Whatever the block asks of the API server done within `seconds` (default `ONE_SHOT_SECONDS`), or
+    `unreachable` with the time waited."""
+    seconds = ONE_SHOT_SECONDS if seconds is None else seconds
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        raise unreachable(TimeoutError(f"no whole answer within {seconds:g}s"), config) from None
+
+
+# What a dropped or refused connection raises through lightkube's transport; and a credential plugin that
+# fails when a request needs a token (an expired cloud login: lightkube runs it then, not at load).
+TRANSPORT_ERRORS = (httpx2.TransportError, ConfigError)
+# The most a command that reads the cluster once waits for the API server in all: lightkube's 10 s limit is
+# per read, so an answer trickled a byte at a time, or a credential plugin that never ends, would hold it
+# for ever.
+ONE_SHOT_SECONDS = 120.0
 # Everything a request can fail with: the API server's answer, or no answer at all.
 API_ERRORS = (lightkube.ApiError, *TRANSPORT_ERRORS)
 # What lightkube raises on JSON it cannot read as the objects asked for: malformed or of the wrong shape
@@ -143,8 +167,9 @@ async def list_nodes_and_pods(kubeconfig: Path | None) -> tuple[list[dict[str, A
     config = load_config(kubeconfig)
     client = async_client(config)
     try:
-        nodes = [node.to_dict() async for node in client.list(Node)]
-        pods = [pod.to_dict() async for pod in client.list(Pod, namespace=lightkube.ALL_NS)]
+        async with answered_within(config):
+            nodes = [node.to_dict() async for node in client.list(Node)]
+            pods = [pod.to_dict() async for pod in client.list(Pod, namespace=lightkube.ALL_NS)]
     except NO_API_SERVER as error:
         raise unreachable(error, config) from None
     except lightkube.ApiError as error:
@@ -160,7 +185,8 @@ async def list_objects(kubeconfig: Path | None, resource: type[Any]) -> list[dic
     config = load_config(kubeconfig)
     client = async_client(config)
     try:
-        return [item.to_dict() async for item in client.list(resource)]
+        async with answered_within(config):
+            return [item.to_dict() async for item in client.list(resource)]
     except NO_API_SERVER as error:
         raise unreachable(error, config) from None
     except lightkube.ApiError as error:

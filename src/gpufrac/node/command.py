@@ -162,7 +162,8 @@ async def _main(
         )
         try:
             if once:
-                report = await agent.tick()
+                async with kube_client.answered_within(config):
+                    report = await agent.tick()
                 print(json.dumps(_summary(report), sort_keys=True))
                 if report.problems:
                     raise UserError(

@@ -45,7 +45,8 @@ async def serve(
     kube = kube_client.load_config(kubeconfig)
     client = kube_client.async_client(kube, field_manager=config.name)
     try:
-        await client.get(Node, "gpufrac-connectivity-check")
+        async with kube_client.answered_within(kube):
+            await client.get(Node, "gpufrac-connectivity-check")
     except ApiError:
         pass  # answered: reachable (404 or 403 both prove it)
     except kube_client.NO_API_SERVER as error:
