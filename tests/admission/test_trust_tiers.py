@@ -90,3 +90,9 @@ def test_a_capped_sm_sharing_share_is_left_for_validation_to_refuse_not_rewritte
     assert decision.allowed and decision.patch == ()
     refused = validate(capped, REWRITE, trusted_namespace=False)
     assert not refused.allowed and refused.rule == "untrusted-sm-sharing"
+
+
+def test_a_tenant_cannot_name_the_queue_its_bind_recorded() -> None:
+    """The queue a bound pod counts in for good (`keys.BOUND_QUEUE_ANNOTATION`) is the scheduler's."""
+    decision = validate(pod({**SM, keys.BOUND_QUEUE_ANNOTATION: "other-team"}))
+    assert not decision.allowed and decision.rule == "scheduler-owned"

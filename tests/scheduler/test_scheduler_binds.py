@@ -681,3 +681,14 @@ async def test_an_env_configmap_base_that_is_no_object_name_is_refused() -> None
     assert await made.schedule_pending() == 1
     assert client.made("create", "Binding") == [] and client.made("create", "ConfigMap") == []
     assert "is not a valid object name" in client.made("create", "Event")[0].body.message
+
+
+@pytest.mark.parametrize(("queues", "recorded"), [(True, "default"), (False, None)])
+async def test_a_bind_records_the_queue_the_pod_counts_in_for_good(
+    queues: bool, recorded: str | None
+) -> None:
+    made, client, _ = setup([gpu_node()], [share_pod("p")], queues=queues)
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    written = client.made("create", "Binding")[0].body.metadata.annotations
+    assert written.get(keys.BOUND_QUEUE_ANNOTATION) == recorded

@@ -94,6 +94,11 @@ BOUND_UID_ANNOTATION = "gpufrac.io/bound-uid"
 # Read back from the pod, so a restart or a relabelled namespace never moves a bound share to another group.
 FAULT_DOMAIN_ANNOTATION = "gpufrac.io/fault-domain"
 
+# The queue a pod was placed in, written with its contract at bind: with queues, a running pod counts there
+# for good, whatever its PodGroup or labels say later (a PodGroup's queue changed under running pods made
+# their queue look idle, so it passed its quota and reclaimed other teams' pods).
+BOUND_QUEUE_ANNOTATION = "gpufrac.io/bound-queue"
+
 # The label ("true") of the pods that hold a shared GPU from a device plugin for the scheduler
 # (scheduler/reservations.py): their GPU is the shares' GPU, so a count of GPUs in use skips them.
 RESERVATION_LABEL = "gpufrac.io/reservation"
@@ -160,8 +165,9 @@ def is_contract_key(key: str) -> bool:
 def is_scheduler_owned(key: str) -> bool:
     """True for the keys a tenant may never write: `nvidia.com/container.<c>.gpus.devices`, the
     `gpufrac.io/bound-uid` marker that names the pod a Binding was meant for (a tenant who set it could only
-    make the scheduler take their own pod for a misbound one, but nothing but a Binding writes it), and the
-    `gpufrac.io/fault-domain` a Binding records (a tenant who set it could join another's MPS server).
+    make the scheduler take their own pod for a misbound one, but nothing but a Binding writes it), the
+    `gpufrac.io/fault-domain` a Binding records (a tenant who set it could join another's MPS server), and
+    the `gpufrac.io/bound-queue` it records (a tenant who set it could count its pods in another queue).
 
     The devices key is what grants GPUs: the node side mounts the GPUs it names and sets
     `NVIDIA_VISIBLE_DEVICES` from it, so a tenant who could write it could take any GPU on the node. The
@@ -177,4 +183,6 @@ def is_scheduler_owned(key: str) -> bool:
     - once a pod carries any `gpus.devices` key it is bound, and the webhook denies every change to a key
       for which `is_contract_key` is true, so no limit can be raised after the scheduler counted it.
     """
-    return key in (BOUND_UID_ANNOTATION, FAULT_DOMAIN_ANNOTATION) or is_devices_key(key)
+    return key in (BOUND_UID_ANNOTATION, FAULT_DOMAIN_ANNOTATION, BOUND_QUEUE_ANNOTATION) or is_devices_key(
+        key
+    )

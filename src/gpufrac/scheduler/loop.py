@@ -530,6 +530,7 @@ class Scheduler:
                 mps_pipe_directory=self.config.mps_pipe_directory,
                 env_delivery=self.config.env_delivery,
                 kubelet_gpus=placement.node in self.cache.devices,
+                queue=self.tenants.tenant(pod) if self.config.queues else None,
             )
 
             def gone() -> bool:

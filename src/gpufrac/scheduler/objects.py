@@ -781,10 +781,12 @@ def bind_plan(
     mps_pipe_directory: str,
     env_delivery: contract.EnvDelivery,
     kubelet_gpus: bool = False,
+    queue: str | None = None,
 ) -> BindPlan:
     """What to write for `placement`. `kubelet_gpus`: the node's device plugin hands out whole GPUs, so a
     whole-GPU container gets its GPU and its env from the kubelet, and from gpufrac only its (empty) env
-    ConfigMap, which its `envFrom` needs to start."""
+    ConfigMap, which its `envFrom` needs to start. `queue`: the queue it is placed in, recorded with its
+    contract (`keys.BOUND_QUEUE_ANNOTATION`)."""
     uuids = {gpu.index: gpu.uuid for gpu in node.gpus}
     shares = tuple(
         contract.SharePlacement(
@@ -816,6 +818,8 @@ def bind_plan(
     # Every pod the API returns has a UID; hand-made test objects may have none.
     if annotations and meta(pod).get("uid"):
         annotations[keys.BOUND_UID_ANNOTATION] = str(meta(pod)["uid"])
+        if queue is not None:
+            annotations[keys.BOUND_QUEUE_ANNOTATION] = queue
     if any(share.mode is contract.ComputeMode.SM_SHARING for share in shares):
         annotations[keys.FAULT_DOMAIN_ANNOTATION] = placement.fault_domain
     return BindPlan(annotations, configmaps)

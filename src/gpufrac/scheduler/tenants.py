@@ -20,7 +20,7 @@ import numpy as np
 from gpufrac import contract
 from gpufrac.cluster.model import Placement, PodDemand
 from gpufrac.cluster.state import ClusterState
-from gpufrac.contract import queues
+from gpufrac.contract import keys, queues
 from gpufrac.contract.podgroups import PodGroupSpec, group_of
 from gpufrac.contract.queues import QueueSpec, Resource
 from gpufrac.kubeapi.custom import Index, queue_index
@@ -129,7 +129,17 @@ class Tenants:
         self.ranks[tenant] = fairshare.starvation(usage, self.shares.get(tenant, {}))
 
     def claimed(self, pod: Mapping[str, Any]) -> str:
-        """The queue the pod names: its PodGroup's, when that names one, else its label's (`tenant_of`)."""
+        """The queue the pod names: the one its bind recorded, once it is bound by gpufrac (so that a PodGroup
+        whose queue changes under its running pods cannot move them); else its PodGroup's, when that names
+        one, else its label's (`tenant_of`)."""
+        notes = objects.annotations_of(pod)
+        recorded = notes.get(keys.BOUND_QUEUE_ANNOTATION)
+        if (
+            isinstance(recorded, str)
+            and recorded
+            and notes.get(keys.BOUND_UID_ANNOTATION) == objects.pod_uid(pod)
+        ):
+            return recorded
         if self.pod_groups is not None and (group := group_of(pod)) is not None:
             spec = self.pod_groups.specs.get(group)
             if spec is not None and spec.queue:

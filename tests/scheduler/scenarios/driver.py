@@ -224,7 +224,12 @@ async def play(scenario: Scenario) -> tuple[ScenarioApi, Scheduler]:
     if config.gangs:
         made.on_pod_groups_listed([_pod_group(name, spec) for name, spec in scenario.groups.items()])
     created = {name: _pending(name, ask, order) for order, (name, ask) in enumerate(scenario.pending.items())}
-    listed = [_running(name, run) for name, run in scenario.running.items()]
+    listed = [
+        _running(
+            name, run, run.queue or scenario.groups.get(run.group, {}).get("queue") or queues.DEFAULT_QUEUE
+        )
+        for name, run in scenario.running.items()
+    ]
     listed += [created[name] for name, ask in scenario.pending.items() if ask.arrives == 0]
     for body in listed:
         api.put(body)
@@ -336,8 +341,8 @@ def _label(pair: str) -> tuple[str, str]:
     return name, value
 
 
-def _running(name: str, run: Run) -> dict[str, Any]:
-    """A bound pod as the API returns it, with the annotations a bind would have written."""
+def _running(name: str, run: Run, queue: str) -> dict[str, Any]:
+    """A bound pod as the API returns it, with the annotations a bind in `queue` would have written."""
     node_name, _, indices = run.on.partition(":")
     devices = tuple(f"GPU-{node_name}-{index}" for index in indices.split(",") if index)
     if run.mib is not None:
@@ -363,6 +368,7 @@ def _running(name: str, run: Run) -> dict[str, Any]:
     rendered = contract.render_annotations(placed)
     if rendered:
         rendered[keys.BOUND_UID_ANNOTATION] = key(name)
+        rendered[keys.BOUND_QUEUE_ANNOTATION] = queue
     if run.mode == SM and run.mib is not None:
         rendered[keys.FAULT_DOMAIN_ANNOTATION] = NAMESPACE
     body["metadata"]["annotations"].update(rendered)

@@ -16,6 +16,18 @@ B_BORROWED_BOTH = {"b1": Run("n1:0", queue="b"), "b2": Run("n2:0", queue="b")}
 
 SCENARIOS = [
     Scenario(
+        "a PodGroup whose queue changes under its running pods does not move them out of their queue",
+        nodes={f"n{i}": Node() for i in range(1, 5)},
+        queues={"a": {"gpus": {"quota": 1}}, "b": {"gpus": {"quota": 1}}},
+        groups={"g": {"minMember": 1, "queue": "default"}},  # was a when a1 was bound
+        running={
+            "a1": Run("n1:0", queue="a", group="g"),
+            **{f"b{i}": Run(f"n{i + 1}:0", queue="b") for i in (1, 2, 3)},
+        },
+        pending={"a2": Ask(gpus=1, queue="a")},
+        waiting={"a2": ""},
+    ),
+    Scenario(
         "a quota of CPU to spare blocks no reclaim: only what the queues ask more of than the cluster has "
         "is held to fair shares",
         nodes=TWO_NODES,
