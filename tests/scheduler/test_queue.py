@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpufrac.scheduler.queue import SchedulingQueue
 
 from ..kubeapi.fakeapi import FakeClock
@@ -156,3 +158,28 @@ def test_next_ready_in() -> None:
     assert queue.next_ready_in() == 0.0  # overdue, never negative
     queue.add("new", priority=0, created=1.0)
     assert queue.next_ready_in() == 0.0
+
+
+def test_taking_a_pod_reads_only_the_waiting_pods_that_are_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thousands of parked pods (a tenant's that fit nowhere) were all read on every pop: a round over them
+    was quadratic (16,000 pods, 8.9 s)."""
+    clock = FakeClock()
+    queue = SchedulingQueue(clock=clock)
+    for i in range(10_000):
+        queue.park(f"p{i}", priority=0, created=float(i))
+    queue.add("new", priority=0, created=0.0)
+    read: list[object] = []
+    current = queue._current
+
+    def counted(entry: tuple[float, int, str]) -> bool:
+        read.append(entry)
+        return current(entry)
+
+    monkeypatch.setattr(queue, "_current", counted)
+    assert queue.pop() == "new" and queue.pop() is None
+    assert len(read) < 10
+    clock.advance(2.0)
+    queue.cluster_changed()  # all 10,000 due now: each read once as it is taken
+    taken = [queue.pop() for _ in range(10_001)]
+    assert taken[-1] is None and len(set(taken[:-1])) == 10_000
+    assert len(read) < 2 * 10_000 + 10

@@ -37,6 +37,7 @@ class _Waiting:
     priority: int
     created: float
     tenant: str
+    token: int = 0  # tells this wait's heap entries from those of an earlier one
 
 
 class SchedulingQueue:
@@ -57,6 +58,14 @@ class SchedulingQueue:
         self._waiting: dict[str, _Waiting] = {}
         self._attempts: dict[str, int] = {}
         self._sequence = itertools.count()
+        # Waiting pods by when they may be tried, so that taking the next pod reads only the pods due, not
+        # every pod that waits (a round over thousands of parked pods was quadratic): `_due`, those that
+        # need no change, by the end of their backoff; `_parked`, those parked since the last change, by the
+        # same (a change moves them all to `_due`); `_by_park`, parked ones by the end of their park.
+        # Entries of a wait since ended or replaced are skipped as they surface.
+        self._due: list[tuple[float, int, str]] = []
+        self._parked: list[tuple[float, int, str]] = []
+        self._by_park: list[tuple[float, int, str]] = []
 
     def __len__(self) -> int:
         return len(self._active) + len(self._waiting)
@@ -108,11 +117,23 @@ class SchedulingQueue:
         waiting.ready_at = self._clock() + retrying.doubling(
             attempts - 1, first=self._initial, ceiling=self._max
         )
+        waiting.token = next(self._sequence)
         self._waiting[key] = waiting
+        entry = (waiting.ready_at, waiting.token, key)
+        if not waiting.needs_change:
+            heapq.heappush(self._due, entry)
+            return
+        heapq.heappush(self._parked, entry)
+        heapq.heappush(self._by_park, (waiting.ready_at + self._max_park, waiting.token, key))
+        if len(self._parked) > 2 * len(self._waiting) + 64:  # parks that ended without a change since
+            self._parked = [item for item in self._parked if self._current(item)]
+            heapq.heapify(self._parked)
 
     def cluster_changed(self) -> None:
-        for waiting in self._waiting.values():
-            waiting.needs_change = False
+        """Every pod parked so far may be tried once its backoff ends."""
+        self._due += self._parked
+        heapq.heapify(self._due)
+        self._parked = []
 
     def forget(self, key: str) -> None:
         """The pod was bound or deleted."""
@@ -124,15 +145,27 @@ class SchedulingQueue:
         """Seconds until a waiting pod may be retried; None when nothing waits."""
         if self._active:
             return 0.0
-        times = [self._ready_time(waiting) for waiting in self._waiting.values()]
+        times = []
+        for heap in (self._due, self._by_park):
+            while heap and not self._current(heap[0]):
+                heapq.heappop(heap)
+            if heap:
+                times.append(heap[0][0])
         return max(0.0, min(times) - self._clock()) if times else None
 
-    def _ready_time(self, waiting: _Waiting) -> float:
-        return waiting.ready_at + (self._max_park if waiting.needs_change else 0.0)
+    def _current(self, entry: tuple[float, int, str]) -> bool:
+        waiting = self._waiting.get(entry[2])
+        return waiting is not None and waiting.token == entry[1]
 
     def _promote(self) -> None:
+        """Queue the waiting pods that are due: those needing no change whose backoff is over, and parked
+        ones whose park is over."""
         now = self._clock()
-        ready = [key for key, waiting in self._waiting.items() if self._ready_time(waiting) <= now]
-        for key in ready:
-            waiting = self._waiting.pop(key)
-            self.add(key, priority=waiting.priority, created=waiting.created, tenant=waiting.tenant)
+        for heap in (self._due, self._by_park):
+            while heap and heap[0][0] <= now:
+                entry = heapq.heappop(heap)
+                if self._current(entry):
+                    waiting = self._waiting[entry[2]]
+                    self.add(
+                        entry[2], priority=waiting.priority, created=waiting.created, tenant=waiting.tenant
+                    )
