@@ -239,11 +239,12 @@ async def test_a_gang_member_gone_while_the_watch_was_broken_is_no_longer_held_f
     """Only a relist tells of it: the room it held is freed at once, and it no longer counts toward the
     group, which would otherwise bind its next member alone, short of minMember."""
     first, second = gang_member("a", "0.5"), gang_member("b", "0.5")
-    made, client, _ = setup([gpu_node(gpus=1)], [first], gangs=True)
+    big = gang_member("c", "0.75")  # the member that fits beside no other, so the group stays short
+    made, client, _ = setup([gpu_node(gpus=1)], [first, big], gangs=True)
     made.on_pod_groups_listed([PAIR])
     await made.schedule_pending()
     assert made.gangs.held_uids() == {key("a")} and gpu_free(made, "n1") == [GPU_MIB - GPU_MIB // 2]
-    made.on_pods_listed([])
+    made.on_pods_listed([big])
     assert made.gangs.gangs == {} and made.cache.assumed == {} and gpu_free(made, "n1") == [GPU_MIB]
     client.put(second)
     made.on_pod_event("ADDED", second)
@@ -253,15 +254,14 @@ async def test_a_gang_member_gone_while_the_watch_was_broken_is_no_longer_held_f
 
 
 async def test_a_gang_member_whose_node_went_while_it_was_held_is_placed_again_not_bound_there() -> None:
-    first, second = gang_member("a", "0.75"), gang_member("b", "0.75")
-    made, client, _ = setup([gpu_node("n1", gpus=1)], [first], gangs=True)
+    first, second = gang_member("a", "0.75"), gang_member("b", "0.75")  # one GPU takes one of them
+    made, client, clock = setup([gpu_node("n1", gpus=1)], [first, second], gangs=True)
     made.on_pod_groups_listed([PAIR])
     await made.schedule_pending()
     assert made.gangs.held_uids() == {key("a")}
     made.on_node_event("DELETED", gpu_node("n1", gpus=1))
     made.on_node_event("ADDED", gpu_node("n2", gpus=2))
-    client.put(second)
-    made.on_pod_event("ADDED", second)
+    clock.advance(2.0)  # b's backoff
     await made.schedule_pending()
     await made.wait_for_binds()
     assert [objects.node_name(client.stored("Pod", name) or {}) for name in "ab"] == ["n2", "n2"]

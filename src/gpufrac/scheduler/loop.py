@@ -111,6 +111,7 @@ class Scheduler:
         self.clock = clock
         self.pending: dict[str, dict[str, Any]] = {}  # uid -> latest version of our unbound pods
         self._told: dict[str, tuple[str, float]] = {}  # uid -> why it waits, as last told, and when
+        self._member_counts: Counter[str] | None = None  # pod group -> its pods, this round (`_members`)
         self.synced = {"nodes": False, "pods": False, "namespaces": False}
         self.gangs = Gangs(
             on_bad=lambda item, error: self.problems.report(
@@ -327,6 +328,7 @@ class Scheduler:
         if self.config.gangs:
             await self._give_back_gangs()
         tried = 0
+        self._member_counts = None
         while self.leading and (uid := self.queue.pop(self._tenant_rank())) is not None:
             pod = self.pending.get(uid)
             if pod is None:
@@ -365,10 +367,21 @@ class Scheduler:
             await self._report_failure(pod, why)
             return
         group = group_of(pod) if self.config.gangs else None
-        if group is not None and self.gangs.spec(group) is None:
+        if group is not None and (spec := self.gangs.spec(group)) is None:
             self.metrics.attempts.labels("invalid").inc()
             self.queue.park(uid, **self._order(pod))
             await self._report_failure(pod, f"pod group {group} does not exist: create the PodGroup")
+            return
+        if group is not None and spec is not None and (members := self._members(group)) < spec.min_member:
+            # As KAI Scheduler: a gang that could not reach minMember with every pod it has holds no room
+            # (a PodGroup of minMember 10,000 held GPUs from everyone for its whole timeout).
+            self.metrics.attempts.labels("unschedulable").inc()
+            self.queue.park(uid, **self._order(pod))
+            await self._report_failure(
+                pod,
+                f"pod group {group}: {members} of its {spec.min_member} members exist; its pods hold no room "
+                "until the rest are created",
+            )
             return
         if self.keeper.waits(self.cache, uid) or self.mover.waits(uid):
             # The node agent has not published which GPU its reservation got (a Node update wakes it), or
@@ -462,6 +475,21 @@ class Scheduler:
             await self._start_bind(uid, pod, outcome)
         else:
             await self._hold_or_bind(group, uid, pod, outcome)
+
+    def _members(self, group: str) -> int:
+        """The pods of `group` there are, bound, held or pending: counted once a round for every group (a
+        pass over the bound and pending pods), since each member placed asks."""
+        if self._member_counts is None:
+            counts: Counter[str] = Counter()
+            for body in (
+                *self.cache.bound.values(),
+                *self.cache.assumed_pods.values(),
+                *self.pending.values(),
+            ):
+                if (key := group_of(body)) is not None:
+                    counts[key] += 1
+            self._member_counts = counts
+        return self._member_counts[group]
 
     async def _hold_or_bind(self, group: str, uid: str, pod: dict[str, Any], placement: Placement) -> None:
         """A gang member placed (and assumed): held until its group can run, then bound with the others.

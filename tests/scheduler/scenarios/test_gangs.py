@@ -66,11 +66,26 @@ SCENARIOS = [
         groups={"train": {"minMember": 4, "queue": "a"}},
         pending={
             **pods("w", 3, gpus=1, group="train"),
+            "w4": Ask(gpus=2, group="train"),  # the fourth member, which the one GPU left cannot take
             "a4": Ask(gpus=1, queue="a", arrives=1),
             "b1": Ask(gpus=1, queue="b", arrives=1),
         },
         binds={"b1": "n1"},
-        waiting={"w1": "1 of 4", "w2": "2 of 4", "w3": "3 of 4", "a4": "0/1 nodes are available"},
+        waiting={
+            "w1": "1 of 4",
+            "w2": "2 of 4",
+            "w3": "3 of 4",
+            "w4": "0/1 nodes are available",
+            "a4": "0/1 nodes are available",
+        },
+    ),
+    Scenario(
+        "a gang that could not reach minMember with every pod it has holds no room",
+        nodes=TWO_GPUS,
+        groups={"train": {"minMember": 10_000}},
+        pending={"w0": MEMBER, "w1": MEMBER, "solo": Ask(gpus=1, priority=50, arrives=1)},
+        binds={"solo": "n1"},
+        waiting={"w0": "2 of its 10000 members exist", "w1": "2 of its 10000 members exist"},
     ),
     Scenario(
         "a gang short past its timeout gives its room back, and another pod takes it",
