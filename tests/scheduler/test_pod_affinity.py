@@ -229,3 +229,28 @@ def test_the_index_finds_pods_by_the_label_a_selector_pins_and_follows_label_cha
         and not list(index.named(["team"], EVERY_POD))
         and not list(index.named(["other"], loose))
     )
+
+
+def test_a_selector_across_many_namespaces_reads_the_pods_with_its_values_not_each_namespace() -> None:
+    """A term of `namespaceSelector: {}` and thousands of values cost a look-up per namespace and value
+    (3,000 namespaces: 1.28 s a try); the pods with each value are read once, whatever their namespace."""
+    index = PodIndex()
+    index.know("a", running("a", "a1", app="v7"))
+    index.know("b", running("b", "a1", namespace="ns-9", app="v7"))
+    index.know("c", running("c", "a1", namespace="elsewhere", app="v7"))
+    values = [f"v{i}" for i in range(400)]
+    pinned = pod_affinity.selector(
+        {"matchExpressions": [{"key": "app", "operator": "In", "values": values}]}, "s"
+    )
+    namespaces = ["team", *(f"ns-{i}" for i in range(300))]
+    looked: list[object] = []
+
+    class Counted(dict):  # type: ignore[type-arg]
+        def get(self, key: object, default: object = None) -> object:
+            looked.append(key)
+            return super().get(key, default)
+
+    index._labelled = Counted(index._labelled)
+    index._labelled_anywhere = Counted(index._labelled_anywhere)
+    assert set(index.named(namespaces, pinned)) == {"a", "b"}
+    assert len(looked) == len(values)

@@ -22,6 +22,7 @@ class PodIndex:
         self.repelling: dict[PodTerm, set[str]] = {}
         self._in_namespace: dict[str, set[str]] = {}
         self._labelled: dict[tuple[str, str, str], set[str]] = {}  # (namespace, label, value) -> uids
+        self._labelled_anywhere: dict[tuple[str, str], set[str]] = {}  # (label, value) -> uids
 
     def know(self, uid: str, pod: Mapping[str, Any]) -> None:
         """Note a placed pod, or its new version (its labels may have changed)."""
@@ -30,6 +31,7 @@ class PodIndex:
         self._in_namespace.setdefault(facts.namespace, set()).add(uid)
         for key, value in facts.labels.items():
             self._labelled.setdefault((facts.namespace, key, value), set()).add(uid)
+            self._labelled_anywhere.setdefault((key, value), set()).add(uid)
         for term in facts.anti_affinity:
             self.repelling.setdefault(term, set()).add(uid)
 
@@ -42,6 +44,7 @@ class PodIndex:
         _drop(self._in_namespace, facts.namespace, uid)
         for key, value in facts.labels.items():
             _drop(self._labelled, (facts.namespace, key, value), uid)
+            _drop(self._labelled_anywhere, (key, value), uid)
 
     def named(self, namespaces: Iterable[str], selector: Selector | None) -> Iterator[str]:
         """The uids of the pods in `namespaces` that `selector` may match (a superset: the caller matches
@@ -49,6 +52,17 @@ class PodIndex:
         if selector is None:
             return
         pinned = next((r for r in selector.requirements if r.operator == "In"), None)
+        namespaces = list(namespaces)
+        if pinned is not None and len(namespaces) > 1:
+            # Across namespaces (a `namespaceSelector`, perhaps of every one of thousands): the pods with
+            # each value, whatever their namespace, then theirs kept, rather than a look-up per namespace
+            # and value.
+            wanted = set(namespaces)
+            for value in pinned.values:
+                for uid in self._labelled_anywhere.get((pinned.key, value), ()):
+                    if self.facts[uid].namespace in wanted:
+                        yield uid
+            return
         for namespace in namespaces:
             if pinned is None:
                 yield from self._in_namespace.get(namespace, ())
