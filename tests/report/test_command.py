@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from gpufrac import cli
+from gpufrac.report import collect
+
 from ..scheduler.test_cli import UNREACHABLE, gpufrac
 
 
@@ -75,3 +78,15 @@ def test_a_source_that_is_not_a_url_is_one_line_before_the_cluster_is_read(
     assert result.returncode == 2
     assert one_line(result.stderr).startswith(f"gpufrac: {option} {url}: not an http:// or https:// URL")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_report_whose_every_usage_source_failed_is_written_but_not_a_success(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What was asked (memory used) was measured nowhere: exit 1, after the cluster's part is written."""
+    monkeypatch.setattr(collect, "read_cluster", lambda kubeconfig: ([], []))
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["report", "--out", str(tmp_path / "out"), "--metrics", "http://127.0.0.1:1/metrics"])
+    assert exited.value.code == 1
+    assert "none of the 1 --metrics/--prometheus source(s) could be read" in capsys.readouterr().err
+    assert any((tmp_path / "out").iterdir())

@@ -50,3 +50,9 @@ def run(*, kubeconfig: Path | None, out: Path, metrics: Sequence[str], prometheu
         console.print("no --metrics or --prometheus given: memory used is not measured")
     console.print(f"wrote {', '.join(path.name for path in written)} to {out}", markup=False)
     Console(width=160).print(render.summary_table(figures))
+    if sources and all(source.problem for source in usage.sources):
+        raise UserError(
+            f"none of the {len(sources)} --metrics/--prometheus source(s) could be read, so memory used is "
+            "not measured in the report; check their URLs and that the agents' exporters answer",
+            exit_code=1,
+        )
