@@ -323,3 +323,17 @@ def test_a_csv_saved_with_a_byte_order_mark_reads(capsys: pytest.CaptureFixture[
     nodes.write_bytes(b"\xef\xbb\xbfsn,cpu_milli,memory_mib,gpu,model\nn1,64000,262144,0,\n")
     code, err = run(capsys, "simulate", "--nodes", str(nodes), "--seeds", "1")
     assert_one_line(code, err, "the node list has no GPUs")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("simulate", "--seeds", "1"), ("report", "--kubeconfig", "/nonexistent"), ("plan",)],
+    ids=lambda c: c[0],
+)
+def test_an_out_folder_that_cannot_be_written_is_refused_before_the_work(
+    capsys: pytest.CaptureFixture[str], command: tuple[str, ...]
+) -> None:
+    """Found only when the report came to be written, after the whole run (root may write anywhere but
+    in /proc: a file is made there and gone at once to find out)."""
+    code, err = run(capsys, *command, "--out", "/proc/gpufrac-report")
+    assert_one_line(code, err, "--out /proc/gpufrac-report: cannot write in /proc")

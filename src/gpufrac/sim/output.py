@@ -12,6 +12,7 @@ import html
 import io
 import json
 import sys
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,16 @@ def check_out(out: Path | None) -> None:
     if existing is not None and not existing.is_dir():
         where = "" if existing == out else f" ({existing} is a file)"
         raise UserError(f"--out {out}: a file, not a folder{where}; pass a folder for the report")
+    if existing is not None:
+        try:  # a file made there and gone at once: what permissions, a read-only mount or /proc allow
+            with tempfile.TemporaryFile(dir=existing):
+                pass
+        except OSError as error:
+            where = "" if existing == out else f" in {existing}"
+            reason = error.strerror or error
+            raise UserError(
+                f"--out {out}: cannot write{where} ({reason}); pass a folder you may write"
+            ) from None
 
 
 def write_files(out: Path, files: Mapping[str, bytes]) -> list[Path]:
