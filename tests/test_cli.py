@@ -337,3 +337,18 @@ def test_an_out_folder_that_cannot_be_written_is_refused_before_the_work(
     in /proc: a file is made there and gone at once to find out)."""
     code, err = run(capsys, *command, "--out", "/proc/gpufrac-report")
     assert_one_line(code, err, "--out /proc/gpufrac-report: cannot write in /proc")
+
+
+def test_a_certificate_file_the_kubeconfig_names_is_found_beside_it_or_named_missing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """kubectl reads a relative path beside the kubeconfig; a missing file was `[Errno 2] No such file or
+    directory`, naming none."""
+    config = KUBECONFIG.format(current="current-context: c", cluster="c").replace(
+        '"https://127.0.0.1:1"', '"https://127.0.0.1:1", certificate-authority: ca.crt'
+    )
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(config)
+    assert_one_line(*run(capsys, "top", "--kubeconfig", str(kubeconfig)), "its certificate-authority ca.crt")
+    (tmp_path / "ca.crt").write_text("not used before the connection fails")
+    assert_one_line(*run(capsys, "top", "--kubeconfig", str(kubeconfig)), "cannot")

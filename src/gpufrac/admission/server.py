@@ -277,7 +277,10 @@ def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
     try:
         context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as error:
-        raise UserError(f"--tls-cert {cert} / --tls-key {key}: cannot load them ({error})") from None
+        raise UserError(
+            f"--tls-cert {cert} / --tls-key {key}: cannot load them ({error}); pass a PEM certificate and "
+            "the PEM key it was made for"
+        ) from None
     return context
 
 

@@ -53,7 +53,7 @@ def load_config(kubeconfig: Path | None) -> lightkube.KubeConfig:
             config = lightkube.KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR)
         if config.current_context is None:
             raise UserError(f"{source}: no current-context; pick one with `kubectl config use-context NAME`")
-        _check_context(config.get(), source)
+        _check_context(config.get(), source, Path(config.fname).parent if config.fname else Path.cwd())
     except KeyError as error:
         raise UserError(f"{source}: its context names {error}, which it does not define; fix it") from None
     except (ConfigError, OSError, ValueError, TypeError, AttributeError) as error:
@@ -64,7 +64,7 @@ def load_config(kubeconfig: Path | None) -> lightkube.KubeConfig:
 MAX_TOKEN_FILE_BYTES = 1 * reading.MIB  # a bearer token is a few KiB
 
 
-def _check_context(single: Any, source: str) -> None:
+def _check_context(single: Any, source: str, base: Path) -> None:
     """What the first request would otherwise fail on, with a traceback or for ever: a context without a
     user, a server that is not a URL, an exec plugin that is not there, a token file that never ends."""
     if single.user is None:
@@ -78,6 +78,13 @@ def _check_context(single: Any, source: str) -> None:
     plugin = single.user.exec
     if plugin is not None and shutil.which(plugin.command) is None:
         raise UserError(f"{source}: its credential plugin {plugin.command!r} is not on PATH; install it")
+    for field, path in (
+        ("certificate-authority", single.cluster.certificate_auth),
+        ("client-certificate", single.user.client_cert),
+        ("client-key", single.user.client_key),
+    ):
+        if path is not None and not (base / path).is_file():  # relative to the kubeconfig, as kubectl reads
+            raise UserError(f"{source}: its {field} {path} is not a file; fix the path")
     if single.user.token_file is not None:
         token = Path(single.user.token_file)
         if not token.is_file() or token.stat().st_size > MAX_TOKEN_FILE_BYTES:
