@@ -352,3 +352,33 @@ def test_a_certificate_file_the_kubeconfig_names_is_found_beside_it_or_named_mis
     assert_one_line(*run(capsys, "top", "--kubeconfig", str(kubeconfig)), "its certificate-authority ca.crt")
     (tmp_path / "ca.crt").write_text("not used before the connection fails")
     assert_one_line(*run(capsys, "top", "--kubeconfig", str(kubeconfig)), "cannot")
+
+
+def test_one_line_escapes_only_what_a_terminal_would_act_on() -> None:
+    """Line breaks, controls and bidirectional overrides are escaped; text and spaces of any script are a
+    path a person may paste back."""
+    assert (
+        one_line("データ\u3000集計.csv, 9\u202fAM, a\u00a0b, é")
+        == "データ\u3000集計.csv, 9\u202fAM, a\u00a0b, é"
+    )
+    assert one_line("a\nb\rc\x1b[2Jd\u202ee\u2028f") == "a\\nb\\rc\\x1b[2Jd\\u202ee\\u2028f"
+
+
+def test_a_certificate_path_in_a_symlink_loop_raises_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    loop = tmp_path / "a"
+    loop.symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(loop)
+    args = (
+        "webhook",
+        "--generate-certs",
+        "--hosts",
+        "h",
+        "--tls-cert",
+        str(loop),
+        "--tls-key",
+        str(tmp_path / "k"),
+    )
+    code, err = run(capsys, *args)  # resolving it raised out of the duplicate check; writing replaces it
+    assert (code, err) == (0, "") and loop.is_file() and not loop.is_symlink()

@@ -96,3 +96,4 @@ def test_a_tenant_cannot_name_the_queue_its_bind_recorded() -> None:
     """The queue a bound pod counts in for good (`keys.BOUND_QUEUE_ANNOTATION`) is the scheduler's."""
     decision = validate(pod({**SM, keys.BOUND_QUEUE_ANNOTATION: "other-team"}))
     assert not decision.allowed and decision.rule == "scheduler-owned"
+    assert "names the queue the pod counts in" in decision.message

@@ -692,3 +692,35 @@ async def test_a_bind_records_the_queue_the_pod_counts_in_for_good(
     await made.wait_for_binds()
     written = client.made("create", "Binding")[0].body.metadata.annotations
     assert written.get(keys.BOUND_QUEUE_ANNOTATION) == recorded
+
+
+async def test_a_gang_whose_members_arrive_one_by_one_binds_as_the_last_comes() -> None:
+    """Job controllers create pods one at a time: the members that waited for the others are tried again
+    as the one they were short of arrives (it is no change of the cluster's room)."""
+    first, second = gang_member("a", "0.5"), gang_member("b", "0.5")
+    made, client, _ = setup([gpu_node(gpus=1)], [first], gangs=True)
+    made.on_pod_groups_listed([PAIR])
+    await made.schedule_pending()  # a: 1 of its 2 members exist
+    client.put(second)
+    made.on_pod_event("ADDED", second)
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert [objects.node_name(client.stored("Pod", name) or {}) for name in "ab"] == ["n1", "n1"]
+
+
+async def test_a_member_that_arrives_while_a_round_runs_is_counted_in_it() -> None:
+    first, second = gang_member("a", "0.5"), gang_member("b", "0.5")
+    made, client, _ = setup([gpu_node(gpus=1)], [first], gangs=True)
+    made.on_pod_groups_listed([PAIR])
+    told = made._report_failure
+
+    async def arriving(pod: dict[str, Any], why: str) -> None:  # the watch delivers b meanwhile
+        await told(pod, why)
+        if objects.name_of(pod) == "a":
+            client.put(second)
+            made.on_pod_event("ADDED", second)
+
+    made._report_failure = arriving  # type: ignore[method-assign]
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert [objects.node_name(client.stored("Pod", name) or {}) for name in "ab"] == ["n1", "n1"]

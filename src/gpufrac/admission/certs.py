@@ -251,7 +251,7 @@ def run(
         named = {"--tls-cert": tls_cert, "--tls-key": tls_key, "--ca-cert": ca_cert}
         seen: dict[Path, str] = {}
         for flag, path in named.items():
-            if path is not None and (other := seen.setdefault(path.resolve(), flag)) != flag:
+            if path is not None and (other := seen.setdefault(_resolved(path), flag)) != flag:
                 raise UserError(f"{other} and {flag} name the same file {path}; give each its own")
         try:
             write(generate(hosts), cert=tls_cert, key=tls_key, ca=ca_cert)
@@ -284,3 +284,11 @@ def run(
             raise UserError(f"the API server refused: {error.status.message}") from None
 
     asyncio.run(main())
+
+
+def _resolved(path: Path) -> Path:
+    """`path` with its links followed, or as it is where they loop (writing it then fails, saying so)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop, on Python 3.11
+        return path.absolute()

@@ -316,6 +316,7 @@ def _scheduler_owned(pod: Mapping[str, Any], user: str, policy: settings.Policy)
     what = {
         keys.BOUND_UID_ANNOTATION: "names the pod its Binding was meant for",
         keys.FAULT_DOMAIN_ANNOTATION: "names the tenants whose sm-sharing shares may share its GPUs",
+        keys.BOUND_QUEUE_ANNOTATION: "names the queue the pod counts in while it runs",
     }.get(key, "names the GPUs a container may use")
     return exchange.deny(
         "scheduler-owned",

@@ -112,6 +112,7 @@ class Scheduler:
         self.pending: dict[str, dict[str, Any]] = {}  # uid -> latest version of our unbound pods
         self._told: dict[str, tuple[str, float]] = {}  # uid -> why it waits, as last told, and when
         self._member_counts: Counter[str] | None = None  # pod group -> its pods, this round (`_members`)
+        self._short_of: dict[str, set[str]] = {}  # pod group -> pending members waiting for more to exist
         self.synced = {"nodes": False, "pods": False, "namespaces": False}
         self.gangs = Gangs(
             on_bad=lambda item, error: self.problems.report(
@@ -224,6 +225,12 @@ class Scheduler:
                 return
             previous = self.pending.get(uid)
             self.pending[uid] = pod
+            if previous is None:
+                self._member_counts = None
+                # A member the group was short of: those waiting for it are tried again now.
+                for member in self._short_of.pop(group_of(pod) or "", ()):
+                    if member in self.pending:
+                        self.queue.add(member, **self._order(self.pending[member]))
             if previous is None or _spec_changed(previous, pod):
                 self.queue.add(uid, **self._order(pod))
                 self._wakeup.set()
@@ -287,7 +294,10 @@ class Scheduler:
         self._wakeup.set()
 
     def _forget_pending(self, uid: str) -> None:
-        self.pending.pop(uid, None)
+        self._member_counts = None
+        pod = self.pending.pop(uid, None)
+        if pod is not None and (short := self._short_of.get(group_of(pod) or "")) is not None:
+            short.discard(uid)
         self.queue.forget(uid)
         self.keeper.forget_pod(uid)
         self.mover.forget(uid)
@@ -377,6 +387,7 @@ class Scheduler:
             # (a PodGroup of minMember 10,000 held GPUs from everyone for its whole timeout).
             self.metrics.attempts.labels("unschedulable").inc()
             self.queue.park(uid, **self._order(pod))
+            self._short_of.setdefault(group, set()).add(uid)
             await self._report_failure(
                 pod,
                 f"pod group {group}: {members} of its {spec.min_member} members exist; its pods hold no room "
