@@ -8,8 +8,9 @@ its accept to its close, and a handshake that does not finish within `HANDSHAKE_
 
 A full webhook must still take the apiserver's next connection (and the kubelet's probe), or whoever holds
 the slots holds admission. So at the cap the connection that goes is the oldest of the peer (address) that
-holds the most, unless that peer is the newcomer's own: one pod opening connections by the hundred only
-ever displaces its own, while the apiserver, which keeps a few, always gets in.
+holds the most: one pod opening connections by the hundred only ever displaces its own, while the
+apiserver, which keeps a few, always gets in (and were it the one holding the most, its oldest, most likely
+idle, would go rather than its newest be refused).
 """
 
 from __future__ import annotations
@@ -42,13 +43,13 @@ class TlsGate:
         self.securing: set[asyncio.Task[None]] = set()  # held, as the loop holds tasks only weakly
         self.per_peer: Counter[str] = Counter()
         self.closing = False
-        self.turned = 0  # connections refused or closed at the cap
+        self.turned = 0  # connections closed at the cap
 
     def __call__(self) -> asyncio.Protocol:
         return _Connection(self)
 
     def admit(self, connection: _Connection) -> bool:
-        """Count `connection` in, displacing another if the webhook is full; False to refuse it."""
+        """Count `connection` in, displacing another if the webhook is full; False to refuse it (stopping)."""
         if self.closing:
             return False
         if len(self.open) >= self.most:
@@ -56,12 +57,10 @@ class TlsGate:
             self.turned += 1
             if self.turned == 1 or self.turned % 1000 == 0:
                 log.warning(
-                    "%d connection(s) refused or closed to let others in: %d open, the most the webhook "
+                    "%d connection(s) closed to let others in: %d open, the most the webhook "
                     "keeps, %d of them from %s",
                     *(self.turned, self.most, heaviest, max(self.per_peer, key=self.per_peer.__getitem__)),
                 )
-            if self.per_peer[connection.peer] >= heaviest:
-                return False
             next(other for other in self.open if self.per_peer[other.peer] == heaviest).drop()
         self.open[connection] = None
         self.per_peer[connection.peer] += 1
