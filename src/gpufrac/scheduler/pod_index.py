@@ -14,6 +14,9 @@ from typing import Any
 from gpufrac.scheduler import pod_affinity
 from gpufrac.scheduler.pod_affinity import PodFacts, PodTerm, Selector
 
+# Above this many namespaces a term's pods are found by label value across namespaces (`PodIndex.named`).
+FEW_NAMESPACES = 8
+
 
 class PodIndex:
     def __init__(self) -> None:
@@ -53,10 +56,10 @@ class PodIndex:
             return
         pinned = next((r for r in selector.requirements if r.operator == "In"), None)
         namespaces = list(namespaces)
-        if pinned is not None and len(namespaces) > 1:
-            # Across namespaces (a `namespaceSelector`, perhaps of every one of thousands): the pods with
-            # each value, whatever their namespace, then theirs kept, rather than a look-up per namespace
-            # and value.
+        if pinned is not None and len(namespaces) > FEW_NAMESPACES:
+            # Across many namespaces (a `namespaceSelector`, perhaps of every one of thousands): the pods
+            # with each value, whatever their namespace, then theirs kept, rather than a look-up per
+            # namespace and value. Over a few, those look-ups cost less than the other namespaces' pods.
             wanted = set(namespaces)
             for value in pinned.values:
                 for uid in self._labelled_anywhere.get((pinned.key, value), ()):
