@@ -54,14 +54,15 @@ class TlsGate:
             return False
         if len(self.open) >= self.most:
             heaviest = max(self.per_peer.values())
+            victim = next(other for other in self.open if self.per_peer[other.peer] == heaviest)
             self.turned += 1
             if self.turned == 1 or self.turned % 1000 == 0:
                 log.warning(
-                    "%d connection(s) closed to let others in: %d open, the most the webhook "
-                    "keeps, %d of them from %s",
-                    *(self.turned, self.most, heaviest, max(self.per_peer, key=self.per_peer.__getitem__)),
+                    "%d connection(s) closed to let others in: %d open, the most the webhook keeps, %d of "
+                    "them from %s",
+                    *(self.turned, self.most, heaviest, victim.peer),
                 )
-            next(other for other in self.open if self.per_peer[other.peer] == heaviest).drop()
+            victim.drop()
         self.open[connection] = None
         self.per_peer[connection.peer] += 1
         return True

@@ -124,7 +124,7 @@ def unreachable(error: Exception, config: lightkube.KubeConfig) -> UserError:
     of another service: an `UNREADABLE_ANSWERS` error). A timeout's error says nothing: its kind is named."""
     single = config.get()
     server = f" at {single.cluster.server}" if single is not None else ""
-    reason = " ".join((str(error) or type(error).__name__).split())[:500]
+    reason = str(error) or type(error).__name__
     if isinstance(error, ConfigError):
         return UserError(
             f"cannot sign in to the Kubernetes API server{server}: the kubeconfig's credential plugin failed "

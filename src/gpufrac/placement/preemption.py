@@ -85,6 +85,10 @@ def plan_eviction(
         """The priorities a set of victims adds up to, then the work they would lose."""
         return sum(placed[name] for name in names), sum(lost.get(name, 0.0) for name in names)
 
+    def rank(names: list[str], row: int) -> tuple[int, float, float, int, int]:
+        """How victims on a node compare: the fewest, then `_cost`, then the node's tie rank."""
+        return (len(names), *_cost(names), int(state.tie_rank[row]), row)
+
     def lets_in(row: int, gone: Sequence[str]) -> bool:
         """`allows` on node `row` with `gone` not counted."""
         return allows is None or bool(allows(np.array([row]), gone)[0])
@@ -101,11 +105,11 @@ def plan_eviction(
             here = [name for name in state.pods_on[row] if name in allowed]
             chosen = _allowed_victims(state, fit, at, here, allow, _cost)
             if chosen is not None and (chosen or row in ruled_out):
-                rooms.append((len(chosen), *_cost(chosen), int(state.tie_rank[row]), row, at, here, chosen))
-        rooms.sort(key=lambda room: room[:5])
-        candidates: list[tuple[int, float, float, int, int, list[str]]] = []
+                rooms.append((rank(chosen, row), at, here, chosen))
+        rooms.sort(key=lambda room: room[0])
+        candidates: list[tuple[tuple[int, float, float, int, int], list[str]]] = []
         open_tried = 0
-        for *_, row, at, here, chosen in rooms:
+        for (*_, row), at, here, chosen in rooms:
             if len(candidates) == TRIALS:
                 break
             if row in ruled_out:  # the rules of the pods placed keep it off: more of the node's victims?
@@ -119,9 +123,9 @@ def plan_eviction(
             else:
                 continue
             if found and len(found) <= max_victims:
-                candidates.append((len(found), *_cost(found), int(state.tie_rank[row]), row, found))
-        candidates.sort(key=lambda candidate: candidate[:5])
-        for *_, row, chosen in candidates:
+                candidates.append((rank(found, row), found))
+        candidates.sort(key=lambda candidate: candidate[0])
+        for (*_, row), chosen in candidates:
             placement = placement_without(state, pod, policy, np.array([row]), chosen)
             if placement is not None:
                 return Eviction(placement, tuple(chosen))

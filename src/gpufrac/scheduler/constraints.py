@@ -14,6 +14,7 @@ from typing import Any
 
 from gpufrac import contract
 from gpufrac.contract import keys
+from gpufrac.contract.errors import brief
 from gpufrac.kubeapi import fields
 from gpufrac.scheduler import affinity, objects, pod_affinity, spread
 
@@ -42,7 +43,7 @@ def refusal(pod: Mapping[str, Any]) -> str | None:
     base = objects.annotations_of(pod).get(keys.ENV_CONFIGMAP_ANNOTATION)
     if base is not None and not fields.is_object_name(base):
         return (
-            f"annotation {keys.ENV_CONFIGMAP_ANNOTATION}={json.dumps(str(base)[:64])} is not a valid object "
-            "name; leave it to gpufrac's webhook"
+            f"annotation {keys.ENV_CONFIGMAP_ANNOTATION}={json.dumps(brief(str(base)))} is not a valid "
+            "object name; leave it to gpufrac's webhook"
         )
     return None

@@ -30,14 +30,12 @@ class _Entry:
     key: str = field(compare=False)
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class _Waiting:
-    ready_at: float
-    needs_change: bool
     priority: int
     created: float
     tenant: str
-    token: int = 0  # tells this wait's heap entries from those of an earlier one
+    token: int  # tells this wait's heap entries from those of an earlier one
 
 
 class SchedulingQueue:
@@ -106,25 +104,22 @@ class SchedulingQueue:
 
     def park(self, key: str, *, priority: int, created: float, tenant: str = DEFAULT_QUEUE) -> None:
         """The pod fits nowhere: wait for the cluster to change."""
-        self._wait(key, _Waiting(0.0, True, priority, created, tenant))
+        self._wait(key, priority, created, tenant, needs_change=True)
 
     def backoff(self, key: str, *, priority: int, created: float, tenant: str = DEFAULT_QUEUE) -> None:
         """Binding failed: try again after the backoff, change or no change."""
-        self._wait(key, _Waiting(0.0, False, priority, created, tenant))
+        self._wait(key, priority, created, tenant, needs_change=False)
 
-    def _wait(self, key: str, waiting: _Waiting) -> None:
+    def _wait(self, key: str, priority: int, created: float, tenant: str, *, needs_change: bool) -> None:
         attempts = self._attempts[key] = self._attempts.get(key, 0) + 1
-        waiting.ready_at = self._clock() + retrying.doubling(
-            attempts - 1, first=self._initial, ceiling=self._max
-        )
-        waiting.token = next(self._sequence)
-        self._waiting[key] = waiting
-        entry = (waiting.ready_at, waiting.token, key)
-        if not waiting.needs_change:
+        ready_at = self._clock() + retrying.doubling(attempts - 1, first=self._initial, ceiling=self._max)
+        waiting = self._waiting[key] = _Waiting(priority, created, tenant, next(self._sequence))
+        entry = (ready_at, waiting.token, key)
+        if not needs_change:
             heapq.heappush(self._due, entry)
             return
         heapq.heappush(self._parked, entry)
-        heapq.heappush(self._by_park, (waiting.ready_at + self._max_park, waiting.token, key))
+        heapq.heappush(self._by_park, (ready_at + self._max_park, waiting.token, key))
         if len(self._parked) > 2 * len(self._waiting) + 64:  # parks that ended without a change since
             self._parked = [item for item in self._parked if self._current(item)]
             heapq.heapify(self._parked)

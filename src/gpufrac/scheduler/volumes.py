@@ -34,6 +34,7 @@ from lightkube.resources.core_v1 import PersistentVolume, PersistentVolumeClaim
 from lightkube.resources.storage_v1 import StorageClass
 
 from gpufrac import contract
+from gpufrac.contract.errors import brief
 from gpufrac.kubeapi import fields
 from gpufrac.kubeapi.client import READ_ERRORS
 from gpufrac.scheduler import affinity, objects
@@ -81,8 +82,8 @@ async def read(client: lightkube.AsyncClient, pod: Mapping[str, Any]) -> Volumes
         return NONE
     if len(names) > MAX_CLAIMS:
         return Volumes(waits=f"the pod mounts {len(names)} persistent volume claims, more than {MAX_CLAIMS}")
-    if bad := next((name for name in names if not fields.is_object_name(name)), None):
-        return Volumes(waits=f"persistentvolumeclaim name {json.dumps(bad[:64])} is not a valid object name")
+    if why := _misnamed(names):
+        return Volumes(waits=why)
     reader = _Reader(client, objects.meta(pod).get("namespace") or "")
     found = await asyncio.gather(*(reader.claim_constraints(name) for name in dict.fromkeys(names)))
     constraints: list[tuple[affinity.Term, ...]] = []
@@ -162,6 +163,17 @@ class _Reader:
         return constraints
 
 
+def _misnamed(names: list[str]) -> str | None:
+    """Why the claims cannot be read: one named by no object name (its name goes into the request's path,
+    where `../` would reach another namespace's claims)."""
+    bad = next((name for name in names if not fields.is_object_name(name)), None)
+    return (
+        None
+        if bad is None
+        else f"persistentvolumeclaim name {json.dumps(brief(bad))} is not a valid object name"
+    )
+
+
 class NotProvisioned(Exception):
     """A claim was not bound to a volume for the pod's node: the pod is to be placed again."""
 
@@ -188,11 +200,12 @@ async def provision(
     deadline = time.monotonic() + timeout
     pauses = iter(POLL_SECONDS)
     named: set[str] = set()
+    names = claim_names(pod)
+    if why := _misnamed(names):  # `read` let no such pod be placed
+        raise NotProvisioned(why)
     while not gone():
         waiting = []
-        for name in dict.fromkeys(claim_names(pod)):
-            if not fields.is_object_name(name):  # `read` let no such pod be placed
-                raise NotProvisioned(f"persistentvolumeclaim name {json.dumps(name[:64])} is not valid")
+        for name in dict.fromkeys(names):
             what = f"persistentvolumeclaim {namespace}/{name}"
             claim = await _get(client, PersistentVolumeClaim, name, namespace)
             if claim is None:
