@@ -112,7 +112,9 @@ class Scheduler:
         self.pending: dict[str, dict[str, Any]] = {}  # uid -> latest version of our unbound pods
         self._told: dict[str, tuple[str, float]] = {}  # uid -> why it waits, as last told, and when
         self._member_counts: Counter[str] | None = None  # pod group -> its pods, this round (`_members`)
-        self._short_of: dict[str, set[str]] = {}  # pod group -> pending members waiting for more to exist
+        # Pod group -> its pending members waiting for more to exist, in the order they were tried: they are
+        # queued again in that order, as a set's would make their ties (pods created in one second) a toss.
+        self._short_of: dict[str, dict[str, None]] = {}
         self.synced = {"nodes": False, "pods": False, "namespaces": False}
         self.gangs = Gangs(
             on_bad=lambda item, error: self.problems.report(
@@ -297,7 +299,7 @@ class Scheduler:
         self._member_counts = None
         pod = self.pending.pop(uid, None)
         if pod is not None and (short := self._short_of.get(group_of(pod) or "")) is not None:
-            short.discard(uid)
+            short.pop(uid, None)
         self.queue.forget(uid)
         self.keeper.forget_pod(uid)
         self.mover.forget(uid)
@@ -387,7 +389,7 @@ class Scheduler:
             # (a PodGroup of minMember 10,000 held GPUs from everyone for its whole timeout).
             self.metrics.attempts.labels("unschedulable").inc()
             self.queue.park(uid, **self._order(pod))
-            self._short_of.setdefault(group, set()).add(uid)
+            self._short_of.setdefault(group, {})[uid] = None
             await self._report_failure(
                 pod,
                 f"pod group {group}: {members} of its {spec.min_member} members exist; its pods hold no room "
