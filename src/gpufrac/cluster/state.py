@@ -40,13 +40,16 @@ class ClusterState:
         self.placements: dict[str, Placement] = {}
         self.domains: dict[str, int] = {}  # fault domain -> its code in `gpu_domain` (from 1)
         self.pods_on: list[set[str]] = []
-        # Ties between equally scored nodes go to the lowest rank: insertion order unless the caller
-        # (the simulator, with a seeded permutation) sets another.
-        self.tie_rank = np.zeros(0, np.int64)
         # Per other resource a node may offer (`NodeSpec.scalars`), by row: allocatable, and what is left.
         self.scalar_cap: dict[str, np.ndarray] = {}
         self.scalar_free: dict[str, np.ndarray] = {}
-        self._alloc(0, 0)
+        nodes = list(nodes)
+        # Sized to the nodes given, not grown by doubling: every decision compares per-node versions, and
+        # arrays with no spare rows let it compare them whole instead of gathering the active rows first.
+        self._alloc(len(nodes), max((len(node.gpus) for node in nodes), default=0))
+        # Ties between equally scored nodes go to the lowest rank: insertion order unless the caller
+        # (the simulator, with a seeded permutation) sets another.
+        self.tie_rank = np.arange(len(nodes), dtype=np.int64)
         for node in nodes:
             self.add_node(node)
 

@@ -74,6 +74,7 @@ class NodeMemo:
         self._per_gpu = per_gpu
         self._most_bytes = most_bytes
         self._serial = -1
+        self._layout = (-1, -1)  # the state's rows and GPU columns the entries were made for
         self._entries: dict[Hashable, dict[str, np.ndarray]] = {}  # the last looked up last
         self._bytes = 0
 
@@ -85,35 +86,35 @@ class NodeMemo:
         `rows` are distinct and ascending, as `np.flatnonzero` gives them. The caller writes fresh values for
         the positions returned, then calls `stamp`.
         """
-        if self._serial != state.serial:
+        versions = state.version
+        layout = (versions.shape[0], state.width)
+        if self._serial != state.serial or self._layout != layout:
+            # Another state, or one that grew (more nodes, or a node wider than any before): no entry fits.
             self.clear()
-            self._serial = state.serial
-        size = state.version.shape[0]
+            self._serial, self._layout = state.serial, layout
         entry = self._entries.pop(key, None)
-        if entry is not None and (entry["version"].shape[0] != size or self._stale_width(entry, state.width)):
-            self._bytes -= _nbytes(entry)
-            entry = None
         if entry is None:
-            entry = {"version": np.full(size, -1, np.int64)}
-            for name in self._fields:
-                shape = (size, state.width) if name in self._per_gpu else (size,)
-                entry[name] = np.zeros(shape, self._dtypes.get(name, float))
-            self._bytes += _nbytes(entry)
-            while self._entries and self._bytes > self._most_bytes:
-                self._bytes -= _nbytes(self._entries.pop(next(iter(self._entries))))
+            entry = self._new_entry(*layout)
         self._entries[key] = entry
-        if rows.size == size:  # every node, in order: no need to gather them
-            return entry, (entry["version"] != state.version).nonzero()[0]
-        return entry, (entry["version"][rows] != state.version[rows]).nonzero()[0]
+        if rows.size == layout[0]:  # every node, in order: no need to gather them
+            return entry, (entry["version"] != versions).nonzero()[0]
+        return entry, (entry["version"][rows] != versions[rows]).nonzero()[0]
+
+    def _new_entry(self, size: int, width: int) -> dict[str, np.ndarray]:
+        """Arrays for a key not looked up yet, every node stale; the keys looked up longest ago make room."""
+        entry = {"version": np.full(size, -1, np.int64)}
+        for name in self._fields:
+            shape = (size, width) if name in self._per_gpu else (size,)
+            entry[name] = np.zeros(shape, self._dtypes.get(name, float))
+        self._bytes += _nbytes(entry)
+        while self._entries and self._bytes > self._most_bytes:
+            self._bytes -= _nbytes(self._entries.pop(next(iter(self._entries))))
+        return entry
 
     def clear(self) -> None:
         """Forget every entry: for a plugin whose values also read something other than the node."""
         self._entries.clear()
         self._bytes = 0
-
-    def _stale_width(self, entry: dict[str, np.ndarray], width: int) -> bool:
-        """Nodes with more GPUs than any before widen the state's GPU arrays, and so every per-GPU field."""
-        return any(entry[name].shape[1] != width for name in self._per_gpu)
 
     @staticmethod
     def stamp(state: ClusterState, entry: dict[str, np.ndarray], rows: np.ndarray) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
@@ -49,6 +48,21 @@ def resolve(amount: MemoryAmount, gpu_mem: np.ndarray) -> np.ndarray:
     return portion_mib(amount.value, gpu_mem)
 
 
+class _lazy:
+    """`functools.cached_property` without its lock (Python 3.11 takes one on every first read): a
+    `Candidates` lives within one decision of one thread, and the filters read many of them per decision."""
+
+    def __init__(self, compute: Callable[[Candidates], np.ndarray]) -> None:
+        self._compute, self.__doc__ = compute, compute.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, candidates: Candidates, owner: type | None = None) -> np.ndarray:
+        value = candidates.__dict__[self._name] = self._compute(candidates)
+        return value
+
+
 class Candidates:
     """The arrays the filters share for one pod, over the candidate `rows`; computed once, on first use."""
 
@@ -56,34 +70,34 @@ class Candidates:
         self.state, self.pod, self.rows = state, pod, rows
         self.gpu_mem = state.gpu_mem[rows]
 
-    @cached_property
+    @_lazy
     def open_gpus(self) -> np.ndarray:
         """Healthy GPUs not held whole: where a new tenant could go."""
         return self.state.open_gpus(self.rows)
 
-    @cached_property
+    @_lazy
     def empty(self) -> np.ndarray:
         return self.open_gpus & (self.state.gpu_tenants[self.rows] == 0) & (self.gpu_mem > 0)
 
-    @cached_property
+    @_lazy
     def request_mib(self) -> np.ndarray:
         shares = self.pod.shares
         return resolve(shares[0].request, self.gpu_mem) if shares else np.zeros_like(self.gpu_mem)
 
-    @cached_property
+    @_lazy
     def limit_mib(self) -> np.ndarray:
         shares = self.pod.shares
         if shares and shares[0].limit == shares[0].request:  # the commonest share: nothing to resolve twice
             return self.request_mib
         return resolve(shares[0].limit, self.gpu_mem) if shares else np.zeros_like(self.gpu_mem)
 
-    @cached_property
+    @_lazy
     def memory_ok(self) -> np.ndarray:
         """GPUs with room for the share's request and enough memory for its limit."""
         room = self.state.gpu_free[self.rows] >= self.request_mib
         return self.open_gpus & (self.request_mib >= 1) & room & (self.gpu_mem >= self.limit_mib)
 
-    @cached_property
+    @_lazy
     def mode_ok(self) -> np.ndarray:
         """`memory_ok` GPUs whose compute mode is unset or the share's own."""
         if not _simple_share(self.pod):
@@ -92,7 +106,7 @@ class Candidates:
         same = (modes == MODE_NONE) | (modes == MODE_CODE[self.pod.shares[0].mode])
         return self.memory_ok & same
 
-    @cached_property
+    @_lazy
     def share_ok(self) -> np.ndarray:
         """`domain_ok` GPUs where the share's compute claim still fits, on nodes that guarantee compute; on
         every other node, and for a share that claims none, just `domain_ok`."""
@@ -111,7 +125,7 @@ class Candidates:
             return self.share_ok
         return self.empty if self.pod.whole_gpus else np.zeros(self.gpu_mem.shape, bool)
 
-    @cached_property
+    @_lazy
     def domain_ok(self) -> np.ndarray:
         """`mode_ok` GPUs, and for an sm-sharing share only those whose sm-sharing shares, if any, are of the
         pod's own fault domain."""

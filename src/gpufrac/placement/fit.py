@@ -7,6 +7,7 @@ empty, so that scorers and GPU pickers need not recompute them.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from functools import cached_property
 
@@ -15,7 +16,7 @@ import numpy as np
 from gpufrac.cluster.model import PodDemand, milli_up
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.cache import Hashed, NodeMemo, shape_key
-from gpufrac.placement.filters import FILTERS, Candidates, gpus_wanted, resolve
+from gpufrac.placement.filters import FILTERS, Candidates, Filter, gpus_wanted, resolve
 
 PASSED = len(FILTERS)  # the verdict of a node no filter rejects; otherwise the index of the first that does
 
@@ -115,13 +116,13 @@ def find_fit(
     rows = state.active.nonzero()[0] if rows is None else rows
     shape = shape or Hashed(shape_key(pod))
     if memo is None:
-        verdicts = _judge(Candidates(state, pod, rows))
+        verdicts = _judge(Candidates(state, pod, rows), shape)
         return Fit(state, pod, rows[verdicts == PASSED], verdicts, shape)
     entry, stale = memo.lookup(state, shape, rows)
     if stale.size:
         fresh = rows[stale]
         candidates = Candidates(state, pod, fresh)
-        entry["verdict"][fresh] = _judge(candidates)
+        entry["verdict"][fresh] = _judge(candidates, shape)
         if pod.wants_gpu:
             entry["usable"][fresh] = candidates.usable
         memo.stamp(state, entry, fresh)
@@ -129,13 +130,20 @@ def find_fit(
     return Fit(state, pod, rows[verdicts == PASSED], verdicts, shape, entry["usable"])
 
 
-def _judge(candidates: Candidates) -> np.ndarray:
+def _judge(candidates: Candidates, shape: Hashed) -> np.ndarray:
     """Per candidate node, the index of the first filter that rejects it (`PASSED` if none). The filters
     run last to first, so that the first one to reject a node writes its verdict last."""
-    pod = candidates.pod
     verdicts = np.full(len(candidates.rows), PASSED, np.int64)
-    for index in range(PASSED - 1, -1, -1):
-        node_filter = FILTERS[index]
-        if node_filter.applies(pod):
-            verdicts[~node_filter.passes(candidates)] = index
+    for index, node_filter in _applying(shape):
+        verdicts[~node_filter.passes(candidates)] = index
     return verdicts
+
+
+@functools.lru_cache(maxsize=4096)
+def _applying(shape: Hashed) -> tuple[tuple[int, Filter], ...]:
+    """The filters that apply to pods of `shape`, last to first, with their indices: which apply depends on
+    the pod alone, and every decision with nodes to judge asks."""
+    pod = shape.value
+    assert isinstance(pod, PodDemand)
+    applying = [(index, node_filter) for index, node_filter in enumerate(FILTERS) if node_filter.applies(pod)]
+    return tuple(reversed(applying))
