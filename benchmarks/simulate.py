@@ -36,12 +36,15 @@ def main() -> None:
 
     seeds = experiment.parse_seeds(args.seeds)
     started = time.perf_counter()
-    results = experiment.run_matrix(
-        loaded, policies=experiment.PAPER_POLICIES, seeds=seeds, inflation=1.3, workers=args.workers
-    )
+    sweep = experiment.run_sweep(
+        [loaded], policies=experiment.PAPER_POLICIES, seeds=seeds, inflation=1.3, workers=args.workers
+    )[loaded.name]
+    results = sweep.runs
     wall = time.perf_counter() - started
-    print(f"\n6 paper policies x {len(seeds)} seeds, --workers {args.workers}: {wall:.1f} s wall")
-    summary = experiment.summarize(loaded, seeds, results, experiment.bounds(loaded, results))
+    print(
+        f"\n6 paper policies x {len(seeds)} seeds, with bounds, --workers {args.workers}: {wall:.1f} s wall"
+    )
+    summary = experiment.summarize(loaded, seeds, results, sweep.bounds)
     bound = summary["bound"]
     print(f"upper bound (LP): {bound['allocation_at_100']:.2f}, solved in {bound['seconds']:.2f} s per seed")
     print(f"{'policy':<12}{'ours':>8}{'std':>7}{'paper':>8}{'diff':>7}{'s/run':>8}{'p50 ms':>8}{'p99 ms':>8}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from gpufrac.cluster.model import GpuSpec, NodeSpec
 from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
-from gpufrac.sim import experiment, replay, trace
+from gpufrac.sim import bound, experiment, replay, trace
 
 from .json_contract import BOUND_KEYS, MOVE_KEYS, POLICY_KEYS, SUMMARY_KEYS
 
@@ -107,27 +108,39 @@ def outcome(result: replay.RunResult) -> tuple[object, ...]:
     )
 
 
-def test_run_matrix_runs_every_policy_on_every_seed_in_order(tiny: trace.Trace) -> None:
-    seen: list[replay.RunResult] = []
-    results = experiment.run_matrix(
-        tiny, policies=["fgd", "random"], seeds=[1, 2], inflation=1.3, workers=1, on_result=seen.append
-    )
+def replays_of(tiny: trace.Trace, **jobs: Any) -> list[replay.RunResult]:
+    return experiment.run_sweep([tiny], with_bounds=False, **jobs)[tiny.name].runs
+
+
+def summary_of(tiny: trace.Trace, seeds: list[int], results: list[replay.RunResult]) -> dict[str, Any]:
+    bounds = {seed: bound.at_report_point(tiny, seed=seed, inflation=1.3) for seed in seeds}
+    return experiment.summarize(tiny, seeds, results, bounds)
+
+
+def test_a_sweep_runs_every_policy_on_every_seed_in_order(tiny: trace.Trace) -> None:
+    seen: list[object] = []
+    sweep = experiment.run_sweep(
+        [tiny], policies=["fgd", "random"], seeds=[1, 2], inflation=1.3, workers=1, on_done=seen.append
+    )[tiny.name]
+    results = sweep.runs
     assert [(r.policy, r.seed) for r in results] == [("fgd", 1), ("fgd", 2), ("random", 1), ("random", 2)]
-    assert seen == results
+    assert seen == [*results, sweep.bounds[1], sweep.bounds[2]]  # the bounds last: the shortest jobs
     alone = replay.replay(tiny, policy="random", seed=2, inflation=1.3)
     assert outcome(results[3]) == outcome(alone)
 
 
-def test_run_matrix_in_worker_processes_gives_the_same_results(tiny: trace.Trace) -> None:
+def test_a_sweep_in_worker_processes_gives_the_same_results(tiny: trace.Trace) -> None:
     jobs = {"policies": ["bestfit", "clustering"], "seeds": [4, 5], "inflation": 1.1}
-    serial = experiment.run_matrix(tiny, workers=1, **jobs)
-    pooled = experiment.run_matrix(tiny, workers=2, **jobs)
-    assert [outcome(r) for r in pooled] == [outcome(r) for r in serial]
+    serial = experiment.run_sweep([tiny], workers=1, **jobs)[tiny.name]
+    pooled = experiment.run_sweep([tiny], workers=2, **jobs)[tiny.name]
+    assert [outcome(r) for r in pooled.runs] == [outcome(r) for r in serial.runs]
+    solved = {seed: dataclasses.replace(found, seconds=0) for seed, found in serial.bounds.items()}
+    assert {seed: dataclasses.replace(found, seconds=0) for seed, found in pooled.bounds.items()} == solved
 
 
 def test_summary_has_the_json_contracts_keys(tiny: trace.Trace) -> None:
-    results = experiment.run_matrix(tiny, policies=["fgd", "binpack"], seeds=[1, 2], inflation=1.3, workers=1)
-    summary = experiment.summarize(tiny, [1, 2], results, experiment.bounds(tiny, results))
+    results = replays_of(tiny, policies=["fgd", "binpack"], seeds=[1, 2], inflation=1.3, workers=1)
+    summary = summary_of(tiny, [1, 2], results)
     assert json.loads(json.dumps(summary)) == summary
     assert set(summary) == SUMMARY_KEYS
     assert set(summary["bound"]) == BOUND_KEYS and list(summary["bound"]["per_seed"]) == ["1", "2"]
@@ -141,11 +154,9 @@ def test_summary_has_the_json_contracts_keys(tiny: trace.Trace) -> None:
 
 
 def test_each_move_budget_is_a_variant_with_what_moving_cost(tiny: trace.Trace) -> None:
-    results = experiment.run_matrix(
-        tiny, policies=["fgd"], seeds=[1, 2], inflation=1.3, move_budgets=[0, 5], workers=1
-    )
+    results = replays_of(tiny, policies=["fgd"], seeds=[1, 2], inflation=1.3, move_budgets=[0, 5], workers=1)
     assert [(r.move_budget, r.seed) for r in results] == [(0, 1), (0, 2), (5, 1), (5, 2)]
-    summary = experiment.summarize(tiny, [1, 2], results, experiment.bounds(tiny, results))
+    summary = summary_of(tiny, [1, 2], results)
     assert list(summary["policies"]) == ["fgd", "fgd +moves 5"]
     assert set(summary["policies"]["fgd +moves 5"]) == POLICY_KEYS | MOVE_KEYS
     assert summary["policies"]["fgd +moves 5"]["moves_per_100_arrivals"] <= 5
@@ -176,7 +187,7 @@ def test_summary_averages_over_seeds(tiny: trace.Trace) -> None:
             seconds=2.0,
         ),
     ]
-    summary = experiment.summarize(tiny, [1, 2], runs, experiment.bounds(tiny, runs))
+    summary = summary_of(tiny, [1, 2], runs)
     row = summary["policies"]["fgd"]
     assert row.pop("gap_to_bound") == round(summary["bound"]["allocation_at_100"] - 91.0, 2)
     assert row == {
@@ -194,7 +205,7 @@ def test_summary_averages_over_seeds(tiny: trace.Trace) -> None:
 def test_a_run_that_never_reached_100_percent_reports_its_nearest_point(tiny: trace.Trace) -> None:
     base = replay.replay(tiny, policy="bestfit", seed=1)
     short = dataclasses.replace(base, allocation={98: 80.0, 102: 85.0, 90: 70.0}, fragmentation={})
-    row = experiment.summarize(tiny, [1], [short], experiment.bounds(tiny, [short]))["policies"]["bestfit"]
+    row = summary_of(tiny, [1], [short])["policies"]["bestfit"]
     assert row["allocation_at_100"] == 80.0  # 98 and 102 are as near; the lower wins
     assert row["fragmentation_at_100"] == 0.0
 
@@ -213,8 +224,9 @@ def test_the_bound_is_above_every_policy_on_every_seed() -> None:
     )
     mixed = trace.Trace("mixed", nodes, pods)
     seeds = [1, 2, 3, 4, 5]
-    results = experiment.run_matrix(mixed, policies=list(POLICIES), seeds=seeds, inflation=1.3, workers=1)
-    summary = experiment.summarize(mixed, seeds, results, experiment.bounds(mixed, results))
+    sweep = experiment.run_sweep([mixed], policies=list(POLICIES), seeds=seeds, inflation=1.3, workers=1)
+    results = sweep[mixed.name].runs
+    summary = experiment.summarize(mixed, seeds, results, sweep[mixed.name].bounds)
     for run in results:
         reported = run.allocation.get(100, experiment._nearest(run.allocation, 100))
         assert reported <= summary["bound"]["per_seed"][str(run.seed)]

@@ -28,7 +28,7 @@ from scipy.optimize import linprog
 from scipy.sparse import coo_array
 
 from gpufrac.cluster.model import NodeSpec
-from gpufrac.sim.replay import arrival_order
+from gpufrac.sim.replay import arrival_order, nearest_point
 from gpufrac.sim.trace import Trace, TracePod
 
 MILLI = 1000  # one GPU, in the trace's per-GPU thousandths
@@ -77,15 +77,17 @@ class _Shape:
         )
 
 
-def at_arrival(trace: Trace, *, seed: int, inflation: float, percent: int) -> Bound:
-    """The bound for the pods of a replay (`seed`, `inflation`) whose arrival rounds to `percent` or less.
+def at_report_point(trace: Trace, *, seed: int, inflation: float) -> Bound:
+    """The bound for the pods of a replay (`seed`, `inflation`) whose arrival rounds to 100% or less, or to
+    the point nearest 100% that a small trace reaches: where reports read each policy.
 
     A replay's allocation at x% is the mean over the pods whose arrival rounds to x; allocation only grows
-    as pods arrive, so none of those exceeds what the whole prefix up to x's last pod could allocate."""
+    as pods arrive, so none of those exceeds what the whole prefix up to x's last pod could allocate. The
+    points reached depend on the seed's arrivals alone, so the bound needs no replay."""
     pods = arrival_order(trace, np.random.default_rng(seed), inflation=inflation)
-    arrived = np.cumsum([pod.gpu_demand_milli for pod in pods])
-    within = int(np.count_nonzero(np.round(100 * arrived / (trace.gpus * MILLI)) <= percent))
-    return upper_bound(trace.nodes, pods[:within])
+    points = np.round(100 * np.cumsum([pod.gpu_demand_milli for pod in pods]) / (trace.gpus * MILLI))
+    point = nearest_point(set(points.astype(int).tolist()) or {100}, 100)
+    return upper_bound(trace.nodes, pods[: int(np.count_nonzero(points <= point))])
 
 
 def node_types(nodes: Iterable[NodeSpec]) -> list[_Type]:

@@ -6,13 +6,14 @@ import json
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
 from gpufrac.placement.workload import Workload
 from gpufrac.sim import bound, pool
-from gpufrac.sim.replay import RunResult, replay, target_workload
+from gpufrac.sim.replay import RunResult, nearest_point, replay, target_workload
 from gpufrac.sim.trace import Trace
 
 # Mean GPU allocation ratio at 100% arrival, default openb trace, seeds 42-51 (Weng et al., ATC '23).
@@ -92,54 +93,82 @@ def parse_move_budgets(text: str) -> list[float]:
     return budgets
 
 
-def _replay_job(shared: tuple[Trace, Workload], job: tuple[str, int, float, float]) -> RunResult:
-    trace, workload = shared
-    policy, seed, inflation, move_budget = job
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """One trace's part of a sweep: its runs (policy, then move budget, then seed) and its bound per seed."""
+
+    runs: list[RunResult] = field(default_factory=list)
+    bounds: dict[int, bound.Bound] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Replay:
+    trace: str
+    policy: str
+    seed: int
+    inflation: float
+    move_budget: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    trace: str
+    seed: int
+    inflation: float
+
+
+def _run_job(shared: Mapping[str, tuple[Trace, Workload]], job: _Replay | _Bound) -> RunResult | bound.Bound:
+    trace, workload = shared[job.trace]
+    if isinstance(job, _Bound):
+        return bound.at_report_point(trace, seed=job.seed, inflation=job.inflation)
     return replay(
-        trace, policy=policy, seed=seed, inflation=inflation, move_budget=move_budget, workload=workload
+        trace,
+        policy=job.policy,
+        seed=job.seed,
+        inflation=job.inflation,
+        move_budget=job.move_budget,
+        workload=workload,
     )
 
 
-def run_matrix(
-    trace: Trace,
+def run_sweep(
+    traces: Sequence[Trace],
     *,
     policies: Sequence[str],
     seeds: Sequence[int],
     inflation: float,
     move_budgets: Sequence[float] = (0.0,),
     workers: int | None = None,
-    on_result: Callable[[RunResult], None] | None = None,
-) -> list[RunResult]:
-    """Every policy with every move budget on every seed, in that order; each worker process receives the
-    trace once."""
-    jobs = [
-        (policy, seed, inflation, budget) for policy in policies for budget in move_budgets for seed in seeds
+    with_bounds: bool = True,
+    on_done: Callable[[RunResult | bound.Bound], None] | None = None,
+) -> dict[str, Sweep]:
+    """Every policy with every move budget on every seed of every trace, and (`with_bounds`) each seed's
+    bound, as jobs of one worker pool that receives the traces once.
+
+    One pool for the whole sweep, the longest traces first and the bounds (a fraction of a replay each)
+    last: a pool per trace left a worker idle while the other finished each trace's last replay, and the
+    bounds were solved one by one in this process while both waited."""
+    by_length = sorted(traces, key=lambda each: len(each.pods), reverse=True)
+    jobs: list[_Replay | _Bound] = [
+        _Replay(each.name, policy, seed, inflation, budget)
+        for each in by_length
+        for policy in policies
+        for budget in move_budgets
+        for seed in seeds
     ]
-    results: list[RunResult] = []
-    shared = (trace, target_workload(trace))  # every replay of the trace measures against it: made once
-    for _, result in pool.run_jobs(shared, _replay_job, jobs, workers=workers):
-        results.append(result)
-        if on_result:
-            on_result(result)
-    return results
-
-
-def bounds(
-    trace: Trace,
-    results: Sequence[RunResult],
-    *,
-    on_bound: Callable[[bound.Bound], None] | None = None,
-) -> dict[int, bound.Bound]:
-    """Per seed, the upper bound at the arrival point `summarize` reports (100%, or the nearest a small trace
-    reached): the arrivals depend on the seed only, so any policy's run of the seed tells the point."""
-    found: dict[int, bound.Bound] = {}
-    for run in results:
-        if run.seed not in found:
-            point = 100 if 100 in run.allocation else _nearest_point(run.allocation, 100)
-            found[run.seed] = bound.at_arrival(trace, seed=run.seed, inflation=run.inflation, percent=point)
-            if on_bound:
-                on_bound(found[run.seed])
-    return found
+    if with_bounds:
+        jobs += [_Bound(each.name, seed, inflation) for each in by_length for seed in seeds]
+    # Every replay of a trace measures against its workload: made once.
+    shared = {each.name: (each, target_workload(each)) for each in traces}
+    sweeps = {each.name: Sweep() for each in traces}
+    for job, done in pool.run_jobs(shared, _run_job, jobs, workers=workers):
+        if isinstance(done, bound.Bound):
+            sweeps[job.trace].bounds[job.seed] = done
+        else:
+            sweeps[job.trace].runs.append(done)
+        if on_done:
+            on_done(done)
+    return sweeps
 
 
 def summarize(
@@ -197,7 +226,7 @@ def summarize(
 
 def _moves_at_100(runs: Sequence[RunResult]) -> dict[str, float]:
     """What moving cost by 100% arrival, as means over the runs."""
-    tallies = [run.moves.get(100) or run.moves[_nearest_point(run.moves, 100)] for run in runs]
+    tallies = [run.moves.get(100) or run.moves[nearest_point(run.moves, 100)] for run in runs]
     return {
         "move_budget": runs[0].move_budget,
         "moves_at_100": round(statistics.fmean(t.moves for t in tallies), 1),
@@ -208,8 +237,4 @@ def _moves_at_100(runs: Sequence[RunResult]) -> dict[str, float]:
 
 def _nearest(curve: dict[int, float], x: int) -> float:
     """A curve that never reached x% arrival (a small trace) reports its closest point instead."""
-    return curve[_nearest_point(curve, x)] if curve else 0.0
-
-
-def _nearest_point(curve: Mapping[int, object], x: int) -> int:
-    return min(curve, key=lambda point: (abs(point - x), point))
+    return curve[nearest_point(curve, x)] if curve else 0.0

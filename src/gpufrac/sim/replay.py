@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -240,6 +240,12 @@ def main_reason(reasons: dict[str, int]) -> str:
 
 def _percent_bucket(milli: int, capacity: int) -> int:
     return round(100 * milli / capacity)  # half to even, as `np.round` in `allocation_curve`
+
+
+def nearest_point(points: Iterable[int], x: int) -> int:
+    """The arrival point nearest x% (the lower of two as near): where a curve that never reached x% (a small
+    trace) is read instead."""
+    return min(points, key=lambda point: (abs(point - x), point))
 
 
 def allocation_curve(arrived: np.ndarray, used: np.ndarray, capacity: int) -> dict[int, float]:

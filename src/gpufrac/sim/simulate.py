@@ -15,13 +15,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rich.console import Console
-from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
 from gpufrac.sim import experiment, output, pool, report, trace
-from gpufrac.sim.replay import RunResult
 from gpufrac.sim.tenants import command
 
 T = TypeVar("T")
@@ -109,13 +107,22 @@ def run(
     with output.progress(console, "replaying", transient=output_format == "json") as progress:
         # Each seed's bound is one step besides its replays: an LP, well under a second.
         steps = len(loaded) * len(seed_list) * (len(chosen) * len(budgets) + 1)
-        task = progress.add_task("", total=steps)
-        summaries: dict[str, dict[str, Any]] = {}
-        runs: dict[str, list[RunResult]] = {}
-        for each in loaded:
-            summaries[each.name], runs[each.name] = _simulate_one(
-                each, chosen, seed_list, inflation, budgets, workers, progress, task
-            )
+        what = loaded[0].name if len(loaded) == 1 else f"{len(loaded)} traces"
+        task = progress.add_task(f"{what}: {len(chosen)} policies × {len(seed_list)} seeds", total=steps)
+        sweeps = experiment.run_sweep(
+            loaded,
+            policies=chosen,
+            seeds=seed_list,
+            inflation=inflation,
+            move_budgets=budgets,
+            workers=workers,
+            on_done=lambda _: progress.advance(task),
+        )
+    summaries = {
+        each.name: experiment.summarize(each, seed_list, sweeps[each.name].runs, sweeps[each.name].bounds)
+        for each in loaded
+    }
+    runs = {name: sweep.runs for name, sweep in sweeps.items()}
     table: Callable[[dict[str, Any]], Table]
     write: Callable[[Path, dict[str, Any]], list[Path]]
     if traces is None:  # one trace: its own report, as before `--traces` existed
@@ -137,31 +144,6 @@ def _given(value: str | None, default: str) -> str:
     """An option's value, or its default when it was not given. An empty value is not the default: it is
     refused by the option's parser, so that an unset variable in a script does not run the whole sweep."""
     return default if value is None else value
-
-
-def _simulate_one(
-    loaded: trace.Trace,
-    policies: list[str],
-    seeds: list[int],
-    inflation: float,
-    move_budgets: list[float],
-    workers: int | None,
-    progress: Progress,
-    task: TaskID,
-) -> tuple[dict[str, Any], list[RunResult]]:
-    progress.update(task, description=f"{loaded.name}: {len(policies)} policies × {len(seeds)} seeds")
-    results = experiment.run_matrix(
-        loaded,
-        policies=policies,
-        seeds=seeds,
-        inflation=inflation,
-        move_budgets=move_budgets,
-        workers=workers,
-        on_result=lambda _: progress.advance(task),
-    )
-    progress.update(task, description=f"{loaded.name}: upper bound (LP) for {len(seeds)} seeds")
-    bounds = experiment.bounds(loaded, results, on_bound=lambda _: progress.advance(task))
-    return experiment.summarize(loaded, seeds, results, bounds), results
 
 
 def _one(values: list[T], option: str, example: str) -> T:
