@@ -28,7 +28,7 @@ from scipy.optimize import linprog
 from scipy.sparse import coo_array
 
 from gpufrac.cluster.model import NodeSpec
-from gpufrac.sim.replay import arrival_order, nearest_point
+from gpufrac.sim.replay import arrival_order, nearest_point, percent_buckets
 from gpufrac.sim.trace import Trace, TracePod
 
 MILLI = 1000  # one GPU, in the trace's per-GPU thousandths
@@ -85,8 +85,9 @@ def at_report_point(trace: Trace, *, seed: int, inflation: float) -> Bound:
     as pods arrive, so none of those exceeds what the whole prefix up to x's last pod could allocate. The
     points reached depend on the seed's arrivals alone, so the bound needs no replay."""
     pods = arrival_order(trace, np.random.default_rng(seed), inflation=inflation)
-    points = np.round(100 * np.cumsum([pod.gpu_demand_milli for pod in pods]) / (trace.gpus * MILLI))
-    point = nearest_point(set(points.astype(int).tolist()) or {100}, 100)
+    arrived = np.cumsum([pod.gpu_demand_milli for pod in pods], dtype=np.int64)
+    points = percent_buckets(arrived, trace.gpus * MILLI)
+    point = nearest_point(set(points.tolist()) or {100}, 100)
     return upper_bound(trace.nodes, pods[: int(np.count_nonzero(points <= point))])
 
 

@@ -111,38 +111,37 @@ def replay(
     )
     chosen = POLICIES[policy](PolicyContext(rng=rng, workload=workload))
     capacity = trace.gpus * 1000
-    arrived = np.zeros(len(pods), np.int64)
-    used = np.zeros(len(pods), np.int64)
     fragmentation: dict[int, float] = {}
     failures: dict[int, dict[str, int]] = {}
     dropped: Counter[str] = Counter()
     demands = [pod.demand() for pod in pods]
-    shapes = _shape_keys(demands)
-    decision_seconds = np.zeros(len(pods))
-    arrived_milli = used_milli = 0
-    bucket = -1
+    shapes = _shape_keys(pods, demands)
+    arrived = np.cumsum([pod.gpu_demand_milli for pod in pods], dtype=np.int64)
+    percents = percent_buckets(arrived, capacity)
+    # The pods whose arrival enters a new whole percent: the cluster is measured once there.
+    first_of_percent = np.diff(percents, prepend=-1) != 0
+    placed_milli = np.zeros(len(pods), np.int64)
+    decision_seconds: list[float] = []
     measured = fragmentation_memo()
     mover = _Mover(state, chosen, move_budget, workload)
     moves: dict[int, MoveTally] = {}
-    for i, (pod, demand, shape) in enumerate(zip(pods, demands, shapes, strict=True)):
-        arrived_milli += pod.gpu_demand_milli
+    walk = zip(pods, demands, shapes, first_of_percent.tolist(), strict=True)
+    for i, (pod, demand, shape, measure) in enumerate(walk):
         tick = time.perf_counter()
         outcome = decide(state, demand, chosen, shape=shape)
-        decision_seconds[i] = time.perf_counter() - tick
+        decision_seconds.append(time.perf_counter() - tick)
         if not isinstance(outcome, Placement):
             outcome = mover.make_room(demand, arrivals=i + 1) or outcome
         if isinstance(outcome, Placement):
             state.apply(outcome)
             mover.placed(demand, arrivals=i + 1)
-            used_milli += pod.gpu_demand_milli
+            placed_milli[i] = pod.gpu_demand_milli
         else:
             dropped[main_reason(outcome.reasons)] += 1
-        arrived[i], used[i] = arrived_milli, used_milli
-        now = _percent_bucket(arrived_milli, capacity)
-        if now != bucket:
-            bucket = now
-            measure = cluster_fragmentation(state, workload, measured)
-            fragmentation[now] = 100 * float(measure.sum()) / capacity
+        if measure:
+            now = int(percents[i])
+            measure_milli = float(cluster_fragmentation(state, workload, measured).sum())
+            fragmentation[now] = 100 * measure_milli / capacity
             failures[now] = dict(dropped)
             moves[now] = MoveTally(i + 1, mover.moves, round(mover.moved_gpus, 3))
         if on_pod is not None:
@@ -151,7 +150,7 @@ def replay(
         policy=policy,
         seed=seed,
         inflation=inflation,
-        allocation=allocation_curve(arrived, used, capacity),
+        allocation=allocation_curve(arrived, np.cumsum(placed_milli), capacity),
         fragmentation=fragmentation,
         failures=failures,
         failed_pods=sum(dropped.values()),
@@ -226,20 +225,24 @@ class _Mover:
             self.hopeless.clear()
 
 
-def _shape_keys(demands: list[PodDemand]) -> list[Hashed]:
-    """Each pod's `Hashed(shape_key(demand))`, one object for all pods of a shape (the drawn copies repeat
-    the trace's pods): the memos then find the key they hold by identity, see `find_fit`."""
-    interned: dict[Hashed, Hashed] = {}
-    return [interned.setdefault(key, key) for key in (Hashed(shape_key(demand)) for demand in demands)]
+def _shape_keys(pods: list[TracePod], demands: list[PodDemand]) -> list[Hashed]:
+    """Each pod's `Hashed(shape_key(demand))`, one object for all pods of a trace shape (the drawn copies
+    repeat the trace's pods): the memos then find the key they hold by identity, see `find_fit`. Interned by
+    the trace pod's own fields, which are cheaper to look up than a demand's."""
+    interned: dict[tuple[int, int, int, int, frozenset[str] | None], Hashed] = {}
+    keys = []
+    for pod, demand in zip(pods, demands, strict=True):
+        seen = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_spec)
+        key = interned.get(seen)
+        if key is None:
+            key = interned[seen] = Hashed(shape_key(demand))
+        keys.append(key)
+    return keys
 
 
 def main_reason(reasons: dict[str, int]) -> str:
     """The reason that rejected the most nodes: what would have to change for the pod to fit."""
     return max(sorted(reasons), key=lambda reason: reasons[reason]) if reasons else "no nodes"
-
-
-def _percent_bucket(milli: int, capacity: int) -> int:
-    return round(100 * milli / capacity)  # half to even, as `np.round` in `allocation_curve`
 
 
 def nearest_point(points: Iterable[int], x: int) -> int:
@@ -248,9 +251,15 @@ def nearest_point(points: Iterable[int], x: int) -> int:
     return min(points, key=lambda point: (abs(point - x), point))
 
 
+def percent_buckets(arrived: np.ndarray, capacity: int) -> np.ndarray:
+    """The whole percent of the cluster's GPUs that each cumulative arrival rounds to (half to even): the
+    points of a replay's curves."""
+    return np.round(100 * arrived / capacity).astype(np.int64)
+
+
 def allocation_curve(arrived: np.ndarray, used: np.ndarray, capacity: int) -> dict[int, float]:
     """Per whole percent of arrival, the mean allocation % over the pods whose arrival rounds to it."""
-    buckets = np.round(100 * arrived / capacity).astype(np.int64)
+    buckets = percent_buckets(arrived, capacity)
     allocation = np.round(100 * used / capacity, 2)
     sums = np.bincount(buckets, weights=allocation)
     counts = np.bincount(buckets)
