@@ -27,6 +27,9 @@ try:  # recent Typer carries its own copy of Click
 except ImportError:  # pragma: no cover - older Typer, on Click itself
     from click.exceptions import UsageError  # type: ignore[assignment]
 
+# Where every command that talks to the API server finds its credentials (`kubeapi.client.find_kubeconfig`).
+KUBECONFIG_HELP = "Kubeconfig file; default: $KUBECONFIG, in a pod its service account, else ~/.kube/config."
+
 app = typer.Typer(
     name="gpufrac",
     help="Fractional GPUs with enforceable memory boundaries for Kubernetes.",
@@ -218,9 +221,7 @@ def plan(
 @app.command()
 @one_line_errors
 def scheduler(
-    kubeconfig: Annotated[
-        Path | None, typer.Option(help="Kubeconfig file; default: in-cluster config.")
-    ] = None,
+    kubeconfig: Annotated[Path | None, typer.Option(help=KUBECONFIG_HELP)] = None,
     scheduler_name: Annotated[
         str, typer.Option(help="Schedule pods with this spec.schedulerName.")
     ] = "gpufrac",
@@ -351,9 +352,7 @@ def scheduler(
 @app.command()
 @one_line_errors
 def top(
-    kubeconfig: Annotated[
-        Path | None, typer.Option(help="Kubeconfig file; default: in-cluster config.")
-    ] = None,
+    kubeconfig: Annotated[Path | None, typer.Option(help=KUBECONFIG_HELP)] = None,
     output_format: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
     queues: Annotated[
         bool, typer.Option(help="Show every tenant queue's use and fair share instead of the GPUs.")
@@ -374,9 +373,7 @@ def report(
     out: Annotated[
         Path, typer.Option(parser=_folder, help="Write report.json, CSV tables, charts and index.html here.")
     ],
-    kubeconfig: Annotated[
-        Path | None, typer.Option(help="Kubeconfig file; default: in-cluster config.")
-    ] = None,
+    kubeconfig: Annotated[Path | None, typer.Option(help=KUBECONFIG_HELP)] = None,
     metrics: Annotated[
         list[str] | None, typer.Option(help="A node agent's /metrics URL; repeat for each node.")
     ] = None,
@@ -466,7 +463,7 @@ def agent(
     interval: Annotated[float, typer.Option(help="Seconds between checks.")] = 10.0,
     metrics_port: Annotated[int, PortOption("Port for /metrics; 0 turns it off.")] = 9400,
     once: Annotated[bool, typer.Option(help="Run one check, print a JSON summary, and exit.")] = False,
-    kubeconfig: Annotated[Path | None, typer.Option(help="Default: the pod's service account.")] = None,
+    kubeconfig: Annotated[Path | None, typer.Option(help=KUBECONFIG_HELP)] = None,
     proc_root: Annotated[Path, typer.Option(help="The host's /proc (the pod runs with hostPID).")] = Path(
         "/proc"
     ),
@@ -583,7 +580,7 @@ def webhook(
         ),
     ] = "",
     kubeconfig: Annotated[
-        Path | None, typer.Option(help="--generate-certs --secret, and --queues: default in-cluster.")
+        Path | None, typer.Option(help=f"For --generate-certs --secret, and --queues. {KUBECONFIG_HELP}")
     ] = None,
     queues: Annotated[
         bool,

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
+from pathlib import Path
+
 import httpx2
 import lightkube
+import pytest
 
+from gpufrac.errors import UserError
 from gpufrac.kubeapi import client
 
 CONFIG = {
@@ -22,3 +29,70 @@ def test_an_error_that_says_nothing_is_named_by_its_kind() -> None:
         "cannot reach the Kubernetes API server at https://apiserver.test (ReadTimeout); "
         "check the kubeconfig and network"
     )
+
+
+@pytest.fixture
+def nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A machine with no kubeconfig anywhere and no service account: each test adds what it needs."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(client, "SERVICE_ACCOUNT_DIR", tmp_path / "serviceaccount")
+    return tmp_path
+
+
+def kubeconfig_at(path: Path, server: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(CONFIG | {"clusters": [{"name": "c", "cluster": {"server": server}}]}))
+    return path
+
+
+def test_the_flag_wins_over_kubeconfig_and_home(nowhere: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kubeconfig_at(nowhere / "home/.kube/config", "https://home.test")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig_at(nowhere / "env", "https://env.test")))
+    flag = kubeconfig_at(nowhere / "flag", "https://flag.test")
+    assert client.load_config(flag).get().cluster.server == "https://flag.test"
+    assert client.load_config(None).get().cluster.server == "https://env.test"
+
+
+def test_the_first_existing_file_of_kubeconfig_is_read(
+    nowhere: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    second = kubeconfig_at(nowhere / "second", "https://second.test")
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join([str(nowhere / "missing"), str(second)]))
+    assert client.find_kubeconfig(None) == (second, "$KUBECONFIG")
+    assert client.load_config(None).get().cluster.server == "https://second.test"
+
+
+def test_a_kubeconfig_naming_no_file_is_one_line(nowhere: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kubeconfig_at(nowhere / "home/.kube/config", "https://home.test")  # not a fallback: $KUBECONFIG is wrong
+    monkeypatch.setenv("KUBECONFIG", str(nowhere / "missing"))
+    with pytest.raises(UserError, match=r"^\$KUBECONFIG names .*missing, and none of it exists; fix it"):
+        client.load_config(None)
+
+
+def test_a_broken_kubeconfig_file_is_named_as_kubeconfig(
+    nowhere: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = nowhere / "broken"
+    broken.write_text("clusters: [")
+    monkeypatch.setenv("KUBECONFIG", str(broken))
+    with pytest.raises(
+        UserError, match=rf"^\$KUBECONFIG {re.escape(str(broken))}:2: not valid YAML.*not a usable kubeconfig"
+    ):
+        client.load_config(None)
+
+
+def test_a_pod_uses_its_service_account_before_the_home_kubeconfig(nowhere: Path) -> None:
+    kubeconfig_at(nowhere / "home/.kube/config", "https://home.test")
+    assert client.find_kubeconfig(None) == (nowhere / "home/.kube/config", "")
+    (nowhere / "serviceaccount").mkdir()
+    assert client.find_kubeconfig(None) is None
+
+
+def test_no_kubeconfig_anywhere_is_one_line_naming_every_place(nowhere: Path) -> None:
+    with pytest.raises(UserError) as raised:
+        client.load_config(None)
+    message = str(raised.value)
+    assert "\n" not in message
+    for place in ("--kubeconfig", "$KUBECONFIG", "~/.kube/config", "service account"):
+        assert place in message

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -28,27 +29,24 @@ MAX_KUBECONFIG_BYTES = 4 * reading.MIB  # a kubeconfig with certificates inline 
 
 
 def load_config(kubeconfig: Path | None) -> lightkube.KubeConfig:
-    """The kubeconfig file if one is given, otherwise the pod's in-cluster service account; either way one
-    whose current context names a cluster, so that a broken file is one line here, not a traceback in the
-    first request."""
-    source = f"--kubeconfig {kubeconfig}" if kubeconfig is not None else str(SERVICE_ACCOUNT_DIR)
+    """The kubeconfig `find_kubeconfig` picks, or the pod's in-cluster service account; either way one whose
+    current context names a cluster, so that a broken file is one line here, not a traceback in the first
+    request."""
+    found = find_kubeconfig(kubeconfig)
+    path, what = found if found is not None else (None, "")
+    source = f"{what} {path}".strip() if path is not None else str(SERVICE_ACCOUNT_DIR)
     try:
-        if kubeconfig is not None:
-            if not kubeconfig.exists():
+        if path is not None:
+            if not path.exists():
                 raise UserError(f"{source}: no such file; pass a readable kubeconfig")
-            text = reading.read_text(kubeconfig, limit=MAX_KUBECONFIG_BYTES, what="--kubeconfig")
+            text = reading.read_text(path, limit=MAX_KUBECONFIG_BYTES, what=what)
             try:
                 data = reading.load_yaml(text, name=source)
             except UserError as error:
                 raise UserError(f"{error}; not a usable kubeconfig: fix or replace it") from None
             if not isinstance(data, dict):
                 raise UserError(f"{source}: not a kubeconfig (expected a mapping with clusters and contexts)")
-            config = lightkube.KubeConfig.from_dict(data, fname=kubeconfig)
-        elif not SERVICE_ACCOUNT_DIR.is_dir():
-            raise UserError(
-                "no --kubeconfig given and not running in a pod (no service account token under "
-                f"{SERVICE_ACCOUNT_DIR}); pass --kubeconfig PATH"
-            )
+            config = lightkube.KubeConfig.from_dict(data, fname=path)
         else:
             config = lightkube.KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR)
         if config.current_context is None:
@@ -59,6 +57,35 @@ def load_config(kubeconfig: Path | None) -> lightkube.KubeConfig:
     except (ConfigError, OSError, ValueError, TypeError, AttributeError) as error:
         raise UserError(f"{source}: not a usable kubeconfig ({error}); fix or replace it") from None
     return config
+
+
+def find_kubeconfig(given: Path | None) -> tuple[Path, str] | None:
+    """The kubeconfig to read, and what errors call it (`--kubeconfig`, `$KUBECONFIG`, or "" for the home
+    directory's), found as kubectl finds one: `--kubeconfig`, else the first file of `$KUBECONFIG` that
+    exists (kubectl merges them all; gpufrac reads one), else, in a pod, none (its service account is
+    used), else `~/.kube/config`. A person at a terminal then needs no flag, and a component in a pod still
+    takes its own service account's rights, not those of a file someone left in its image."""
+    if given is not None:
+        return given, "--kubeconfig"
+    listed = [Path(part) for part in os.environ.get("KUBECONFIG", "").split(os.pathsep) if part]
+    if listed:
+        for path in listed:
+            if path.exists():
+                return path, "$KUBECONFIG"
+        raise UserError(
+            f"$KUBECONFIG names {os.pathsep.join(map(str, listed))}, and none of it exists; fix it or pass "
+            "--kubeconfig PATH"
+        )
+    if SERVICE_ACCOUNT_DIR.is_dir():
+        return None
+    with contextlib.suppress(RuntimeError, OSError):  # no home directory, or one this user cannot read
+        home = Path.home() / ".kube" / "config"
+        if home.exists():
+            return home, ""
+    raise UserError(
+        "no kubeconfig: no --kubeconfig given, $KUBECONFIG unset, no ~/.kube/config, and not running in a "
+        f"pod (no service account token under {SERVICE_ACCOUNT_DIR}); pass --kubeconfig PATH"
+    )
 
 
 MAX_TOKEN_FILE_BYTES = 1 * reading.MIB  # a bearer token is a few KiB
