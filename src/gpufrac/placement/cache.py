@@ -111,6 +111,11 @@ class NodeMemo:
             self._bytes -= _nbytes(self._entries.pop(next(iter(self._entries))))
         return entry
 
+    def held(self, key: Hashable) -> dict[str, np.ndarray]:
+        """The arrays kept under `key` as its last `lookup` and `stamp` left them: for a reader within the
+        same decision, which needs no staleness check."""
+        return self._entries[key]
+
     def clear(self) -> None:
         """Forget every entry: for a plugin whose values also read something other than the node."""
         self._entries.clear()

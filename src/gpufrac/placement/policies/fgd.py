@@ -29,7 +29,8 @@ from gpufrac.placement.workload import Workload
 
 
 def fgd_score(delta: np.ndarray) -> np.ndarray:
-    return np.trunc(100 / (1 + np.exp(np.clip(delta, -1e6, 1e6) / 1000)))
+    # Capped above so that e^x stays finite; far below, e^x is 0 and the score 100 either way.
+    return np.trunc(100 / (1 + np.exp(np.minimum(delta, 1e6) / 1000)))
 
 
 # From this many nodes to score at once, nodes alike are scored once (`Fgd._evaluate_alike`): below it,
@@ -111,8 +112,7 @@ class Fgd:
             return tuple(
                 int(g) for g in np.flatnonzero(self._multi_device_choice(state, fit, np.array([at]))[0])
             )
-        entry, _ = self.memo.lookup(state, fit.shape, fit.rows[at : at + 1])
-        return (int(entry["gpu"][fit.rows[at]]),)
+        return (int(self.memo.held(fit.shape)["gpu"][fit.rows[at]]),)  # what `score` found just now
 
     def _evaluate(
         self, state: ClusterState, fit: Fit, positions: np.ndarray
