@@ -149,7 +149,8 @@ class Filter:
 
 def _allowed_model(c: Candidates) -> np.ndarray:
     models = c.pod.models or frozenset()
-    return np.isin(c.state.model_id[c.rows], [i for i, model in enumerate(c.state.models) if model in models])
+    allowed = np.array([model in models for model in c.state.models])  # by model id
+    return allowed[c.state.model_id[c.rows]]
 
 
 def _scalars_left(c: Candidates) -> np.ndarray:

@@ -173,7 +173,7 @@ class FgdStranding(Fgd):
         after_total = free.sum(axis=-1) - need
         leftover = free - need[:, None]
         waste = self._expected_waste()
-        hole = waste[np.clip(leftover, 0, 1000)] - waste[np.clip(free, 0, 1000)]
+        hole = waste[np.minimum(np.maximum(leftover, 0), 1000)] - waste[np.minimum(free, 1000)]
         growth = (
             self._share_growth(state, fit, rows, free, need)
             + self._penalty(state, fit, rows, free, after_total)[:, None]
