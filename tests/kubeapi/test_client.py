@@ -96,3 +96,10 @@ def test_no_kubeconfig_anywhere_is_one_line_naming_every_place(nowhere: Path) ->
     assert "\n" not in message
     for place in ("--kubeconfig", "$KUBECONFIG", "~/.kube/config", "service account"):
         assert place in message
+
+
+def test_an_unreachable_server_names_the_kubeconfig_that_was_read(nowhere: Path) -> None:
+    """Found on its own (here ~/.kube/config), the file a person must fix is named in the error."""
+    home = kubeconfig_at(nowhere / "home/.kube/config", "https://home.test")
+    message = str(client.unreachable(httpx2.ConnectError("refused"), client.load_config(None)))
+    assert message.endswith(f"(refused); check the kubeconfig {home} and network")

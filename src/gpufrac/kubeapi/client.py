@@ -152,15 +152,17 @@ def unreachable(error: Exception, config: lightkube.KubeConfig) -> UserError:
     single = config.get()
     server = f" at {single.cluster.server}" if single is not None else ""
     reason = str(error) or type(error).__name__
+    # Named by its file: with $KUBECONFIG and ~/.kube/config found on their own, which one was read is news.
+    kubeconfig = f"the kubeconfig {config.fname}" if config.fname else "the kubeconfig"
     if isinstance(error, ConfigError):
         return UserError(
             f"cannot sign in to the Kubernetes API server{server}: the kubeconfig's credential plugin failed "
-            f"({reason}); log in again, or fix the user in the kubeconfig"
+            f"({reason}); log in again, or fix the user in {kubeconfig}"
         )
     if isinstance(error, UNREADABLE_ANSWERS):
         reason = f"it answered JSON that is not Kubernetes API data ({reason}): not a Kubernetes API server"
     return UserError(
-        f"cannot reach the Kubernetes API server{server} ({reason}); check the kubeconfig and network"
+        f"cannot reach the Kubernetes API server{server} ({reason}); check {kubeconfig} and network"
     )
 
 
