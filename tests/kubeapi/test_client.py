@@ -103,3 +103,12 @@ def test_an_unreachable_server_names_the_kubeconfig_that_was_read(nowhere: Path)
     home = kubeconfig_at(nowhere / "home/.kube/config", "https://home.test")
     message = str(client.unreachable(httpx2.ConnectError("refused"), client.load_config(None)))
     assert message.endswith(f"(refused); check the kubeconfig {home} and network")
+
+
+def test_a_kubeconfig_path_that_cannot_be_looked_at_is_one_line(
+    nowhere: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name longer than the file system takes makes `stat` fail, not answer "no such file"."""
+    monkeypatch.setenv("KUBECONFIG", "k" * 5000)
+    with pytest.raises(UserError, match=r"^\$KUBECONFIG k+: cannot be looked at \(File name too long\)"):
+        client.load_config(None)

@@ -70,22 +70,34 @@ def find_kubeconfig(given: Path | None) -> tuple[Path, str] | None:
     listed = [Path(part) for part in os.environ.get("KUBECONFIG", "").split(os.pathsep) if part]
     if listed:
         for path in listed:
-            if path.exists():
+            if _there(path, "$KUBECONFIG"):
                 return path, "$KUBECONFIG"
         raise UserError(
             f"$KUBECONFIG names {os.pathsep.join(map(str, listed))}, and none of it exists; fix it or pass "
             "--kubeconfig PATH"
         )
-    if SERVICE_ACCOUNT_DIR.is_dir():
+    if _there(SERVICE_ACCOUNT_DIR, "the service account folder", folder=True):
         return None
-    with contextlib.suppress(RuntimeError, OSError):  # no home directory, or one this user cannot read
+    with contextlib.suppress(RuntimeError):  # no home directory to look in
         home = Path.home() / ".kube" / "config"
-        if home.exists():
+        if _there(home, ""):
             return home, ""
     raise UserError(
         "no kubeconfig: no --kubeconfig given, $KUBECONFIG unset, no ~/.kube/config, and not running in a "
         f"pod (no service account token under {SERVICE_ACCOUNT_DIR}); pass --kubeconfig PATH"
     )
+
+
+def _there(path: Path, what: str, *, folder: bool = False) -> bool:
+    """Whether `path` exists (as a folder, with `folder`). One that cannot even be looked at (a name too
+    long, a folder this user may not enter) is one line naming it, not a traceback."""
+    try:
+        return path.is_dir() if folder else path.exists()
+    except OSError as error:
+        reason = error.strerror or error
+        raise UserError(
+            f"{what} {path}".strip() + f": cannot be looked at ({reason}); fix it or pass --kubeconfig PATH"
+        ) from None
 
 
 MAX_TOKEN_FILE_BYTES = 1 * reading.MIB  # a bearer token is a few KiB
