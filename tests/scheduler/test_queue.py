@@ -33,6 +33,24 @@ def test_highest_priority_first_then_oldest_then_first_added() -> None:
     assert len(queue) == 0 and queue.pop() is None
 
 
+def test_a_pod_queued_again_keeps_its_place_among_pods_of_its_age() -> None:
+    """Gang members created in one second: the first, parked and queued again after its siblings arrived,
+    is still tried first (the gang integration test held its members in a toss-up order)."""
+    clock = FakeClock()
+    queue = make(clock)
+    queue.add("w0", priority=0, created=7.0)
+    assert queue.pop() == "w0"
+    queue.park("w0", priority=0, created=7.0)
+    queue.add("w1", priority=0, created=7.0)
+    queue.add("w0", priority=0, created=7.0)
+    queue.add("w2", priority=0, created=7.0)
+    assert drain(queue) == ["w0", "w1", "w2"]
+    queue.forget("w0")  # bound or deleted: seen again, it is a new arrival
+    queue.add("w3", priority=0, created=7.0)
+    queue.add("w0", priority=0, created=7.0)
+    assert drain(queue) == ["w3", "w0"]
+
+
 def test_adding_a_queued_pod_again_keeps_one_entry() -> None:
     queue = make(FakeClock())
     queue.add("p", priority=0, created=1.0)

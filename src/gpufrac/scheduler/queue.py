@@ -26,7 +26,7 @@ from gpufrac.contract.queues import DEFAULT_QUEUE
 class _Entry:
     priority: int  # negated: heapq pops the smallest
     created: float
-    sequence: int
+    arrival: int  # when the queue first had the pod: ties of age (creation times are whole seconds) go by it
     key: str = field(compare=False)
 
 
@@ -56,6 +56,9 @@ class SchedulingQueue:
         self._waiting: dict[str, _Waiting] = {}
         self._attempts: dict[str, int] = {}
         self._sequence = itertools.count()
+        # Per pod, its place among pods of equal priority and age, kept while it waits and comes back: a pod
+        # queued again after a sibling created in the same second stays ahead of it.
+        self._arrival: dict[str, int] = {}
         # Waiting pods by when they may be tried, so that taking the next pod reads only the pods due, not
         # every pod that waits (a round over thousands of parked pods was quadratic): `_due`, those that
         # need no change, by the end of their backoff; `_parked`, those parked since the last change, by the
@@ -75,7 +78,7 @@ class SchedulingQueue:
         """Queue a pod to try now (a new pod, or one whose spec changed)."""
         self._waiting.pop(key, None)
         if key not in self._active:
-            entry = _Entry(-priority, created, next(self._sequence), key)
+            entry = _Entry(-priority, created, self._arrival.setdefault(key, next(self._sequence)), key)
             self._active[key] = entry
             heapq.heappush(self._heaps.setdefault(tenant, []), entry)
 
@@ -135,6 +138,7 @@ class SchedulingQueue:
         self._active.pop(key, None)
         self._waiting.pop(key, None)
         self._attempts.pop(key, None)
+        self._arrival.pop(key, None)
 
     def next_ready_in(self) -> float | None:
         """Seconds until a waiting pod may be retried; None when nothing waits."""
