@@ -349,7 +349,8 @@ def test_a_certificate_file_the_kubeconfig_names_is_found_beside_it_or_named_mis
     )
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(config)
-    assert_one_line(*run(capsys, "top", "--kubeconfig", str(kubeconfig)), "its certificate-authority ca.crt")
+    missing = f"its certificate-authority {tmp_path / 'ca.crt'} is not a file"
+    assert_one_line(*run(capsys, "top", "--kubeconfig", str(kubeconfig)), missing)
     (tmp_path / "ca.crt").write_text("not used before the connection fails")
     assert_one_line(*run(capsys, "top", "--kubeconfig", str(kubeconfig)), "cannot")
 

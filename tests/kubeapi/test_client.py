@@ -54,13 +54,65 @@ def test_the_flag_wins_over_kubeconfig_and_home(nowhere: Path, monkeypatch: pyte
     assert client.load_config(None).get().cluster.server == "https://env.test"
 
 
-def test_the_first_existing_file_of_kubeconfig_is_read(
-    nowhere: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_existing_files_of_kubeconfig_are_read(nowhere: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     second = kubeconfig_at(nowhere / "second", "https://second.test")
     monkeypatch.setenv("KUBECONFIG", os.pathsep.join([str(nowhere / "missing"), str(second)]))
-    assert client.find_kubeconfig(None) == (second, "$KUBECONFIG")
+    assert client.find_kubeconfig(None) == ([second], "$KUBECONFIG")
     assert client.load_config(None).get().cluster.server == "https://second.test"
+
+
+def test_kubeconfig_files_merge_as_kubectl_merges_them(
+    nowhere: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The usual split: one file picks the context, others define clusters and users, each with
+    certificates beside it. The first to define a name or current-context wins, and a file's relative paths
+    are read from its own folder, not the first file's or the working directory's."""
+    picks = nowhere / "picks.yaml"
+    picks.write_text(json.dumps({"current-context": "prod", "contexts": []}))
+    (nowhere / "teams/a").mkdir(parents=True)
+    (nowhere / "teams/a/ca.crt").write_text("a")
+    team = nowhere / "teams/a/config"
+    team.write_text(
+        json.dumps(
+            {
+                "current-context": "ignored",
+                "clusters": [
+                    {
+                        "name": "prod",
+                        "cluster": {"server": "https://prod.test", "certificate-authority": "ca.crt"},
+                    }
+                ],
+                "users": [{"name": "me", "user": {"token": "t"}}],
+                "contexts": [{"name": "prod", "context": {"cluster": "prod", "user": "me"}}],
+            }
+        )
+    )
+    later = kubeconfig_at(nowhere / "later", "https://later.test")
+    later.write_text(later.read_text().replace('"name": "c"', '"name": "prod"'))  # defined first in `team`
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join(map(str, (picks, team, later))))
+    config = client.load_config(None)
+    single = config.get()
+    assert (single.context_name, single.cluster.server) == ("prod", "https://prod.test")
+    assert single.cluster.certificate_auth == str(nowhere / "teams/a/ca.crt")
+    message = str(client.unreachable(httpx2.ConnectError("refused"), config))
+    assert message.endswith(f"check the kubeconfig {team} and network")  # the file that defines the server
+    (nowhere / "teams/a/ca.crt").unlink()
+    with pytest.raises(
+        UserError,
+        match=r"^\$KUBECONFIG .*picks.yaml:.*: its certificate-authority .*teams/a/ca.crt is not a file",
+    ):
+        client.load_config(None)
+
+
+def test_a_kubeconfig_entry_without_a_name_is_one_line(
+    nowhere: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = nowhere / "broken"
+    broken.write_text(json.dumps(CONFIG | {"users": [{"user": {"token": "t"}}]}))
+    with pytest.raises(
+        UserError, match=rf"^{re.escape(str(broken))}: its users are not a list of mappings each with a name"
+    ):
+        client.load_config(broken)
 
 
 def test_a_kubeconfig_naming_no_file_is_one_line(nowhere: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,7 +136,7 @@ def test_a_broken_kubeconfig_file_is_named_as_kubeconfig(
 
 def test_a_pod_uses_its_service_account_before_the_home_kubeconfig(nowhere: Path) -> None:
     kubeconfig_at(nowhere / "home/.kube/config", "https://home.test")
-    assert client.find_kubeconfig(None) == (nowhere / "home/.kube/config", "")
+    assert client.find_kubeconfig(None) == ([nowhere / "home/.kube/config"], "")
     (nowhere / "serviceaccount").mkdir()
     assert client.find_kubeconfig(None) is None
 

@@ -29,29 +29,22 @@ MAX_KUBECONFIG_BYTES = 4 * reading.MIB  # a kubeconfig with certificates inline 
 
 
 def load_config(kubeconfig: Path | None) -> lightkube.KubeConfig:
-    """The kubeconfig `find_kubeconfig` picks, or the pod's in-cluster service account; either way one whose
-    current context names a cluster, so that a broken file is one line here, not a traceback in the first
-    request."""
+    """The kubeconfig `find_kubeconfig` finds (its files merged as kubectl merges them), or the pod's
+    in-cluster service account; either way one whose current context names a cluster, so that a broken
+    file is one line here, not a traceback in the first request."""
     found = find_kubeconfig(kubeconfig)
-    path, what = found if found is not None else (None, "")
-    source = f"{what} {path}".strip() if path is not None else str(SERVICE_ACCOUNT_DIR)
+    source = str(SERVICE_ACCOUNT_DIR)
     try:
-        if path is not None:
-            if not path.exists():
-                raise UserError(f"{source}: no such file; pass a readable kubeconfig")
-            text = reading.read_text(path, limit=MAX_KUBECONFIG_BYTES, what=what)
-            try:
-                data = reading.load_yaml(text, name=source)
-            except UserError as error:
-                raise UserError(f"{error}; not a usable kubeconfig: fix or replace it") from None
-            if not isinstance(data, dict):
-                raise UserError(f"{source}: not a kubeconfig (expected a mapping with clusters and contexts)")
-            config = lightkube.KubeConfig.from_dict(data, fname=path)
+        if found is not None:
+            paths, what = found
+            source = f"{what} {os.pathsep.join(map(str, paths))}".strip()
+            data, named = merge_kubeconfigs([(path, _read_kubeconfig(path, what)) for path in paths])
+            config = lightkube.KubeConfig.from_dict(data, fname=named)
         else:
             config = lightkube.KubeConfig.from_service_account(SERVICE_ACCOUNT_DIR)
         if config.current_context is None:
             raise UserError(f"{source}: no current-context; pick one with `kubectl config use-context NAME`")
-        _check_context(config.get(), source, Path(config.fname).parent if config.fname else Path.cwd())
+        _check_context(config.get(), source)
     except KeyError as error:
         raise UserError(f"{source}: its context names {error}, which it does not define; fix it") from None
     except (ConfigError, OSError, ValueError, TypeError, AttributeError) as error:
@@ -59,19 +52,87 @@ def load_config(kubeconfig: Path | None) -> lightkube.KubeConfig:
     return config
 
 
-def find_kubeconfig(given: Path | None) -> tuple[Path, str] | None:
-    """The kubeconfig to read, and what errors call it (`--kubeconfig`, `$KUBECONFIG`, or "" for the home
-    directory's), found as kubectl finds one: `--kubeconfig`, else the first file of `$KUBECONFIG` that
-    exists (kubectl merges them all; gpufrac reads one), else, in a pod, none (its service account is
-    used), else `~/.kube/config`. A person at a terminal then needs no flag, and a component in a pod still
-    takes its own service account's rights, not those of a file someone left in its image."""
+def _read_kubeconfig(path: Path, what: str) -> dict[str, Any]:
+    source = f"{what} {path}".strip()
+    if not path.exists():
+        raise UserError(f"{source}: no such file; pass a readable kubeconfig")
+    text = reading.read_text(path, limit=MAX_KUBECONFIG_BYTES, what=what)
+    try:
+        data = reading.load_yaml(text, name=source)
+    except UserError as error:
+        raise UserError(f"{error}; not a usable kubeconfig: fix or replace it") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: not a kubeconfig (expected a mapping with clusters and contexts)")
+    return data
+
+
+# The entries a kubeconfig defines by name, and the fields of each that name a file: kubectl reads those
+# relative to the folder of the file that defines the entry, and so does `merge_kubeconfigs`.
+_ENTRIES = {
+    "clusters": ("cluster", ("certificate-authority",)),
+    "contexts": ("context", ()),
+    "users": ("user", ("client-certificate", "client-key", "tokenFile")),
+}
+
+
+def merge_kubeconfigs(files: list[tuple[Path, dict[str, Any]]]) -> tuple[dict[str, Any], Path]:
+    """Several kubeconfig files as one, by kubectl's rules: the first file to define a cluster, context or
+    user of a name, or to set current-context, wins; each file's relative paths are relative to its own
+    folder. Also the file to name when the server cannot be reached: the one that defines the current
+    context's cluster (else the first)."""
+    merged: dict[str, Any] = {kind: [] for kind in _ENTRIES}
+    defined_in: dict[tuple[str, Any], Path] = {}
+    for path, data in files:
+        for kind, entries in merged.items():
+            listed = data.get(kind) or []
+            if not isinstance(listed, list) or not all(
+                isinstance(entry, dict) and isinstance(entry.get("name"), str) for entry in listed
+            ):
+                raise UserError(f"{path}: its {kind} are not a list of mappings each with a name; fix it")
+            for entry in listed:
+                if (kind, entry.get("name")) not in defined_in:
+                    defined_in[kind, entry.get("name")] = path
+                    entries.append(_with_paths_resolved(kind, entry, path.absolute().parent))
+    current = next((data["current-context"] for _, data in files if data.get("current-context")), None)
+    if current is not None:
+        merged["current-context"] = current
+    context = next(
+        (entry.get("context") for entry in merged["contexts"] if entry.get("name") == current), None
+    )
+    cluster = context.get("cluster") if isinstance(context, dict) else None
+    return merged, defined_in.get(("clusters", cluster), files[0][0])
+
+
+def _with_paths_resolved(kind: str, entry: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """`entry` with its relative file paths made absolute, from `folder`; an exec plugin's command too
+    where it has a folder in it (a bare name is looked up on PATH)."""
+    field, path_fields = _ENTRIES[kind]
+    body = entry.get(field)
+    if not isinstance(body, dict):
+        return entry
+    body = dict(body)
+    for name in path_fields:
+        if isinstance(body.get(name), str) and body[name]:
+            body[name] = str(folder / body[name])  # an absolute path stays as it is
+    plugin = body.get("exec")
+    if isinstance(plugin, dict) and isinstance(plugin.get("command"), str) and "/" in plugin["command"]:
+        body["exec"] = plugin | {"command": str(folder / plugin["command"])}
+    return entry | {field: body}
+
+
+def find_kubeconfig(given: Path | None) -> tuple[list[Path], str] | None:
+    """The kubeconfig files to read, and what errors call them (`--kubeconfig`, `$KUBECONFIG`, or "" for the
+    home directory's), found as kubectl finds them: `--kubeconfig`, else every file of `$KUBECONFIG` that
+    exists (`merge_kubeconfigs` makes them one), else, in a pod, none (its service account is used), else
+    `~/.kube/config`. A person at a terminal then needs no flag, and a component in a pod still takes its
+    own service account's rights, not those of a file someone left in its image."""
     if given is not None:
-        return given, "--kubeconfig"
+        return [given], "--kubeconfig"
     listed = [Path(part) for part in os.environ.get("KUBECONFIG", "").split(os.pathsep) if part]
     if listed:
-        for path in listed:
-            if _there(path, "$KUBECONFIG"):
-                return path, "$KUBECONFIG"
+        existing = [path for path in listed if _there(path, "$KUBECONFIG")]
+        if existing:
+            return existing, "$KUBECONFIG"
         raise UserError(
             f"$KUBECONFIG names {os.pathsep.join(map(str, listed))}, and none of it exists; fix it or pass "
             "--kubeconfig PATH"
@@ -81,7 +142,7 @@ def find_kubeconfig(given: Path | None) -> tuple[Path, str] | None:
     with contextlib.suppress(RuntimeError):  # no home directory to look in
         home = Path.home() / ".kube" / "config"
         if _there(home, ""):
-            return home, ""
+            return [home], ""
     raise UserError(
         "no kubeconfig: no --kubeconfig given, $KUBECONFIG unset, no ~/.kube/config, and not running in a "
         f"pod (no service account token under {SERVICE_ACCOUNT_DIR}); pass --kubeconfig PATH"
@@ -103,7 +164,7 @@ def _there(path: Path, what: str, *, folder: bool = False) -> bool:
 MAX_TOKEN_FILE_BYTES = 1 * reading.MIB  # a bearer token is a few KiB
 
 
-def _check_context(single: Any, source: str, base: Path) -> None:
+def _check_context(single: Any, source: str) -> None:
     """What the first request would otherwise fail on, with a traceback or for ever: a context without a
     user, a server that is not a URL, an exec plugin that is not there, a token file that never ends."""
     if single.user is None:
@@ -122,7 +183,7 @@ def _check_context(single: Any, source: str, base: Path) -> None:
         ("client-certificate", single.user.client_cert),
         ("client-key", single.user.client_key),
     ):
-        if path is not None and not (base / path).is_file():  # relative to the kubeconfig, as kubectl reads
+        if path is not None and not Path(path).is_file():  # made absolute as the files were merged
             raise UserError(f"{source}: its {field} {path} is not a file; fix the path")
     if single.user.token_file is not None:
         token = Path(single.user.token_file)
