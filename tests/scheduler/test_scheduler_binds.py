@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
@@ -295,6 +296,30 @@ async def test_the_bound_event_during_the_bind_does_not_count_the_pod_twice() ->
     client.gate.set()
     await made.wait_for_binds()
     assert gpu_free(made, "n1") == [GPU_MIB - GPU_MIB // 4]
+
+
+async def test_a_bind_in_flight_whose_gpus_are_renumbered_counts_on_the_gpu_its_binding_names() -> None:
+    """An agent restarted after a driver reload may list the same GPUs in another order. Counted again by
+    index, the pod held one GPU in the cache while its Binding named the other, which the next 0.75 share
+    was then given too."""
+    made, client, _ = setup([gpu_node()], [share_pod("p", "0.75")])
+    client.gate = asyncio.Event()
+    await made.schedule_pending()
+    await until(lambda: ("create", "ConfigMap") in steps(client))  # the Binding's contract is written
+    given = bound_as_planned(made, share_pod("p", "0.75"))
+    swapped = tuple(dataclasses.replace(gpu, index=1 - gpu.index) for gpu in inventory("n1", 2))
+    made.on_node_event("MODIFIED", node("n1", agent=swapped[::-1], labels=MANAGED))
+    client.gate.set()
+    await made.wait_for_binds()
+    made.on_pod_event("MODIFIED", given)
+    uuid = given["metadata"]["annotations"][keys.container_key("main", keys.DEVICES)]
+    on = made.cache.state.uuids[made.cache.state.index["n1"]].index(uuid)
+    assert gpu_free(made, "n1")[on] == GPU_MIB // 4 and gpu_free(made, "n1")[1 - on] == GPU_MIB
+    client.put(share_pod("q", "0.75"))
+    made.on_pod_event("ADDED", share_pod("q", "0.75"))
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert gpu_free(made, "n1") == [GPU_MIB // 4, GPU_MIB // 4]
 
 
 async def test_a_pod_the_watch_shows_bound_while_its_bind_fails_keeps_its_memory_and_is_not_retried() -> None:

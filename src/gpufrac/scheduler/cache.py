@@ -59,6 +59,7 @@ class SchedulerCache:
         self.misfits: dict[str, dict[str, Obj]] = {}  # node -> uid -> bound pods it cannot hold as written
         self.assumed: dict[str, Placement] = {}  # uid -> placement reserved for a bind in flight
         self.assumed_pods: dict[str, Obj] = {}  # uid -> the object of a pod whose bind is in flight
+        self.assumed_gpus: dict[str, tuple[str | None, ...]] = {}  # uid -> its placement's GPUs, by UUID
         self.pods = PodIndex()  # the placed pods (bound or assumed), as pod affinity and spreads read them
         self.namespace_labels: dict[str, Mapping[str, str]] = {}  # for terms that select namespaces
         self.seen_bound: dict[str, Obj] = {}  # uid -> bound object the watch reported during its bind
@@ -224,15 +225,29 @@ class SchedulerCache:
                 self.misfits.setdefault(spec.name, {})[placement.pod] = pod
 
     def _reapply_assumed(self, placement: Placement) -> None:
-        """A bind in flight keeps its GPUs if the node still has them. If not, the node is held until the
-        bound pod's own annotations are read (`add_pod` after `finish_binding`)."""
+        """A bind in flight keeps its GPUs if the node still has them, under the same indices (an agent
+        restarted after a driver reload may list the same GPUs in another order: counted by index, the pod
+        would hold one GPU in the cache while its Binding names another, left free to the next pod). If not,
+        the node is held until the bound pod's own annotations are read (`add_pod` after
+        `finish_binding`)."""
         try:
+            if self._gpu_uuids(placement) != self.assumed_gpus.get(placement.pod):
+                raise PlacementRefused("its GPUs now have other indices or are gone")
             self.state.apply(placement)
         except PlacementRefused as error:
             log.error(
                 "node %s changed under the bind of %s: %s", placement.node, self._name(placement.pod), error
             )
             self.misfits.setdefault(placement.node, {})[placement.pod] = {}
+
+    def _gpu_uuids(self, placement: Placement) -> tuple[str | None, ...]:
+        """The UUIDs of the GPUs `placement` names by index on its node as it is now (None past its GPUs)."""
+        uuids = self.state.uuids[self.state.index[placement.node]]
+        return tuple(
+            uuids[gpu] if gpu < len(uuids) else None
+            for assignment in placement.assignments
+            for gpu in assignment.gpus
+        )
 
     def _hold_if_misfits(self, name: str) -> None:
         """A node with a bound pod it cannot account takes no new pod: that pod's GPUs are not known, so any
@@ -340,6 +355,7 @@ class SchedulerCache:
         self.state.apply(placement)
         self.assumed[uid] = placement
         self.assumed_pods[uid] = pod
+        self.assumed_gpus[uid] = self._gpu_uuids(placement)
         self.pods.know(uid, pod)
         self.names[uid] = objects.pod_key(pod)
         self._claim(uid, pod, placement.node)
@@ -349,6 +365,7 @@ class SchedulerCache:
         uid = objects.pod_uid(pod)
         placement = self.assumed.pop(uid, None)
         self.assumed_pods.pop(uid, None)
+        self.assumed_gpus.pop(uid, None)
         latest = self.seen_bound.pop(uid, None) or pod
         if placement is not None and uid not in self.state.placements and uid not in self.gone_assumed:
             # Its reservation went with its node (removed, or reshaped so that the GPUs were gone): count the
@@ -369,6 +386,7 @@ class SchedulerCache:
         uid = objects.pod_uid(pod)
         self.assumed.pop(uid, None)
         self.assumed_pods.pop(uid, None)
+        self.assumed_gpus.pop(uid, None)
         seen = self.seen_bound.pop(uid, None)
         self._release(uid)
         if not self._settle(uid):
