@@ -56,10 +56,11 @@ def review(
     name: str = "",
     uid: str = "0d5bd2ea-5a2c-4b8c-9a2e-6c3d0e1f2a3b",
 ) -> dict[str, Any]:
+    resource, _, group = resource.partition(".")  # "queues.gpufrac.io": as the API server sends it
     request: dict[str, Any] = {
         "uid": uid,
-        "kind": {"group": "", "version": "v1", "kind": "ConfigMap" if resource == "configmaps" else "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": resource},
+        "kind": {"group": group, "version": "v1", "kind": "ConfigMap" if resource == "configmaps" else "Pod"},
+        "resource": {"group": group, "version": "v1", "resource": resource},
         "operation": operation,
         "namespace": namespace,
         "name": name,

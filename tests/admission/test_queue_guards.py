@@ -24,7 +24,7 @@ def decide(
     obj: dict[str, Any] | None, known: dict[str, QueueSpec], **fields: Any
 ) -> admission.exchange.Decision:
     fields = {
-        "resource": "queues",
+        "resource": "queues.gpufrac.io",  # as kube-apiserver names it: a review without the group never comes
         "namespace": "",
         "name": (obj or {}).get("metadata", {}).get("name", ""),
     } | fields

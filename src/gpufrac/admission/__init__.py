@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpufrac.admission import configmap_guards, exchange, mutation, pod_guards, queue_guards, settings
+from gpufrac.contract import queues as queue_contract
 from gpufrac.contract.queues import QueueSpec
 
 
@@ -40,6 +41,10 @@ def decide(
             request, policy, configmap_name=configmap_name, trusted_namespace=trusted_namespace
         )
     return validate(request, policy, trusted_namespace=trusted_namespace, queues=queues)
+
+
+# Queue reviews as the API server names their resource: with its group, as `exchange.read_review` keeps it.
+QUEUES = f"queues.{queue_contract.GROUP}"
 
 
 def validate(
@@ -63,6 +68,6 @@ def validate(
         return configmap_guards.validate(request, policy)
     if request.resource == "pods":
         return pod_guards.validate(request, policy, trusted_namespace=trusted_namespace, queues=queues)
-    if request.resource == "queues":  # `known` queues: the server's watch of them, when it runs one
+    if request.resource == QUEUES:  # `known` queues: the server's watch of them, when it runs one
         return queue_guards.validate(request, queues or {})
     return exchange.ALLOW
