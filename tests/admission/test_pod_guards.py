@@ -160,6 +160,22 @@ def test_updates_that_leave_the_contract_alone_are_allowed() -> None:
     assert allowed(after, operation="UPDATE", old=before)
 
 
+def test_an_update_may_not_leave_a_readable_pod_unreadable() -> None:
+    """Consent to moves may change on a running pod, but only to what the contract reads: a restarted
+    scheduler reads every bound pod back and holds the node of one it cannot read, for every tenant."""
+    before = bound(mutated(pod({"gpu-fraction": "0.5"})))
+    after = bound(before)
+    after["metadata"]["annotations"]["gpufrac.io/movable"] = "yes"
+    assert denial(after, "contract", operation="UPDATE", old=before).startswith('gpufrac.io/movable="yes"')
+    after["metadata"]["annotations"]["gpufrac.io/movable"] = "true"
+    assert allowed(after, operation="UPDATE", old=before)
+    unreadable_already = bound(before)
+    unreadable_already["metadata"]["annotations"]["gpufrac.io/movable"] = "yes"  # made before the webhook
+    relabelled = bound(unreadable_already)
+    relabelled["metadata"]["labels"] = {"team": "a"}
+    assert allowed(relabelled, operation="UPDATE", old=unreadable_already)
+
+
 def test_the_schedulers_bind_patch_is_allowed_and_must_keep_the_contract() -> None:
     before = mutated(pod({"gpu-fraction": "0.5"}))
     assert allowed(bound(before), operation="UPDATE", old=before, user=SCHEDULER)

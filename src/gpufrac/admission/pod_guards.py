@@ -266,7 +266,7 @@ def _validate_pod_update(
     old = _guarded_annotations(request.old_object)
     changed = sorted(key for key in new.keys() | old.keys() if new.get(key) != old.get(key))
     if not changed:
-        return exchange.ALLOW
+        return (None if trusted else _made_unreadable(request)) or exchange.ALLOW
     if not trusted:
         key = changed[0]
         before = "absent" if key not in old else json.dumps(_text(old[key]))
@@ -280,6 +280,19 @@ def _validate_pod_update(
     assert request.object is not None
     checked = _contract(request.object, placement=True)
     return checked if isinstance(checked, exchange.Decision) else exchange.ALLOW
+
+
+def _made_unreadable(request: exchange.Request) -> exchange.Decision | None:
+    """An update may not leave a readable pod unreadable (an annotation the contract reads, such as the
+    consent to moves, set to a value it refuses): a scheduler that starts afresh reads each bound pod back,
+    and holds the node of one it cannot read, so one tenant's edit would close a GPU node to every tenant."""
+    assert request.object is not None and request.old_object is not None
+    after = _contract(request.object, placement=False)
+    if isinstance(after, exchange.Decision) and not isinstance(
+        _contract(request.old_object, placement=False), exchange.Decision
+    ):
+        return after
+    return None
 
 
 def _queue_namespace(
