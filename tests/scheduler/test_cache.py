@@ -237,3 +237,19 @@ def test_a_node_newly_guaranteed_is_held_while_the_caps_on_a_gpu_add_past_100() 
     assert len(cache.misfits["n1"]) == 1 and len(cache.eligible_rows(pod("q"))[0]) == 0
     cache.remove_pod(next(iter(cache.misfits["n1"])))
     assert cache.misfits == {} and len(cache.eligible_rows(pod("q"))[0]) == 1
+
+
+def test_a_misfit_is_counted_once_room_frees_on_its_node() -> None:
+    """Another scheduler's pod bound beside ours while the node had room for one of the two: it is a misfit
+    (its node held) until the kubelet rejects one. Once ours fails, the other fits and the node takes pods
+    again, without waiting for a relist."""
+    cache = SchedulerCache()
+    cache.sync_nodes([node("n1", agent=inventory("n1", 1), cpu="16")])
+    ours = bound(pod("ours", cpu="10"), "n1", share_notes("main", "GPU-n1-0", f"{HALF}Mi"))
+    cache.add_pod(ours)
+    cache.add_pod(bound(pod("web", cpu="10", scheduler="default-scheduler"), "n1", {}))
+    assert set(cache.misfits["n1"]) == {key("web")} and len(cache.eligible_rows(pod("next"))[0]) == 0
+    cache.update_pod(with_status(ours, phase="Failed"))
+    cache.remove_pod(key("ours"))
+    assert cache.misfits == {} and set(cache.state.placements) == {key("web")}
+    assert len(cache.eligible_rows(pod("next"))[0]) == 1

@@ -416,8 +416,18 @@ class SchedulerCache:
         self.names.pop(uid, None)
         self.reservations.pop(uid, None)
         if uid in self.state.placements:
-            self.state.release(uid)
+            self._free(uid)
         self._unclaim(uid)
+
+    def _free(self, uid: str) -> None:
+        """Release the pod's placement, then count again the misfits of its node that fit now: a pod that
+        raced another scheduler's for CPU is a misfit until the kubelet rejects one of the two, and its node
+        must take pods again once that settles, not only at the next relist."""
+        node = self.state.placements[uid].node
+        self.state.release(uid)
+        for waiting, pod in list(self.misfits.get(node, {}).items()):
+            if objects.name_of(pod):  # not a bind lost to a node change, which waits for its bound object
+                self._account_bound(waiting, pod, node)
 
     # ---- rooms kept for pending pods (defragmentation) ----------------------------------------------------
 
@@ -436,7 +446,7 @@ class SchedulerCache:
         was kept as, if any."""
         placement = self.kept_rooms.pop(uid, None)
         if placement is not None and self.state.placements.get(uid) is placement:
-            self.state.release(uid)
+            self._free(uid)
         return placement
 
     def _name(self, uid: str) -> str:
