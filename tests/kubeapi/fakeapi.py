@@ -38,6 +38,7 @@ class Call:
     kind: str  # the class name of what was written or read: ConfigMap, Binding, Event, Pod, PodStatus
     name: str | None
     body: Any = None
+    dry_run: bool = False  # only asked: the API server answers as it would, and changes nothing
 
 
 @dataclass
@@ -55,16 +56,18 @@ class RecordingClient:
             self.held.append(obj)
             await self.gate.wait()
 
-    def _record(self, verb: str, kind: str, name: str | None, body: Any) -> None:
-        self.calls.append(Call(verb, kind, name, body))
+    def _record(self, verb: str, kind: str, name: str | None, body: Any, *, dry_run: bool = False) -> None:
+        self.calls.append(Call(verb, kind, name, body, dry_run))
         error = self.fail.get(f"{verb} {kind}")
         if error is not None:
             raise error
 
-    async def create(self, obj: Any, name: str | None = None, *, namespace: str | None = None) -> Any:
+    async def create(
+        self, obj: Any, name: str | None = None, *, namespace: str | None = None, dry_run: bool = False
+    ) -> Any:
         kind = obj.kind or type(obj).__name__
         await self._at_gate(kind, obj)
-        self._record("create", kind, obj.metadata.name if obj.metadata else name, obj)
+        self._record("create", kind, obj.metadata.name if obj.metadata else name, obj, dry_run=dry_run)
         return obj
 
     async def patch(self, resource: type[Any], name: str, obj: Any, **_: Any) -> None:
@@ -77,7 +80,7 @@ class RecordingClient:
         self._record("delete", resource.__name__, name, None)
 
     def made(self, verb: str, kind: str) -> list[Call]:
-        return [call for call in self.calls if (call.verb, call.kind) == (verb, kind)]
+        return [call for call in self.calls if (call.verb, call.kind) == (verb, kind) and not call.dry_run]
 
 
 Hook = Callable[[], Awaitable[None]]
@@ -127,9 +130,13 @@ class LossyClient(Mishaps):
             raise httpx2.ReadTimeout("the reply was lost")
         return result
 
-    async def create(self, obj: Any, name: str | None = None, *, namespace: str | None = None) -> Any:
+    async def create(
+        self, obj: Any, name: str | None = None, *, namespace: str | None = None, dry_run: bool = False
+    ) -> Any:
         kind = obj.kind or type(obj).__name__
-        return await self._call(f"create {kind}", lambda: self.inner.create(obj, name, namespace=namespace))
+        return await self._call(
+            f"create {kind}", lambda: self.inner.create(obj, name, namespace=namespace, dry_run=dry_run)
+        )
 
     async def get(self, resource: type[Any], name: str, *, namespace: str | None = None) -> Any:
         call = f"get {resource.__name__}"
@@ -160,10 +167,14 @@ class FakeApi(RecordingClient, Mishaps):
     def stored(self, kind: str, name: str, namespace: str = "team") -> dict[str, Any] | None:
         return self.objects.get((kind, namespace, name))
 
-    async def create(self, obj: Any, name: str | None = None, *, namespace: str | None = None) -> Any:
+    async def create(
+        self, obj: Any, name: str | None = None, *, namespace: str | None = None, dry_run: bool = False
+    ) -> Any:
         kind = obj.kind or type(obj).__name__
         await self._at_gate(kind, obj)
-        self._record("create", kind, obj.metadata.name if obj.metadata else name, obj)
+        self._record("create", kind, obj.metadata.name if obj.metadata else name, obj, dry_run=dry_run)
+        if dry_run:
+            return obj
         lost = await self._step(f"create {kind}")
         namespace = namespace or (obj.metadata.namespace if obj.metadata else None) or ""
         if kind == "Binding":

@@ -34,8 +34,9 @@ _EVICTIONS = {version: _subresource(version) for version in _VERSIONS}
 _preferred: list[str] = list(_VERSIONS)
 
 
-async def evict(client: lightkube.AsyncClient, name: str, *, namespace: str) -> None:
-    """Evict the pod; raises `lightkube.ApiError` when refused (429 while a disruption budget forbids it)."""
+async def evict(client: lightkube.AsyncClient, name: str, *, namespace: str, dry_run: bool = False) -> None:
+    """Evict the pod (with `dry_run`, only ask whether it may be: a disruption budget is checked, nothing
+    is evicted); raises `lightkube.ApiError` when refused (429 while a disruption budget forbids it)."""
     for version in list(_preferred):
         body = _EVICTIONS[version](
             apiVersion=f"policy/{version}",
@@ -43,7 +44,7 @@ async def evict(client: lightkube.AsyncClient, name: str, *, namespace: str) -> 
             metadata=ObjectMeta(name=name, namespace=namespace),
         )
         try:
-            await client.create(body, name, namespace=namespace)
+            await client.create(body, name, namespace=namespace, dry_run=dry_run)
             return
         except lightkube.ApiError as error:
             if version != _preferred[-1] and _unknown_version(error):

@@ -271,18 +271,44 @@ class Mover:
     async def _evict(
         self, pending: list[Mapping[str, Any]], nodes: list[str], victims: list[str], why: Why
     ) -> set[str]:
-        """Evict `victims` for the `pending` pods (going to `nodes`) in order, stopping at the first refused;
-        the uids of those evicted."""
-        leaving: set[str] = set()
+        """Evict `victims` for the `pending` pods (going to `nodes`); the uids of those evicted.
+
+        Every eviction is first asked as a dry run, which a PodDisruptionBudget refuses as it would the real
+        one: the pods need every victim gone, so one refused must leave the others running, not evicted for
+        nothing. The real evictions still stop at the first refused (victims under one budget pass one at a
+        time, not together)."""
+        if not await self._evict_each(pending, victims, why, dry_run=True):
+            return set()
         target = f"pod{'s' if len(pending) > 1 else ''} {', '.join(objects.pod_key(pod) for pod in pending)}"
         where = ", ".join(sorted(set(nodes)))
+        leaving = await self._evict_each(pending, victims, why, done=f"{why.done} for {target} on {where}")
+        if leaving:
+            message = f"evicting {len(leaving)} pod(s) to make room on {where} ({why.verb})"
+            log.info("%s: %s", target, message)
+            for pod in pending:
+                await self._tell(pod, why, message)
+        return leaving
+
+    async def _evict_each(
+        self,
+        pending: list[Mapping[str, Any]],
+        victims: list[str],
+        why: Why,
+        *,
+        dry_run: bool = False,
+        done: str = "",
+    ) -> set[str]:
+        """Evict `victims` in order (only asking, with `dry_run`), stopping at the first refused or gone from
+        the cache; those evicted, or with `dry_run` all of them if none was refused (else none). Each evicted
+        pod is told `done`."""
+        leaving: set[str] = set()
         for name in victims:
             victim = self.cache.bound.get(name)
             if victim is None:
-                break
+                return set() if dry_run else leaving
             meta = objects.meta(victim)
             try:
-                await evict(self.client, meta["name"], namespace=meta["namespace"])
+                await evict(self.client, meta["name"], namespace=meta["namespace"], dry_run=dry_run)
             except lightkube.ApiError as error:
                 if error.status.code == 404:
                     leaving.add(name)
@@ -293,19 +319,15 @@ class Mover:
                 reason = "a PodDisruptionBudget forbids it" if refused else error.status.message
                 for pod in pending:
                     await self._tell(pod, why, f"cannot {why.verb} pod {objects.pod_key(victim)}: {reason}")
-                break
+                return set() if dry_run else leaving
             except API_ERRORS as error:
                 self.evictions.labels(why.verb, "failed").inc()
                 log.error("cannot evict pod %s: %s", objects.pod_key(victim), error)
-                break
-            self.evictions.labels(why.verb, "evicted").inc()
+                return set() if dry_run else leaving
             leaving.add(name)
-            await self._tell(victim, why, f"{why.done} for {target} on {where}")
-        if leaving:
-            message = f"evicting {len(leaving)} pod(s) to make room on {where} ({why.verb})"
-            log.info("%s: %s", target, message)
-            for pod in pending:
-                await self._tell(pod, why, message)
+            if not dry_run:
+                self.evictions.labels(why.verb, "evicted").inc()
+                await self._tell(victim, why, done)
         return leaving
 
     async def _tell(self, pod: Mapping[str, Any], why: Why, message: str) -> None:

@@ -166,17 +166,20 @@ class ScenarioApi(FakeApi):
     reasons: dict[str, str] = field(default_factory=dict)
     messages: dict[str, list[str]] = field(default_factory=dict)
 
-    async def create(self, obj: Any, name: str | None = None, *, namespace: str | None = None) -> Any:
+    async def create(
+        self, obj: Any, name: str | None = None, *, namespace: str | None = None, dry_run: bool = False
+    ) -> Any:
         kind = obj.kind or type(obj).__name__
         if kind == "Eviction":
-            self._record("create", kind, name, obj)
+            self._record("create", kind, name, obj, dry_run=dry_run)
             if name in self.budgets:
                 raise api_error(429, "TooManyRequests", "Cannot evict pod as it would violate the budget")
-            self.evicting.append(name or "")
+            if not dry_run:
+                self.evicting.append(name or "")
             return obj
         if kind == "Event" and obj.reason in (PREEMPTED, RECLAIMED, MOVED):
             self.reasons.setdefault(obj.involvedObject.name, obj.reason)
-        return await super().create(obj, name, namespace=namespace)
+        return await super().create(obj, name, namespace=namespace, dry_run=dry_run)
 
     async def patch(self, resource: type[Any], name: str, obj: Any, **settings: Any) -> None:
         await super().patch(resource, name, obj, **settings)

@@ -194,6 +194,19 @@ SCENARIOS = [
         binds={"p": "n2"},
         evicted={"low": PREEMPTED},
     ),
+    *(
+        Scenario(
+            f"a plan one of whose victims a disruption budget keeps ({guarded}) evicts none of them",
+            nodes=ONE_GPU,
+            running={
+                "s1": Run("n1:0", mib=5000, priority=1, budget=guarded == "s1"),
+                "s2": Run("n1:0", mib=5000, priority=1, budget=guarded == "s2"),
+            },
+            pending={"p": WHOLE},
+            waiting={"p": ""},
+        )
+        for guarded in ("s1", "s2")
+    ),
     Scenario(
         "the lowest priorities go first, even if more of them",
         nodes=TWO_NODES,
