@@ -6,7 +6,8 @@ taking pods from the queue and binding them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,7 @@ class Evictions:
     ) -> None:
         self.cache, self.tenants, self.gangs, self.mover = cache, tenants, gangs, mover
         self.pending, self.config, self.fault_domain, self.clock = pending, settings, fault_domain, clock
-        self._evictable_at: tuple[float, dict[str, dict[str, int]], dict[str, list[str]]] | None = None
+        self._evictable_at: tuple[float, dict[str, dict[str, int]], dict[str, BoundGang]] | None = None
 
     def _room_coming(
         self, pod: Mapping[str, Any], demand: PodDemand, rows: np.ndarray, policy: Policy
@@ -123,13 +124,9 @@ class Evictions:
         _, gangs = self._evictable()
 
         def going(victims: Sequence[str]) -> list[str]:
-            """The victims with the other members of their gangs, which the mover evicts with them: what
-            leaves is what a queue's limit and fair share are judged by."""
-            return [
-                member
-                for member in dict.fromkeys(m for v in victims for m in gangs.get(v, [v]))
-                if member in placements
-            ]
+            """The victims with the members of their gangs that cannot run without them, which the mover
+            evicts with them: what leaves is what a queue's limit and fair share are judged by."""
+            return [member for member in leaving_with(victims, gangs) if member in placements]
 
         def within_limit(victims: Sequence[str]) -> bool:
             return (
@@ -153,7 +150,9 @@ class Evictions:
             ({} if capped else reclaimable, RECLAIM, within_surplus),
             (preemptible, PREEMPT, within_limit),
         ):
-            if victims and await self.mover.preempt(members, policy, victims, why, allow, lost, going):
+            if victims and await self.mover.preempt(
+                members, policy, victims, why, _only_of(victims, going, allow), lost, going
+            ):
                 return True
         return False
 
@@ -205,8 +204,9 @@ class Evictions:
         """The running pods `pod` may preempt (its queue's, of lower priority) and reclaim (of queues over
         their fair share, when its queue's use with it stays within its quota; only pods whose going leaves
         their queue at its fair share at least), by uid, with priorities.
-        Only pods this scheduler placed, below `protected_priority`, running `min_runtime` at least; and, as a
-        gang is evicted whole, a gang's member only if every member may go, counted together."""
+        Only pods this scheduler placed, below `protected_priority`, running `min_runtime` at least; and a
+        gang's member only if the members that would go with it (`BoundGang.leaving`) may go too, counted
+        together."""
         tenant, priority = self._queue_of(pod), objects.priority(pod)
         over: set[str] = set()
         contested: set[Resource] = set()
@@ -226,30 +226,29 @@ class Evictions:
             for uid, theirs in pool.get(queue, {}).items()
             if uid in placements
             and self.tenants.surplus_covers(
-                queue, [placements[m] for m in gangs.get(uid, [uid]) if m in placements], contested
+                queue, [placements[m] for m in leaving_with([uid], gangs) if m in placements], contested
             )
         }
-        return whole_gangs(preemptible, gangs), whole_gangs(reclaimable, gangs)
+        return able_to_leave(preemptible, gangs), able_to_leave(reclaimable, gangs)
 
-    def _evictable(self) -> tuple[dict[str, dict[str, int]], dict[str, list[str]]]:
+    def _evictable(self) -> tuple[dict[str, dict[str, int]], dict[str, BoundGang]]:
         """The running pods any pod may evict at all, by queue, with priorities: this scheduler's, below
-        `protected_priority`, running `min_runtime` at least; and each bound gang member's group, as the uids
-        of its bound members. A pass over every bound pod, so kept a second: a burst of pods that fit
-        nowhere must not each pay it."""
+        `protected_priority`, running `min_runtime` at least; and each bound gang member's gang. A pass over
+        every bound pod, so kept a second: a burst of pods that fit nowhere must not each pay it."""
         now = self.clock()
         if self._evictable_at is not None and now - self._evictable_at[0] < 1.0:
             return self._evictable_at[1:]
         oldest = self.mover.wall_clock() - self.config.min_runtime
         pool: dict[str, dict[str, int]] = {}
-        gangs: dict[str, list[str]] = {}
-        members: dict[str, list[str]] = {}
+        by_group: dict[str, BoundGang] = {}
+        gangs: dict[str, BoundGang] = {}
         for uid, victim in self.cache.bound.items():
             # Only a gang gpufrac keeps together is one: a label alone, which a tenant may put on any pod,
             # would bind pods that may not go to one that may, and so shield them all.
             group = group_of(victim) if self.config.gangs else None
-            if group is not None and self.gangs.spec(group) is not None:
-                gangs[uid] = members.setdefault(group, [])
-                gangs[uid].append(uid)
+            if group is not None and (spec := self.gangs.spec(group)) is not None:
+                gangs[uid] = by_group.setdefault(group, BoundGang([], spec.min_member))
+                gangs[uid].members.append(uid)
             since = objects.running_since(victim)
             theirs = objects.priority(victim)
             if (
@@ -269,9 +268,50 @@ class Evictions:
         return self.tenants.tenant(pod) if self.config.queues else queues.DEFAULT_QUEUE
 
 
-def whole_gangs(victims: Mapping[str, int], gangs: Mapping[str, list[str]]) -> dict[str, int]:
-    """The victims whose whole gang is among the victims (the mover evicts a gang whole)."""
-    return {uid: theirs for uid, theirs in victims.items() if all(m in victims for m in gangs.get(uid, []))}
+@dataclass(frozen=True)
+class BoundGang:
+    """A gang's bound members and the most it needs running. Members past `min_member` may go alone, as in
+    KAI Scheduler: the rest still run. One more, and the rest cannot run, so they all go: a victim's gang
+    mates are never left running without it, and a gang that can spare members does not shield them."""
+
+    members: list[str]
+    min_member: int
+
+    def leaving(self, chosen: Collection[str]) -> list[str]:
+        """The members that go if `chosen` of them are evicted."""
+        if len(self.members) - len(chosen) >= self.min_member:
+            return [member for member in self.members if member in chosen]
+        return list(self.members)
+
+
+def leaving_with(victims: Sequence[str], gangs: Mapping[str, BoundGang]) -> list[str]:
+    """The victims, and the members of their gangs that go with them (`BoundGang.leaving`)."""
+    chosen: dict[int, set[str]] = {}
+    for victim in victims:
+        if victim in gangs:
+            chosen.setdefault(id(gangs[victim]), set()).add(victim)
+    going = (gangs[v].leaving(chosen[id(gangs[v])]) if v in gangs else [v] for v in victims)
+    return list(dict.fromkeys(member for members in going for member in members))
+
+
+def able_to_leave(victims: Mapping[str, int], gangs: Mapping[str, BoundGang]) -> dict[str, int]:
+    """The victims whose going alone takes only victims with it (their gangs' members that could not run
+    without them)."""
+    return {
+        uid: theirs
+        for uid, theirs in victims.items()
+        if all(m in victims for m in leaving_with([uid], gangs))
+    }
+
+
+def _only_of(
+    victims: Mapping[str, int],
+    going: Callable[[Sequence[str]], list[str]],
+    allow: Callable[[Sequence[str]], bool],
+) -> Callable[[Sequence[str]], bool]:
+    """`allow`, for sets of victims whose going takes no pod that is not a victim itself: taking more of a
+    gang than it can spare takes all of it, and some of its members may not be evictable."""
+    return lambda chosen: all(member in victims for member in going(chosen)) and allow(chosen)
 
 
 def together(demands: list[PodDemand]) -> PodDemand:

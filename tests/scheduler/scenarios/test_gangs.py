@@ -1,7 +1,7 @@
 """Scenarios: gangs (PodGroup minMember). None of a group binds until minMember can run at once; members that
 fit are held with their room reserved; a group still short after its timeout gives that room back; a
-PodGroup's queue is its members'; a gang is preempted or reclaimed whole, and never for a member that may not
-be evicted. README, "Gangs"."""
+PodGroup's queue is its members'; a gang is preempted or reclaimed only as far as it can spare members, else
+whole, and never for a member that may not be evicted. README, "Gangs"."""
 
 from __future__ import annotations
 
@@ -146,6 +146,41 @@ SCENARIOS = [
         pending={"p": Ask(gpus=1, priority=10)},
         binds={"p": ANY},
         evicted={"w0": PREEMPTED, "w1": PREEMPTED},
+    ),
+    Scenario(
+        "members a gang can spare (past its minMember) are preempted alone, as in KAI Scheduler",
+        nodes={"n1": Node(), "n2": Node()},
+        groups={"elastic": {"minMember": 1}},
+        running={
+            "w0": Run("n1:0", group="elastic", priority=1, age=1000),
+            "w1": Run("n2:0", group="elastic", priority=1, age=5000),
+        },
+        pending={"p": Ask(gpus=1, priority=10)},
+        binds={"p": "n1"},
+        evicted={"w0": PREEMPTED},
+    ),
+    Scenario(
+        "a PodGroup that can spare members shields none of them from reclaim",
+        nodes={"n1": Node(), "n2": Node()},
+        queues={"a": {"gpus": {"quota": 1}}, "b": {"gpus": {"quota": 1}}},
+        groups={"shield": {"minMember": 1}},
+        running={"b1": Run("n1:0", queue="b", group="shield"), "b2": Run("n2:0", queue="b", group="shield")},
+        pending={"a1": Ask(gpus=1, queue="a")},
+        binds={"a1": "n1"},
+        evicted={"b1": RECLAIMED},
+    ),
+    Scenario(
+        "taking more of a gang than it can spare takes it all, and only where all of it may go",
+        nodes={"n1": Node(gpus=2), "n2": Node(gpus=2)},
+        groups={"train": {"minMember": 2}},
+        running={
+            "w0": Run("n1:0", group="train", priority=1),
+            "w1": Run("n1:1", group="train", priority=1),
+            "w2": Run("n2:0", group="train", priority=50),
+            "l1": Run("n2:1", priority=1),
+        },
+        pending={"p": Ask(gpus=2, priority=10)},
+        waiting={"p": ""},
     ),
     Scenario(
         "a gang is reclaimed whole too",
