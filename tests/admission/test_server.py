@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
 import gzip
 import json
 import logging
@@ -29,7 +30,18 @@ from gpufrac.admission import certs, exchange, server
 from gpufrac.contract import keys, quantity
 from gpufrac.kubeapi import probes
 
-from .reviews import NAME, POLICY, SCHEDULER, TENANT, apply_patch, container, pod, review, share_pods
+from .reviews import (
+    NAME,
+    POLICY,
+    SCHEDULER,
+    TENANT,
+    apply_patch,
+    configmap,
+    container,
+    pod,
+    review,
+    share_pods,
+)
 
 Client = TestClient[web.Request, web.Application]
 CHART_VALUES = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpufrac" / "values.yaml"
@@ -630,3 +642,16 @@ def test_the_values_counted_are_at_least_those_parsed(document: Any) -> None:
         separators = (",", ":") if compact else (", ", ": ")
         body = json.dumps(document, separators=separators).encode()
         assert exchange.json_values(body) >= _values(json.loads(body))
+
+
+def test_commas_inside_strings_are_not_values() -> None:
+    """A ConfigMap of CSV under the 1 MiB an object may hold has a million commas; its update carries it
+    twice (object and oldObject), and was refused as a review of too many values."""
+    csv = "\n".join(",".join("0" for _ in range(100)) for _ in range(5100))  # 1,020,000 bytes
+    old = configmap("thresholds", namespace="team") | {"data": {"table.csv": csv}}
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {"app": "x"}
+    body = json.dumps(review(new, operation="UPDATE", resource="configmaps", old=old, name="thresholds"))
+    assert exchange.json_values(body.encode()) < 100
+    escaped = r'{"a\\": "b\", c", "d": [1, 2]}'  # a string ending in a backslash, one holding a quote
+    assert exchange.json_values(escaped.encode()) == _values(json.loads(escaped))
