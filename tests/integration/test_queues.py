@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import lightkube
@@ -18,7 +19,8 @@ from gpufrac.contract import queues
 from gpufrac.kubeapi.custom import QUEUE_RESOURCE
 
 from . import controlplane, fakenodes
-from .scheduling import gpu_pod, running_scheduler, top, wait_bound, why_unschedulable
+from .scheduling import eventually, gpu_pod, running_scheduler, top, wait_bound, why_unschedulable
+from .webhook_fixtures import denied_by_webhook, serving
 
 
 def team_pod(name: str, namespace: str, label: str, team: str) -> Pod:
@@ -119,3 +121,32 @@ async def test_a_queue_closed_to_the_pods_namespace_leaves_it_waiting_until_an_a
             await wait_bound(admin_client, namespace, 1)
     finally:
         await admin_client.delete(QUEUE_RESOURCE, "closed")
+
+
+async def test_the_webhook_refuses_a_bad_queue_the_api_server_sends(
+    team_queues: list[str],
+    admin_client: lightkube.AsyncClient,
+    control_plane: controlplane.ControlPlane,
+    tmp_path: Path,
+) -> None:
+    """The API server names a Queue review's resource with its group: the webhook once compared it without
+    and let every Queue through. Queues are cluster-scoped, so the hook judges every Queue written while
+    registered; dry runs, so nothing is made."""
+    orphan = QUEUE_RESOURCE.from_dict({"metadata": {"name": "orphan"}, "spec": {"parentQueue": "nowhere"}})
+    kubeconfig = str(control_plane.kubeconfig("admin"))
+    said: list[str] = []
+
+    async def refused() -> bool:  # the configuration takes a moment to be in force
+        try:
+            await admin_client.create(orphan, dry_run=True)
+        except lightkube.ApiError as error:
+            said.append(denied_by_webhook(error))
+            return True
+        return False
+
+    with (
+        control_plane.sync_client() as admin,
+        serving(admin, tmp_path, "--queues", "--kubeconfig", kubeconfig, values=("scheduler.queues=true",)),
+    ):
+        await eventually(refused, "the webhook refuses a Queue whose parent does not exist")
+    assert 'spec.parentQueue="nowhere"' in said[0] and "no such Queue" in said[0], said

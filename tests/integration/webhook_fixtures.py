@@ -82,11 +82,12 @@ def start_webhook(folder: Path, *flags: str) -> RunningWebhook:
     return RunningWebhook(line.split()[-1], ca_file, log_file, process)
 
 
-def registrations(webhook: RunningWebhook, *, token: str) -> list[Any]:
-    """The chart's webhook configurations, calling `webhook` by URL, for namespaces labelled `token`."""
+def registrations(webhook: RunningWebhook, *, token: str, values: tuple[str, ...] = ()) -> list[Any]:
+    """The chart's webhook configurations (rendered with `values`), calling `webhook` by URL, for namespaces
+    labelled `token` (and every cluster-scoped object: a namespace selector never skips those)."""
     ca_bundle = base64.b64encode(webhook.ca_file.read_bytes()).decode()
     found = []
-    for document in helm_template():
+    for document in helm_template(*values):
         if document["kind"] not in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
             continue
         document["metadata"]["name"] = f"{document['metadata']['name']}-{token}"
@@ -106,23 +107,27 @@ def registrations(webhook: RunningWebhook, *, token: str) -> list[Any]:
     return found
 
 
-def register(client: lightkube.Client, webhook: RunningWebhook) -> tuple[str, list[str]]:
+def register(
+    client: lightkube.Client, webhook: RunningWebhook, values: tuple[str, ...] = ()
+) -> tuple[str, list[str]]:
     """Register `webhook`; return the label value that turns it on for a namespace, and what to delete."""
     token = uuid.uuid4().hex[:10]
     names = []
-    for configuration in registrations(webhook, token=token):
+    for configuration in registrations(webhook, token=token, values=values):
         client.create(configuration)
         names.append(configuration.metadata.name)
     return token, names
 
 
 @contextlib.contextmanager
-def serving(client: lightkube.Client, folder: Path, *flags: str) -> Iterator[tuple[RunningWebhook, str]]:
-    """`gpufrac webhook` with ``flags``, registered while in the block: the webhook and the token that
-    turns it on for a namespace (`LABEL`)."""
+def serving(
+    client: lightkube.Client, folder: Path, *flags: str, values: tuple[str, ...] = ()
+) -> Iterator[tuple[RunningWebhook, str]]:
+    """`gpufrac webhook` with ``flags``, registered (as the chart renders it with `values`) while in the
+    block: the webhook and the token that turns it on for a namespace (`LABEL`)."""
     running = start_webhook(folder, *flags)
     try:
-        token, names = register(client, running)
+        token, names = register(client, running, values)
         try:
             yield running, token
         finally:
