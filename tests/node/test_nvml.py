@@ -7,11 +7,16 @@ import types
 from pathlib import Path
 from typing import Any
 
+import pynvml
 import pytest
 
 from gpufrac.node import nvml
+from gpufrac.node.agent import Agent, Settings
 from gpufrac.node.nvml import MIB, GpuProcess
-from gpufrac.testing.fakehost import FakeHost
+from gpufrac.node.watchdog import Mode
+from gpufrac.testing.fakehost import FakeHost, RecordingKiller
+
+from .fake_kube import FakeNodeClient
 
 
 def test_open_backend() -> None:
@@ -88,11 +93,21 @@ class _NVMLError(Exception):
     pass
 
 
+class _FunctionNotFound(_NVMLError):
+    pass
+
+
+class _LibraryMismatch(Exception):  # as nvidia-ml-py's: not an NVMLError
+    pass
+
+
 def _fake_pynvml(broken: set[int], v2: int | None = None) -> Any:
     """A pynvml stand-in with two GPUs; `broken` GPUs fail their memory query; `v2`: the reserved MiB
     memory info v2 gives, None for a driver without it."""
     module: Any = types.ModuleType("pynvml")
     module.NVMLError = _NVMLError
+    module.NVMLError_FunctionNotFound = _FunctionNotFound
+    module.NVMLLibraryMismatchError = _LibraryMismatch
     module.nvmlMemory_v2 = 0x2000028
     module.nvmlInit = lambda: None
     module.nvmlShutdown = lambda: None
@@ -204,3 +219,130 @@ def test_fake_scenario_reserved_memory(tmp_path: Path) -> None:
     )
     first, second = nvml.FakeBackend(path).sample().gpus
     assert (first.reserved_mib, second.reserved_mib) == (300, None)
+
+
+def _c_listing(entries: list[tuple[int, int]]) -> Any:
+    """A C process listing as NVML's are called: with no array, the count (INSUFFICIENT_SIZE); then the
+    entries."""
+
+    def function(handle: int, count: Any, array: Any) -> int:
+        count._obj.value = len(entries)
+        if array is None:
+            return pynvml.NVML_ERROR_INSUFFICIENT_SIZE if entries else pynvml.NVML_SUCCESS
+        for slot, (pid, used) in zip(array, entries, strict=False):
+            slot.pid, slot.usedGpuMemory = pid, used
+        return pynvml.NVML_SUCCESS
+
+    return function
+
+
+def _old_driver(monkeypatch: pytest.MonkeyPatch, symbols: dict[str, list[tuple[int, int]]]) -> None:
+    """The real nvidia-ml-py over a driver that has only the process listings in `symbols` (C name ->
+    entries as (pid, bytes)); every other call the agent makes answers as any driver does."""
+    calls = {
+        "nvmlInit": lambda: None,
+        "nvmlShutdown": lambda: None,
+        "nvmlSystemGetDriverVersion": lambda: "470.256.02",
+        "nvmlDeviceGetCount": lambda: 1,
+        "nvmlDeviceGetHandleByIndex": lambda index: index,
+        "nvmlDeviceGetUUID": lambda handle: "GPU-0",
+        "nvmlDeviceGetName": lambda handle: "Tesla T4",
+        "nvmlDeviceGetMemoryInfo": lambda handle, version=None: types.SimpleNamespace(total=16384 * MIB),
+        "nvmlDeviceGetUtilizationRates": lambda handle: types.SimpleNamespace(gpu=10),
+        "nvmlDeviceGetProcessUtilization": lambda handle, since: [],
+    }
+    for name, value in calls.items():
+        monkeypatch.setattr(pynvml, name, value)
+
+    def lookup(name: str) -> Any:
+        if name not in symbols:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return _c_listing(symbols[name])
+
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer", lookup)
+
+
+UNKNOWN = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+
+
+@pytest.mark.parametrize(
+    "symbols",
+    [
+        pytest.param(
+            {
+                "nvmlDeviceGetComputeRunningProcesses_v2": [(7, MIB), (8, UNKNOWN)],
+                "nvmlDeviceGetMPSComputeRunningProcesses_v2": [(8, 3 * MIB)],
+            },
+            id="R470: _v2, no _v3",
+        ),
+        pytest.param(
+            {
+                "nvmlDeviceGetComputeRunningProcesses": [(7, MIB), (8, UNKNOWN)],
+                "nvmlDeviceGetMPSComputeRunningProcesses": [(8, 3 * MIB)],
+            },
+            id="oldest: v1 only",
+        ),
+    ],
+)
+def test_a_driver_without_the_newest_process_listing_is_read_through_an_older_one(
+    monkeypatch: pytest.MonkeyPatch, symbols: dict[str, list[tuple[int, int]]]
+) -> None:
+    """nvidia-ml-py's unversioned listings are `_v3`, which it reports missing with NVMLLibraryMismatchError
+    (not an NVMLError): the older listings are asked instead, and the GPU is healthy."""
+    _old_driver(monkeypatch, symbols)
+    (gpu,) = nvml.RealBackend().sample().gpus
+    assert gpu.healthy and gpu.error == ""
+    assert gpu.processes == (GpuProcess(7, MIB), GpuProcess(8, 3 * MIB))
+
+
+def test_a_driver_without_mps_listings_still_lists_compute_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    _old_driver(monkeypatch, {"nvmlDeviceGetComputeRunningProcesses_v2": [(7, UNKNOWN)]})
+    (gpu,) = nvml.RealBackend().sample().gpus
+    assert gpu.healthy and gpu.processes == (GpuProcess(7, None),)
+
+
+def test_a_gpu_whose_processes_cannot_be_listed_is_unhealthy_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _old_driver(monkeypatch, {})
+    snapshot = nvml.RealBackend().sample()
+    assert snapshot.error == ""
+    (gpu,) = snapshot.gpus
+    assert (gpu.uuid, gpu.healthy, gpu.error) == ("GPU-0", False, "Function Not Found")
+
+
+def test_any_error_of_one_gpu_makes_it_unhealthy_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever nvidia-ml-py raises for one GPU, sample() does not raise, and the other GPU is read."""
+    module = _fake_pynvml(broken=set())
+
+    def name(handle: int) -> str:
+        if handle == 1:
+            raise _LibraryMismatch("Unversioned function called")
+        return "NVIDIA L4"
+
+    module.nvmlDeviceGetName = name
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    good, bad = nvml.RealBackend().sample().gpus
+    assert good.healthy
+    assert (bad.uuid, bad.healthy, bad.error) == (
+        "GPU-1",
+        False,
+        "_LibraryMismatch: Unversioned function called",
+    )
+
+
+async def test_the_agent_publishes_an_old_drivers_gpus(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _old_driver(monkeypatch, {"nvmlDeviceGetComputeRunningProcesses_v2": []})
+    node: dict[str, Any] = {"metadata": {"name": "n1", "labels": {}, "annotations": {}}, "status": {}}
+    client = FakeNodeClient(node)
+    agent = Agent(
+        Settings(node_name="n1", mode=Mode.KILL, proc_root=tmp_path),
+        client=client,
+        nvml=nvml.RealBackend(),
+        killer=RecordingKiller(),
+    )
+    report = await agent.tick()
+    assert report.problems == [] and [gpu.healthy for gpu in report.snapshot.gpus] == [True]
+    assert "gpufrac.io/gpus" in node["metadata"]["annotations"]

@@ -26,6 +26,7 @@ scenario by rewriting the file between ticks::
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 from dataclasses import dataclass, replace
@@ -127,12 +128,12 @@ class RealBackend:
             processes = _processes(pynvml, handle)
             sm, self._sampled[index] = _sm_percent(pynvml, handle, self._sampled.get(index, 0))
             processes = tuple(replace(process, sm_percent=sm.get(process.pid)) for process in processes)
-        except pynvml.NVMLError as error:
-            return GpuSample(index, uuid, model, memory_mib, healthy=False, error=str(error))
-        try:
-            utilization: float | None = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100
-        except pynvml.NVMLError:
-            utilization = None  # not supported on every GPU; not a health problem
+            utilization = _utilization(pynvml, handle)
+        except Exception as error:
+            # Not only NVMLError: nvidia-ml-py raises others too (NVMLLibraryMismatchError, not an NVMLError,
+            # for a call the driver is too old for), and whatever it is, it is this GPU's problem alone.
+            reason = str(error) if isinstance(error, pynvml.NVMLError) else f"{type(error).__name__}: {error}"
+            return GpuSample(index, uuid, model, memory_mib, healthy=False, error=reason)
         return GpuSample(index, uuid, model, memory_mib, True, utilization, processes, "", reserved_mib)
 
     def close(self) -> None:
@@ -156,19 +157,72 @@ def _memory(pynvml: Any, handle: Any) -> tuple[int, int | None]:
         return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // MIB, None
 
 
+def _utilization(pynvml: Any, handle: Any) -> float | None:
+    """The GPU's utilization, 0 to 1; None where NVML cannot tell (not supported on every GPU), which is not
+    a health problem."""
+    try:
+        return float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu) / 100
+    except pynvml.NVMLError:
+        return None
+
+
 def _processes(pynvml: Any, handle: Any) -> tuple[GpuProcess, ...]:
     """Compute processes, and MPS clients where the driver lists them apart; one entry per pid."""
     found: dict[int, int | None] = {}
-    listings = [pynvml.nvmlDeviceGetComputeRunningProcesses(handle)]
+    listings = [_listing(pynvml, handle, "nvmlDeviceGetComputeRunningProcesses")]
     # No MPS on this GPU, or a driver that does not list MPS clients apart: the first listing has them all.
     with contextlib.suppress(pynvml.NVMLError):
-        listings.append(pynvml.nvmlDeviceGetMPSComputeRunningProcesses(handle))
+        listings.append(_listing(pynvml, handle, "nvmlDeviceGetMPSComputeRunningProcesses"))
     for listing in listings:
-        for info in listing:
-            used = info.usedGpuMemory
-            if used is not None or info.pid not in found:
-                found[int(info.pid)] = None if used is None else int(used)
+        for pid, used in listing:
+            if used is not None or pid not in found:
+                found[pid] = used
     return tuple(GpuProcess(pid, used) for pid, used in sorted(found.items()))
+
+
+def _listing(pynvml: Any, handle: Any, name: str) -> list[tuple[int, int | None]]:
+    """The process listing `name` as (pid, bytes used or None), in the newest version the driver has.
+
+    nvidia-ml-py's unversioned call is its newest version (`_v3` today), which R470 and older drivers lack;
+    it then raises NVMLLibraryMismatchError, which is not an NVMLError, so without a fallback an old driver
+    would list no process on any GPU. Older drivers have `_v2`, and the oldest only the plain symbol (v1),
+    which nvidia-ml-py no longer wraps. A driver with none of them raises an NVMLError (function not found).
+    """
+    missing = (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLLibraryMismatchError)
+    for call in (getattr(pynvml, name), getattr(pynvml, f"{name}_v2", None)):
+        if call is not None:
+            with contextlib.suppress(*missing):
+                return [_entry(info.pid, info.usedGpuMemory, None) for info in call(handle)]
+    return _listing_v1(pynvml, handle, name)
+
+
+def _entry(pid: int, used: int | None, unknown: int | None) -> tuple[int, int | None]:
+    return int(pid), None if used is None or used == unknown else int(used)
+
+
+class _ProcessInfoV1(ctypes.Structure):
+    """`nvmlProcessInfo_v1_t`, the entry of the plain (v1) process listings."""
+
+    _fields_ = (("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong))
+
+
+def _listing_v1(pynvml: Any, handle: Any, name: str) -> list[tuple[int, int | None]]:
+    """The plain (v1) listing `name`, called as nvidia-ml-py calls the newer ones: once for the count, then
+    with room for a few more processes started in between."""
+    function = pynvml._nvmlGetFunctionPointer(name)
+    count = ctypes.c_uint(0)
+    status = function(handle, ctypes.byref(count), None)
+    if status == pynvml.NVML_SUCCESS:
+        return []  # no process
+    if status != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+        raise pynvml.NVMLError(status)
+    count.value = count.value * 2 + 5
+    entries = (_ProcessInfoV1 * count.value)()
+    status = function(handle, ctypes.byref(count), entries)
+    if status != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(status)
+    unknown = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value  # nvidia-ml-py's newer calls give None
+    return [_entry(entry.pid, entry.usedGpuMemory, unknown) for entry in entries[: count.value]]
 
 
 def _sm_percent(pynvml: Any, handle: Any, since: int) -> tuple[dict[int, int], int]:
