@@ -69,9 +69,15 @@ SM_SHARING_DAEMON = "sm-sharing"
 PLUGIN_ENDPOINT = "gpufrac-gpu.sock"  # managed mode: gpufrac's device plugin socket in the kubelet's folder
 
 
+class NotKilled(Exception):
+    """The killer neither signalled the process nor saw it gone, and it may still hold the GPU: nothing
+    happened, so the finding is not remembered as done and is acted on again next interval."""
+
+
 class Killer(Protocol):
     def kill(self, process: watchdog.Process) -> str:
-        """Send SIGKILL to `process` if its pid still names it; say what happened in a few words."""
+        """Send SIGKILL to `process` if its pid still names it; say what happened in a few words. Raise
+        NotKilled, saying why, when it could not tell whether to."""
         ...
 
 
@@ -83,7 +89,11 @@ class SignalKiller:
     container), and NVML, asked again, whether it still holds the GPU. A pid cannot be reused while its
     process lives, so a process seen with the same start time before and after that NVML sample is the
     one NVML listed. Between the tick's NVML sample and its /proc read the pid may already have been
-    reused; that new process is then not on the GPU, and the second NVML sample says so."""
+    reused; that new process is then not on the GPU, and the second NVML sample says so.
+
+    Only a process killed or gone is done with. One whose start time is unknown, or that NVML, failing
+    or not listing it, does not place on the GPU, is not signalled (NotKilled): the next interval judges
+    it again, rather than a hiccup sparing it for good."""
 
     def __init__(self, proc: procfs.ProcFS, nvml: Backend) -> None:
         self._proc = proc
@@ -91,18 +101,18 @@ class SignalKiller:
 
     def kill(self, process: watchdog.Process) -> str:
         if not process.start_time:
-            return "not signalled: its start time is unknown, so its pid may name another process"
+            raise NotKilled("its start time is unknown, so its pid may name another process")
         try:
             fd = os.pidfd_open(process.pid)
         except ProcessLookupError:
             return "already gone"
         try:
-            why_not = self._changed(process)
-            if not why_not and not self._on_gpu(process):
-                why_not = "not signalled: no longer on the GPU"
-            why_not = why_not or self._changed(process)
-            if why_not:
-                return why_not
+            gone = self._changed(process)
+            if not gone:
+                self._check_on_gpu(process)
+                gone = self._changed(process)
+            if gone:
+                return gone
             signal.pidfd_send_signal(fd, signal.SIGKILL)
             return "killed"
         except ProcessLookupError:
@@ -111,7 +121,7 @@ class SignalKiller:
             os.close(fd)
 
     def _changed(self, process: watchdog.Process) -> str:
-        """Why the pid no longer names the judged process; empty when it still does."""
+        """How the judged process is gone (ended, or its pid reused); empty while the pid still names it."""
         info = self._proc.process(process.pid)
         if info is None:
             return "already gone"
@@ -119,12 +129,15 @@ class SignalKiller:
             return "not signalled: its pid now names another process"
         return ""
 
-    def _on_gpu(self, process: watchdog.Process) -> bool:
+    def _check_on_gpu(self, process: watchdog.Process) -> None:
+        """NotKilled unless NVML, asked again, lists the process on its GPU."""
         snapshot = self._nvml.sample()
-        return any(
-            gpu.uuid == process.gpu.uuid and any(p.pid == process.pid for p in gpu.processes)
-            for gpu in snapshot.gpus
-        )
+        gpu = next((gpu for gpu in snapshot.gpus if gpu.uuid == process.gpu.uuid), None)
+        if snapshot.error or gpu is None or not gpu.healthy:
+            why = snapshot.error or (gpu.error if gpu is not None else "the GPU is not listed")
+            raise NotKilled(f"NVML cannot say whether it still holds the GPU ({why})")
+        if all(p.pid != process.pid for p in gpu.processes):
+            raise NotKilled("no longer on the GPU")
 
 
 class DryRunKiller:
@@ -626,13 +639,14 @@ class Agent:
         if action == Mode.EVICT and pod is not None and pod.deleting:
             self._done.add(key)
             return None
-        ok, outcome = await self._act(action, finding)
-        if not ok:
+        done, acted, outcome = await self._act(action, finding)
+        if done:
+            self._done.add(key)
+        if not acted:
             log.error("%s: %s failed: %s; trying again next interval", finding.detail, action, outcome)
             return Handled(finding, action, outcome)
-        self._done.add(key)
         message = f"{outcome}: {finding.detail} (mode {self.watchdog_mode.value})"
-        log.warning("%s: %s", finding.kind.value, message)
+        log.warning("%s: %s%s", finding.kind.value, message, "" if done else "; the rest next interval")
         event = events.warning(
             involved=self._involved(finding),
             reason=finding.kind.value,
@@ -645,19 +659,29 @@ class Agent:
         self.exporter.actions.labels(action).inc()
         return Handled(finding, action, outcome)
 
-    async def _act(self, action: str, finding: Finding) -> tuple[bool, str]:
+    async def _act(self, action: str, finding: Finding) -> tuple[bool, bool, str]:
+        """(done: nothing is left to do about the finding; acted: something happened, worth an Event; what
+        happened). A kill is done once each process is killed or gone, and acted once any one is: a process
+        not signalled (`NotKilled`) leaves the finding to the next interval."""
         if action == Mode.KILL:
-            said = [f"{p.pid} {self.killer.kill(p)}" for p in finding.processes]
-            return True, "Killed processes (pid, outcome): " + "; ".join(said)
+            said, waiting = [], 0
+            for process in finding.processes:
+                try:
+                    said.append(f"{process.pid} {self.killer.kill(process)}")
+                except NotKilled as why:
+                    said.append(f"{process.pid} not signalled: {why}")
+                    waiting += 1
+            outcome = "Killed processes (pid, outcome): " + "; ".join(said)
+            return not waiting, waiting < len(finding.processes), outcome
         if action == Mode.EVICT:
             assert finding.container is not None
             pod = finding.container.pod
             try:
                 await eviction.evict(self.client, pod.name, namespace=pod.namespace)
             except API_ERRORS as error:
-                return False, f"eviction of {pod.namespace}/{pod.name} refused: {error}"
-            return True, f"Evicted pod {pod.namespace}/{pod.name}"
-        return True, "Reported"
+                return False, False, f"eviction of {pod.namespace}/{pod.name} refused: {error}"
+            return True, True, f"Evicted pod {pod.namespace}/{pod.name}"
+        return True, True, "Reported"
 
     def _involved(self, finding: Finding) -> dict[str, str | None]:
         if finding.container is not None:
