@@ -28,8 +28,8 @@ and refuses to while another device plugin advertises it. Each tick ends by sett
 `HEARTBEAT_SECONDS`, so that the scheduler can tell a dead agent's condition from a live one's.
 
 A process without a contract is handled only once its container (or, for one in no container, the host)
-is seen running one on that GPU in two consecutive intervals: a container that just started may run before
-the kubelet reports its ID in the pod's status.
+is seen running one, on any GPU, in two of the last three intervals (`suspects`): a container that just
+started may run before the kubelet reports its ID in the pod's status.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from gpufrac.contract import memory_resource, node_inventory
 from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement
 from gpufrac.kubeapi import events, eviction
 from gpufrac.kubeapi.client import API_ERRORS, READ_ERRORS
-from gpufrac.node import bursts, inventory, procfs, watchdog
+from gpufrac.node import bursts, inventory, procfs, suspects, watchdog
 from gpufrac.node.exporter import Exporter, GpuView, Observation
 from gpufrac.node.kubelet.device_plugin import DevicePluginError
 from gpufrac.node.kubelet.podresources import PodResourcesError
@@ -145,15 +145,6 @@ class DryRunKiller:
 
     def kill(self, process: watchdog.Process) -> str:
         return "not signalled (fake NVML)"
-
-
-def _suspect(finding: Finding) -> str:
-    """What waits an interval before a process without a contract is acted on: its container (or none) on
-    its GPU, not the process. The wait is for the kubelet to report a new container's ID, which does not
-    change with the process; a wait per pid would let a tenant that starts a new GPU process each interval
-    run without a contract for ever."""
-    containers = sorted({process.container_id or "-" for process in finding.processes})
-    return f"{finding.gpu.uuid}/{','.join(containers)}"
 
 
 class PodResources(Protocol):
@@ -255,7 +246,7 @@ class Agent:
         self._own_container = own_container
         self._clock = clock
         self._done: set[str] = set()
-        self._suspects: set[str] = set()
+        self._suspects = suspects.Suspects()
         self._health: dict[int, bool] = {}
         self._nvml_error = ""
         self._broken_pods: set[str] = set()
@@ -372,13 +363,12 @@ class Agent:
         report.findings, report.usages = assessment.findings, assessment.usages
         # Forget what is no longer found: memory stays bounded, and should it come back, its Event says.
         self._done &= {self._key(finding) for finding in assessment.findings}
-        suspects, self._suspects = (
-            self._suspects,
-            {_suspect(f) for f in assessment.findings if f.kind is Kind.NO_CONTRACT},
+        waited = self._suspects.ready(
+            suspects.key(finding) for finding in assessment.findings if finding.kind is Kind.NO_CONTRACT
         )
         for finding in assessment.findings:
-            if finding.kind is Kind.NO_CONTRACT and _suspect(finding) not in suspects:
-                continue  # seen for the first time: wait one interval
+            if finding.kind is Kind.NO_CONTRACT and suspects.key(finding) not in waited:
+                continue  # its container may be too new for the kubelet to have reported it
             handled = await self._handle(finding)
             if handled is not None:
                 report.handled.append(handled)
