@@ -6,6 +6,9 @@ processes, real /proc, a stub NVML."""
 from __future__ import annotations
 
 import dataclasses
+import errno
+import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -208,3 +211,70 @@ async def test_a_breach_partly_killed_has_its_event_and_the_rest_is_killed_next_
     assert second.outcome == "Killed processes (pid, outcome): 101 killed; 102 killed"
     assert killer.killed == [101, 101, 102] and len(client.events) == 2
     assert (await agent.tick()).handled == []  # done now
+
+
+def two_breaches(tmp_path: Path, killer: Any = None) -> tuple[Agent, FakeHost]:
+    """Pods p1 and p2, each with one process (101, 102) over its share's limit on GPU 0."""
+    host = FakeHost(tmp_path / "host")
+    host.add_gpus(1, memory_mib=16384)
+    pods = []
+    for n in (1, 2):
+        pods.append(bound_pod(f"p{n}", share("app", host.uuid(0), request=1024, limit=2048), {"app": n}))
+        host.add_process(100 + n, container=container_id(n))
+    host.write({0: [(101, 4096), (102, 4096)]})
+    node: dict[str, Any] = {"metadata": {"name": "n1", "labels": {}, "annotations": {}}, "status": {}}
+    nvml = FakeBackend(host.nvml_file)
+    agent = Agent(
+        Settings(node_name="n1", mode=Mode.KILL, proc_root=host.proc),
+        client=FakeNodeClient(node, pods),
+        nvml=nvml,
+        killer=killer or SignalKiller(procfs.ProcFS(host.proc), nvml),
+    )
+    return agent, host
+
+
+@pytest.mark.parametrize(
+    ("call", "code"),
+    [("pidfd_open", errno.ENOSYS), ("pidfd_open", errno.EMFILE), ("pidfd_send_signal", errno.EPERM)],
+    ids=["no pidfd_open (kernel < 5.3)", "too many open files", "signal refused"],
+)
+async def test_a_kill_the_kernel_refuses_is_not_signalled_for_now_and_the_tick_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, code: int
+) -> None:
+    def refused(*_: object) -> None:
+        raise OSError(code, os.strerror(code))
+
+    if call == "pidfd_open":
+        monkeypatch.setattr(os, "pidfd_open", refused)
+    else:
+        # The fake tree's pids are made up: pin this test process instead of them, and refuse the signal.
+        monkeypatch.setattr(os, "pidfd_open", lambda pid: os.open(os.devnull, os.O_RDONLY))
+        monkeypatch.setattr(signal, "pidfd_send_signal", refused)
+    agent, _ = two_breaches(tmp_path)
+    report = await agent.tick()
+    assert [h.outcome for h in report.handled] == [
+        f"Killed processes (pid, outcome): {pid} not signalled: {os.strerror(code)}" for pid in (101, 102)
+    ]
+    assert report.problems == [] and agent.client.events == []
+    assert "gpufrac_share_memory_used_bytes{" in agent.exporter.text()
+    assert len((await agent.tick()).handled) == 2  # tried again
+
+
+class BrokenKiller:
+    """A killer with a bug for pid 101."""
+
+    def kill(self, process: Process) -> str:
+        if process.pid == 101:
+            raise RuntimeError("a bug")
+        return "killed"
+
+
+async def test_one_finding_failing_does_not_stop_the_others(tmp_path: Path) -> None:
+    agent, _ = two_breaches(tmp_path, BrokenKiller())
+    report = await agent.tick()
+    assert [h.outcome for h in report.handled] == ["Killed processes (pid, outcome): 102 killed"]
+    (problem,) = report.problems
+    assert problem.startswith("cannot handle container app of pod ns/p1 uses 4096 MiB") and problem.endswith(
+        ": RuntimeError: a bug"
+    )
+    assert "gpufrac_share_memory_used_bytes{" in agent.exporter.text()

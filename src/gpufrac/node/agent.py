@@ -103,9 +103,14 @@ class SignalKiller:
         if not process.start_time:
             raise NotKilled("its start time is unknown, so its pid may name another process")
         try:
-            fd = os.pidfd_open(process.pid)
+            return self._kill(process)
         except ProcessLookupError:
             return "already gone"
+        except OSError as error:  # ENOSYS (a kernel before 5.3), EMFILE, EPERM: try again next interval
+            raise NotKilled(error.strerror or str(error)) from None
+
+    def _kill(self, process: watchdog.Process) -> str:
+        fd = os.pidfd_open(process.pid)
         try:
             gone = self._changed(process)
             if not gone:
@@ -115,8 +120,6 @@ class SignalKiller:
                 return gone
             signal.pidfd_send_signal(fd, signal.SIGKILL)
             return "killed"
-        except ProcessLookupError:
-            return "already gone"
         finally:
             os.close(fd)
 
@@ -369,7 +372,12 @@ class Agent:
         for finding in assessment.findings:
             if finding.kind is Kind.NO_CONTRACT and suspects.key(finding) not in waited:
                 continue  # its container may be too new for the kubelet to have reported it
-            handled = await self._handle(finding)
+            try:
+                handled = await self._handle(finding)
+            except Exception as error:  # one finding's failure must not leave the others, or /metrics, undone
+                report.problems.append(f"cannot handle {finding.detail}: {type(error).__name__}: {error}")
+                log.error("%s; trying again next interval", report.problems[-1])
+                continue
             if handled is not None:
                 report.handled.append(handled)
         self._observe(snapshot, assessment.usages, containers.values(), report.level)
