@@ -106,6 +106,51 @@ def test_idle_connections_hold_few_threads_and_not_for_ever(monkeypatch: pytest.
             connection.close()
 
 
+def _trickle(connection: socket.socket, closed: threading.Event) -> None:
+    """Send a request a header byte at a time, each well within the time a single read may take, until the
+    server closes the connection."""
+    connection.settimeout(0.05)
+    try:
+        connection.sendall(b"GET /metrics HTTP/1.1\r\n")
+        while True:
+            connection.sendall(b"X")
+            try:
+                if not connection.recv(1024):
+                    break
+            except TimeoutError:
+                continue
+    except OSError:
+        pass  # reset: closed too
+    closed.set()
+
+
+def test_a_client_trickling_its_request_loses_its_connection_at_the_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The deadline is for the whole connection: clients taking every slot, each sending a byte more often
+    than a read may wait, are cut off, and a scrape behind them is answered."""
+    monkeypatch.setattr(exporter_module, "SCRAPE_SECONDS", 0.5)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    Exporter().serve(port, address="127.0.0.1")
+    tricklers = [socket.create_connection(("127.0.0.1", port)) for _ in range(exporter_module.SCRAPE_THREADS)]
+    closed = [threading.Event() for _ in tricklers]
+    threads = [
+        threading.Thread(target=_trickle, args=pair, daemon=True)
+        for pair in zip(tricklers, closed, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+            assert response.status == 200
+        assert all(event.wait(timeout=30) for event in closed)
+    finally:
+        for connection in tricklers:
+            connection.close()
+
+
 # Each is sent whole and read whole before the answer, so that the server closes no connection with bytes
 # left unread, which would reset it before the client reads the answer.
 MALFORMED_HTTP = {

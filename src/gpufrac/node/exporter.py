@@ -9,6 +9,8 @@ nothing the process imports can add series to it.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import sys
 import threading
 from collections.abc import Iterator, Mapping
@@ -27,9 +29,11 @@ from gpufrac.node.nvml import MIB
 from gpufrac.node.watchdog import Usage
 
 # `/metrics` is served by a thread per connection; any pod can reach the port, so at most this many
-# connections are served at once (the rest wait to be accepted) and each has this long to send its request
-# and take its answer. Without them every idle connection kept a thread for as long as it stayed open, and
-# enough of them would have run the node out of threads and process ids.
+# connections are served at once (the rest wait to be accepted) and each has this long, in all, to send its
+# request and take its answer. Without them every idle connection kept a thread for as long as it stayed
+# open, and enough of them would have run the node out of threads and process ids. The time is for the
+# whole connection, not each read: a client sending a byte now and then would otherwise keep its slot for
+# ever, and four of them every scrape out.
 SCRAPE_THREADS = 4
 SCRAPE_SECONDS = 10.0
 
@@ -157,11 +161,24 @@ class _Latest(Collector):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    """No log line per scrape (as prometheus_client's own handler), and a deadline for each connection."""
+    """No log line per scrape (as prometheus_client's own handler), and a deadline for each connection: when
+    it passes, the socket is shut down, which ends whatever read or write the handler is blocked in."""
 
     def setup(self) -> None:
         super().setup()
-        self.connection.settimeout(SCRAPE_SECONDS)  # read per connection, so that a test may shorten it
+        seconds = SCRAPE_SECONDS  # read per connection, so that a test may shorten it
+        self.connection.settimeout(seconds)  # no single read or write outlasts the deadline either
+        self._deadline = threading.Timer(seconds, self._cut)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        super().finish()
+
+    def _cut(self) -> None:
+        with contextlib.suppress(OSError):  # closed already
+            self.connection.shutdown(socket.SHUT_RDWR)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
