@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -125,6 +126,71 @@ def test_a_running_daemon_is_adopted_not_started_twice(daemon: Daemon) -> None:
     assert again.healthy("sm-sharing") and daemon.pid() == pid
     assert again.daemons["sm-sharing"].starts == 0
     again.stop()
+
+
+@pytest.fixture
+def started(daemon: Daemon) -> Iterator[tuple[Supervisor, int]]:
+    """A supervisor with its daemon started, and the daemon's pid; the daemon is killed after the test
+    whatever the pid file says then."""
+    sup = Supervisor([daemon.spec], program=str(FAKE))
+    sup.step(now=0)
+    pid = daemon.pid()
+    assert sup.healthy("sm-sharing") and pid is not None
+    yield sup, pid
+    if procfs.ProcFS().alive(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _quit(daemon: Daemon, sup: Supervisor, pid: int) -> None:
+    """`stop()` quits the very daemon started, which then ends."""
+    sup.stop()
+    assert daemon.commands()[-1] == "quit"
+    for _ in range(500):
+        if not procfs.ProcFS().alive(pid):
+            return
+        time.sleep(0.01)
+    pytest.fail(f"daemon {pid} did not quit")
+
+
+def test_a_tenant_deleting_the_pid_file_neither_downs_the_daemon_nor_starts_another(
+    daemon: Daemon, started: tuple[Supervisor, int]
+) -> None:
+    """The pipe directory is mounted writable into sm-sharing containers."""
+    sup, pid = started
+    for now in (10.0, 20.0, 30.0):
+        (daemon.spec.pipe_directory / mps.PID_FILE).unlink(missing_ok=True)
+        sup.step(now=now)
+        assert sup.healthy("sm-sharing") and sup.pids() == {pid}
+    assert sup.daemons["sm-sharing"].starts == 1
+    assert (daemon.spec.log_directory / "control.log").read_text().count("started pid") == 1
+    _quit(daemon, sup, pid)
+
+
+def test_a_pid_file_rewritten_by_a_tenant_does_not_change_the_daemons_pid(
+    daemon: Daemon, started: tuple[Supervisor, int]
+) -> None:
+    sup, pid = started
+    with subprocess.Popen(["sleep", "60"]) as other:  # a live process, not MPS
+        try:
+            (daemon.spec.pipe_directory / mps.PID_FILE).write_text(f"{other.pid}\n")
+            sup.step(now=10)
+            assert sup.healthy("sm-sharing") and sup.pids() == {pid}
+            _quit(daemon, sup, pid)
+        finally:
+            other.kill()
+
+
+def test_an_answering_daemon_without_a_pid_file_is_adopted_not_started_again(
+    daemon: Daemon, started: tuple[Supervisor, int]
+) -> None:
+    """The tenant deleted the pid file, then the agent restarted."""
+    _, pid = started
+    (daemon.spec.pipe_directory / mps.PID_FILE).unlink()
+    again = Supervisor([daemon.spec], program=str(FAKE))
+    again.step(now=0)
+    assert again.healthy("sm-sharing") and again.daemons["sm-sharing"].starts == 0
+    assert (daemon.spec.log_directory / "control.log").read_text().count("started pid") == 1
+    _quit(daemon, again, pid)
 
 
 def test_a_missing_program_fails_cleanly(daemon: Daemon) -> None:

@@ -7,8 +7,14 @@ webhook mounts into sm-sharing containers and the scheduler names in `CUDA_MPS_P
 `nvidia-cuda-mps-control -d` forks the daemon and returns; the daemon writes its pid to
 `<pipe dir>/nvidia-cuda-mps-control.pid`. Commands go to the running daemon through the same program, one
 per line on its stdin (`set_default_active_thread_percentage 100`, `set_default_device_pinned_mem_limit 0
-8192M`, `get_server_list`, `quit`). A daemon is healthy when its pid is alive (not a zombie) and it answers
-`get_server_list`. A daemon found healthy at start (the agent restarted, the daemon did not) is adopted.
+8192M`, `get_server_list`, `quit`). A daemon is healthy when it answers `get_server_list`; one that answers
+where the supervisor would start one (the agent restarted, the daemon did not) is adopted, never started
+twice.
+
+The pid file is in the pipe directory, which sm-sharing tenants mount and can write, so it is no witness of
+health: its pid is taken when the supervisor starts or adopts a daemon and kept for as long as that process
+lives, and the file is read again only after. A tenant deleting or rewriting it neither makes a live,
+answering daemon look down (the node not Ready) nor has a second one started beside it, orphaning the first.
 
 `step(now)` does one round and never sleeps: a daemon that died, or failed to start, is started again at the
 earliest `backoff(failures)` seconds later, so tests drive restarts with a clock of their own.
@@ -131,7 +137,7 @@ class Supervisor:
     def stop(self) -> None:
         """`quit` to every daemon, so MPS servers finish their clients and leave no stale pipes."""
         for state in self.daemons.values():
-            if state.pid is not None and self._proc.alive(state.pid):
+            if state.healthy or (state.pid is not None and self._proc.alive(state.pid)):
                 ok, output = self._send(state.spec, ["quit"])
                 log.info("MPS daemon %s: quit %s", state.spec.name, "sent" if ok else f"failed: {output}")
             state.healthy = False
@@ -139,9 +145,10 @@ class Supervisor:
     # --- one daemon ---------------------------------------------------------------------------------
 
     def _check(self, state: DaemonState) -> bool:
-        state.pid = self._read_pid(state.spec)
+        """Whether the daemon answers; its pid, once the one known has ended, from the pid file (None where
+        that names no live process: the file was deleted, or the daemon died)."""
         if state.pid is None or not self._proc.alive(state.pid):
-            return False
+            state.pid = self._live_pid(state.spec)
         ok, output = self._send(state.spec, ["get_server_list"])
         if not ok:
             state.last_error = output
@@ -169,8 +176,10 @@ class Supervisor:
             )
         except (OSError, subprocess.SubprocessError) as exc:
             error = str(exc)
-        if not error and not self._wait_for_pid(spec):
-            error = f"no {PID_FILE} in {spec.pipe_directory} after {PID_WAIT_S:.0f}s"
+        if not error:
+            state.pid = self._wait_for_pid(spec)  # this daemon's, not one still alive from before
+            if state.pid is None:
+                error = f"no {PID_FILE} in {spec.pipe_directory} after {PID_WAIT_S:.0f}s"
         if not error:
             ok, output = self._send(spec, spec.commands()) if spec.commands() else (True, "")
             if ok:
@@ -221,14 +230,18 @@ class Supervisor:
             "CUDA_MPS_LOG_DIRECTORY": str(spec.log_directory),
         }
 
-    def _wait_for_pid(self, spec: DaemonSpec) -> bool:
+    def _wait_for_pid(self, spec: DaemonSpec) -> int | None:
         """The daemon forks away from `-d` and writes its pid file a moment later."""
         deadline = time.monotonic() + PID_WAIT_S
-        while self._read_pid(spec) is None:
+        while (pid := self._read_pid(spec)) is None:
             if time.monotonic() > deadline:
-                return False
+                return None
             time.sleep(0.02)
-        return True
+        return pid
+
+    def _live_pid(self, spec: DaemonSpec) -> int | None:
+        pid = self._read_pid(spec)
+        return pid if pid is not None and self._proc.alive(pid) else None
 
     @staticmethod
     def _read_pid(spec: DaemonSpec) -> int | None:
