@@ -58,9 +58,10 @@ class EvictingApi(FakeApi):
         return await super().create(obj, name, namespace=namespace, dry_run=dry_run)
 
 
-def two_gpus(client: FakeApi, clock: FakeClock, *, a_movable: bool = True) -> Scheduler:
+def two_gpus(client: FakeApi, clock: FakeClock, *, a_movable: bool = True, **a_settings: Any) -> Scheduler:
     """n0's GPU holds A (0.3), n1's B (0.6); W asks for a whole GPU."""
-    pods = [placed_share("a", "n0", 0.3, movable=a_movable), placed_share("b", "n1", 0.6, movable=False)]
+    a = placed_share("a", "n0", 0.3, movable=a_movable, **a_settings)
+    pods = [a, placed_share("b", "n1", 0.6, movable=False)]
     pods.append(pod("w", whole=1))
     for item in pods:
         client.put(item)
@@ -124,9 +125,14 @@ async def test_a_refused_eviction_is_not_tried_again_while_it_would_be_refused()
     assert client.stored("Pod", "w")["spec"].get("nodeName") is None  # type: ignore[index]
 
 
-async def test_a_pod_without_consent_is_never_evicted() -> None:
+@pytest.mark.parametrize(
+    "a", [{"a_movable": False}, {"scheduler": "default-scheduler"}], ids=["no consent", "another scheduler's"]
+)
+async def test_a_pod_without_consent_or_of_another_scheduler_is_never_moved(a: dict[str, Any]) -> None:
+    """Another scheduler's pod would come back wherever that scheduler puts it, not where the plan counts on
+    placing it, so its consent does not make it movable."""
     client = EvictingApi(early=True)
-    made = two_gpus(client, FakeClock(), a_movable=False)
+    made = two_gpus(client, FakeClock(), **a)
     client.scheduler = made
     await made.schedule_pending()
     assert client.evicted == [] and made.mover.plans == {}

@@ -126,9 +126,11 @@ class Mover:
             since = objects.movable_since(pod)
             placement = self.cache.state.placements.get(uid)
             # A pod whose constraints gpufrac cannot read would not come back; where one with persistent
-            # volumes may go is known only by reading them, so it is not moved.
+            # volumes may go is known only by reading them, so it is not moved; nor is another scheduler's,
+            # which that scheduler places again, not the plan.
             if (
                 since is None
+                or objects.scheduler_name(pod) != self.component
                 or since > oldest
                 or placement is None
                 or constraints.refusal(pod)
