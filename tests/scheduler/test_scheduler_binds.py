@@ -749,3 +749,38 @@ async def test_a_member_that_arrives_while_a_round_runs_is_counted_in_it() -> No
     await made.schedule_pending()
     await made.wait_for_binds()
     assert [objects.node_name(client.stored("Pod", name) or {}) for name in "ab"] == ["n1", "n1"]
+
+
+async def test_held_members_bind_once_their_pod_group_asks_for_no_more() -> None:
+    """A PodGroup's minMember lowered to the members that can run: they were held until its timeout."""
+    three = PAIR | {"spec": {"minMember": 3}}
+    members = [
+        gang_member("a", "0.25"),
+        gang_member("b", "0.25"),
+        gang_member("c", "0.75"),
+    ]  # c fits beside none
+    made, client, _ = setup([gpu_node(gpus=1)], members, gangs=True)
+    made.on_pod_groups_listed([three])
+    await made.schedule_pending()
+    assert len(made.gangs.held_uids()) == 2
+    made.on_pod_group_event("MODIFIED", PAIR)  # minMember 2
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert [objects.node_name(client.stored("Pod", name) or {}) for name in "abc"] == ["n1", "n1", ""]
+
+
+async def test_a_member_placed_while_the_others_are_being_bound_joins_them() -> None:
+    """The group already runs: counted as bound only once their binds ended, the others left the extra
+    member held until the group's timeout."""
+    pair = [gang_member("a", "0.25"), gang_member("b", "0.25")]
+    made, client, _ = setup([gpu_node(gpus=1)], pair, gangs=True)
+    made.on_pod_groups_listed([PAIR])
+    client.gate = asyncio.Event()
+    await made.schedule_pending()
+    await until(lambda: len(client.held) == 2)  # a and b: their Bindings wait at the gate
+    client.put(gang_member("c", "0.25"))
+    made.on_pod_event("ADDED", gang_member("c", "0.25"))
+    await made.schedule_pending()
+    client.gate.set()
+    await made.wait_for_binds()
+    assert [objects.node_name(client.stored("Pod", name) or {}) for name in "abc"] == ["n1"] * 3

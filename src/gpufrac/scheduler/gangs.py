@@ -56,6 +56,17 @@ class Gangs:
             del self.gangs[key]
         return held
 
+    def ready(self, bound: Callable[[str], int]) -> list[list[Held]]:
+        """The groups whose held members, with their members bound (`bound(key)`), now reach `minMember`: its
+        PodGroup lowered it, or members bound meanwhile (an extra member placed while the rest were being
+        bound). No longer held: theirs to bind, where they would otherwise wait out their timeout."""
+        due = []
+        for key, gang in list(self.gangs.items()):
+            spec = self.spec(key)
+            if spec is not None and bound(key) + len(gang.held) >= spec.min_member:
+                due.append(self._release(key))
+        return due
+
     def expired(self, now: float) -> list[tuple[PodGroupSpec | None, str, list[Held]]]:
         """The groups held past their timeout (or whose PodGroup is gone): no longer held."""
         due = []

@@ -339,6 +339,9 @@ class Scheduler:
             await self._tend_reservations()
         if self.config.gangs:
             await self._give_back_gangs()
+            for together in self.gangs.ready(self._members_bound):
+                for member, body, held_placement in together:
+                    await self._start_bind(member, body, held_placement)
         tried = 0
         self._member_counts = None
         while self.leading and (uid := self.queue.pop(self._tenant_rank())) is not None:
@@ -511,7 +514,7 @@ class Scheduler:
         for lost in self.gangs.held_uids() - self.cache.state.placements.keys():
             if (dropped := self.gangs.drop(lost)) is not None:
                 self._retry(lost, dropped[1])
-        bound = bound_members(group, self.cache.bound)
+        bound = self._members_bound(group, placing=uid)
         together = self.gangs.hold(group, (uid, pod, placement), bound=bound, now=self.clock())
         if together is None:
             spec = self.gangs.spec(group)
@@ -525,6 +528,16 @@ class Scheduler:
         log.info("pod group %s: binding %d member(s) together", group, len(together))
         for member, body, held_placement in together:
             await self._start_bind(member, body, held_placement)
+
+    def _members_bound(self, group: str, *, placing: str = "") -> int:
+        """The group's members bound, or being bound (their binds in flight, not held; `placing`, assumed
+        but about to be held, is not one): a member placed while the others' binds run joins a gang that
+        already runs."""
+        held = self.gangs.held_uids() | {placing}
+        binding = sum(
+            1 for uid, body in self.cache.assumed_pods.items() if uid not in held and group_of(body) == group
+        )
+        return bound_members(group, self.cache.bound) + binding
 
     async def _start_bind(self, uid: str, pod: dict[str, Any], placement: Placement) -> None:
         """Start the bind of a placement assumed in the cache, within the binds allowed in flight."""
