@@ -237,7 +237,7 @@ class Evictions:
         every bound pod, so kept a second: a burst of pods that fit nowhere must not each pay it."""
         now = self.clock()
         if self._evictable_at is not None and now - self._evictable_at[0] < 1.0:
-            return self._evictable_at[1:]
+            return self._evictable_at[1], _without(self._evictable_at[2], self.mover.in_flight()[1])
         oldest = self.mover.wall_clock() - self.config.min_runtime
         pool: dict[str, dict[str, int]] = {}
         by_group: dict[str, BoundGang] = {}
@@ -246,7 +246,11 @@ class Evictions:
             # Only a gang gpufrac keeps together is one: a label alone, which a tenant may put on any pod,
             # would bind pods that may not go to one that may, and so shield them all.
             group = group_of(victim) if self.config.gangs else None
-            if group is not None and (spec := self.gangs.spec(group)) is not None:
+            if (
+                group is not None
+                and (spec := self.gangs.spec(group)) is not None
+                and not objects.terminating(victim)
+            ):
                 gangs[uid] = by_group.setdefault(group, BoundGang([], spec.min_member))
                 gangs[uid].members.append(uid)
             since = objects.running_since(victim)
@@ -260,7 +264,7 @@ class Evictions:
             ):
                 pool.setdefault(self._queue_of(victim), {})[uid] = theirs
         self._evictable_at = (now, pool, gangs)
-        return pool, gangs
+        return pool, _without(gangs, self.mover.in_flight()[1])
 
     def _queue_of(self, pod: Mapping[str, Any]) -> str:
         """The queue a pod preempts within: its own with queues on; otherwise every pod is in one, as a
@@ -270,11 +274,11 @@ class Evictions:
 
 @dataclass(frozen=True)
 class BoundGang:
-    """A gang's bound members and the most it needs running. Members past `min_member` may go alone, as in
+    """A gang's bound members and how many it needs running. Members past `min_member` may go alone, as in
     KAI Scheduler: the rest still run. One more, and the rest cannot run, so they all go: a victim's gang
     mates are never left running without it, and a gang that can spare members does not shield them."""
 
-    members: list[str]
+    members: list[str]  # running, not on their way out
     min_member: int
 
     def leaving(self, chosen: Collection[str]) -> list[str]:
@@ -292,6 +296,18 @@ def leaving_with(victims: Sequence[str], gangs: Mapping[str, BoundGang]) -> list
             chosen.setdefault(id(gangs[victim]), set()).add(victim)
     going = (gangs[v].leaving(chosen[id(gangs[v])]) if v in gangs else [v] for v in victims)
     return list(dict.fromkeys(member for members in going for member in members))
+
+
+def _without(gangs: dict[str, BoundGang], gone: Collection[str]) -> dict[str, BoundGang]:
+    """The gangs less their members already evicted (by an earlier plan, not gone yet): a gang that spared
+    one for that plan has one less to spare for the next."""
+    if not any(uid in gangs for uid in gone):
+        return gangs
+    trimmed: dict[str, BoundGang] = {}
+    for gang in {id(gang): gang for gang in gangs.values()}.values():
+        kept = BoundGang([member for member in gang.members if member not in gone], gang.min_member)
+        trimmed.update(dict.fromkeys(kept.members, kept))
+    return trimmed
 
 
 def able_to_leave(victims: Mapping[str, int], gangs: Mapping[str, BoundGang]) -> dict[str, int]:

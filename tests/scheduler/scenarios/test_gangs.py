@@ -183,6 +183,19 @@ SCENARIOS = [
         waiting={"p": ""},
     ),
     Scenario(
+        "a member a gang spared for one plan is not spared again: the next takes the rest of the gang",
+        nodes=THREE_NODES,
+        groups={"train": {"minMember": 2}},
+        running={
+            "w0": Run("n1:0", group="train", priority=1, age=1000),
+            "w1": Run("n2:0", group="train", priority=1, age=2000),
+            "w2": Run("n3:0", group="train", priority=1, age=3000),
+        },
+        pending=pods("p", 2, gpus=1, priority=10),
+        binds={"p1": ANY, "p2": ANY},
+        evicted={"w0": PREEMPTED, "w1": PREEMPTED, "w2": PREEMPTED},
+    ),
+    Scenario(
         "a gang is reclaimed whole too",
         nodes=THREE_NODES,
         queues={"a": {"gpus": {"quota": 3}}, "b": {}},
