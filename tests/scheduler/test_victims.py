@@ -4,6 +4,7 @@ above the protected priority, younger than the minimum runtime, or already going
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from gpufrac.cluster.model import Assignment, Placement
@@ -106,6 +107,7 @@ def test_a_pending_pod_that_will_not_be_placed_as_it_is_takes_no_fair_share() ->
     apart["spec"]["topologySpreadConstraints"] = [{"maxSkew": 0, "topologyKey": "kubernetes.io/hostname"}]
     tenants.rank(cache, {objects.pod_uid(apart): apart})
     assert tenants.contested == set()
+    apart = copy.deepcopy(apart)  # its next version, as the watch delivers it: another object
     del apart["spec"]["topologySpreadConstraints"]
     tenants.outdated()
     tenants.rank(cache, {objects.pod_uid(apart): apart})

@@ -358,7 +358,7 @@ class Scheduler:
         return {
             "priority": _priority(pod),
             "created": objects.created(pod),
-            "tenant": self.tenants.tenant(pod),
+            "tenant": self.tenants.heap(pod),
         }
 
     def _tenant_rank(self) -> Callable[[str], float] | None:

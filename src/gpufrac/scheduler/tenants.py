@@ -33,6 +33,10 @@ from gpufrac.scheduler.problems import INVALID, Problem
 _UNIT_TEXT = {Resource.GPU_MEMORY: " MiB", Resource.GPUS: "", Resource.CPU: "m", Resource.MEMORY: " MiB"}
 
 
+# The scheduling queue's heap of the pods naming a queue that does not exist: no queue is named "".
+NO_SUCH_QUEUE = ""
+
+
 def tenant_of(pod: Mapping[str, Any]) -> str:
     """The pod's queue; labels that are not a map (an object the API would not return) read as none."""
     return queues.queue_of(objects.node_labels_of(pod))
@@ -74,6 +78,10 @@ class Tenants:
         self._state = ClusterState()  # the cache's, from the first pass: the GPUs placements are on
         self._at = -math.inf
         self._reference = 0  # the cluster's median GPU memory, MiB, as of the last pass
+        # Per pending pod, what it asks (`_asked`), kept with the object and reference it was read from:
+        # reading a pod's demand and constraints is the dearest part of a pass, and pending pods rarely
+        # change (a new version is a new object).
+        self._asks: dict[str, tuple[Mapping[str, Any], int, Amounts]] = {}
 
     # ---- Queue objects ------------------------------------------------------------------------------------
 
@@ -100,10 +108,11 @@ class Tenants:
     def rank(self, cache: SchedulerCache, pending: Mapping[str, Mapping[str, Any]]) -> Callable[[str], float]:
         """How far each tenant queue is above its fair share (lower goes first), fresh at most `refresh`
         seconds ago."""
-        now = self.clock()
-        if now - self._at >= self.refresh:
-            self._at = now
+        if self.clock() - self._at >= self.refresh:
             self._recompute(cache, pending)
+            # From the pass's end: a pass that took longer than `refresh` (thousands of pending pods) must
+            # not make the next decision, and every one after it, pay another.
+            self._at = self.clock()
         return lambda tenant: self.ranks.get(tenant, 0.0)
 
     def outdated(self) -> None:
@@ -154,6 +163,13 @@ class Tenants:
         if queue not in self.specs:
             return f"queue {queue} does not exist: create the Queue, or label the pod with one that does"
         return queues.refusal(self.specs, queue, objects.text_field(pod, "metadata", "namespace"))
+
+    def heap(self, pod: Mapping[str, Any]) -> str:
+        """Which tenant's pods the pod waits among in the scheduling queue: its queue's, or one shared by
+        every pod naming a queue nobody made (refused when tried, `refusal`), so that pods labelled with
+        thousands of made-up queues cost a pop no more than pods of one."""
+        tenant = self.tenant(pod)
+        return tenant if tenant in self.specs else NO_SUCH_QUEUE
 
     def tenant(self, pod: Mapping[str, Any]) -> str:
         """The queue the pod counts in: the one it names, unless that queue is closed to its namespace (a
@@ -247,8 +263,16 @@ class Tenants:
         demand = {tenant: dict(amounts) for tenant, amounts in usage.items()}
         memory = cache.state.gpu_mem[cache.state.gpu_mem > 0]
         self._reference = int(np.median(memory)) if memory.size else 0  # what a portion means, roughly
-        for pod in pending.values():
-            tenancy.add(demand.setdefault(self.tenant(pod), {}), _asked(pod, self._reference))
+        asks = {}
+        for uid, pod in pending.items():
+            read = self._asks.get(uid)
+            if read is None or read[0] is not pod or read[1] != self._reference:
+                read = (pod, self._reference, _asked(pod, self._reference))
+            asks[uid] = read
+            tenant = self.tenant(pod)
+            if tenant in self.specs:  # a queue nobody made takes no share: its pods are refused
+                tenancy.add(demand.setdefault(tenant, {}), read[2])
+        self._asks = asks
         self.usage, self.protected_usage = usage, protected_usage
         self.held = fairshare.held_under(self.specs, usage)
         capacity = tenancy.capacity(cache.state)
