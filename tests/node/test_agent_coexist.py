@@ -318,6 +318,63 @@ async def test_kill_mode_spares_a_container_the_device_plugin_gave_the_gpu_to(ho
     assert r.killer.calls == [100]
 
 
+def plugin_pod(name: str, resource: str) -> dict[str, Any]:
+    """A running pod of another scheduler, its container `app` (container_id(1)) asking one `resource`."""
+    return {
+        "metadata": {"name": name, "namespace": "team", "uid": "u1"},
+        "spec": {"containers": [{"name": "app", "resources": {"limits": {resource: "1"}}}]},
+        "status": {
+            "containerStatuses": [
+                {"name": "app", "containerID": f"containerd://{container_id(1)}", "state": {"running": {}}}
+            ]
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("resource", "device", "holder"),
+    [("nvidia.com/gpu.shared", "{uuid}::3", "team/notebook"), ("nvidia.com/mig-1g.5gb", "MIG-5f0c1a2b", "")],
+    ids=["time-slicing renamed", "MIG mixed strategy"],
+)
+async def test_a_gpu_handed_out_under_another_nvidia_name_is_its_pods_contract(
+    host: FakeHost, resource: str, device: str, holder: str
+) -> None:
+    """The device plugin's own grant is never a finding, and the node says the plugin shares GPUs. A MIG
+    instance's GPU is unknown to the agent: its pod holds no GPU it can name, and is a finding on none."""
+    r = rig(host, node(allocatable={resource: "4"}), mode=Mode.KILL)
+    r.client.pods = [plugin_pod("notebook", resource)]
+    granted = device.format(uuid=host.uuid(0))
+    r.kubelet.listing = [ContainerDevices("team", "notebook", "app", resource, (granted,))]
+    r.kubelet.advertised = {resource: (granted,)}
+    host.add_process(100, container=container_id(1))
+    host.write({0: [(100, 3000)]})
+    for _ in range(2):
+        report = await r.agent.tick()
+    assert report.problems == [] and report.findings == () and r.killer.calls == []
+    assert report.ready is not None and report.ready.reason == "DevicePluginSharesGPUs"
+    assert [gpu.holder for gpu in published(r.client)] == [holder, ""]
+
+
+async def test_the_watchdog_only_reports_while_the_device_plugin_is_not_as_the_node_needs(
+    host: FakeHost,
+) -> None:
+    """Grants the agent cannot read or understand would make a device plugin's pods look contract-less:
+    until the node has its device plugin, a process without a contract is reported, not killed."""
+    r = rig(host, node(), mode=Mode.KILL)  # coexist, and no device plugin advertises anything yet
+    host.add_process(100, container=None)
+    host.write({0: [(100, 10)]})
+    for _ in range(2):
+        report = await r.agent.tick()
+    assert report.ready is not None and report.ready.reason == "NoDevicePlugin"
+    assert [h.action for h in report.handled] == ["report"] and r.killer.calls == []
+    assert r.agent.watchdog_mode is Mode.REPORT
+
+    r.client.node["status"]["allocatable"][GPU] = "2"
+    report = await r.agent.tick()
+    assert report.ready is not None and report.ready.ready
+    assert [h.action for h in report.handled] == ["kill"] and r.killer.calls == [100]
+
+
 async def test_a_kubelet_answer_that_leaves_out_a_running_gpu_container_is_not_acted_on(
     host: FakeHost,
 ) -> None:

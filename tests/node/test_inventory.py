@@ -11,6 +11,7 @@ from gpufrac.contract import node_inventory
 from gpufrac.contract.node_inventory import GPU_RESOURCE, DevicePluginMode, Enforcement, GpuInfo
 from gpufrac.node import inventory
 from gpufrac.node.kubelet.podresources import ContainerDevices
+from gpufrac.node.nvidia_resources import ANY_GPU
 from gpufrac.node.nvml import GpuSample, Snapshot
 
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -50,6 +51,50 @@ def test_a_replica_of_a_shared_gpu_is_that_gpu() -> None:
     assert inventory.holders(grants, _snapshot(True, True, True)) == {0: "", 1: "ml/a", 2: "ml/a"}
 
 
+def test_gpus_handed_out_under_nvidias_other_names_are_grants_of_their_gpus() -> None:
+    """`renameByDefault` time-slicing hands out `nvidia.com/gpu.shared` replicas, MIG's mixed strategy
+    `nvidia.com/mig-<profile>` instances of a GPU the agent cannot tell (`ANY_GPU`, holding no GPU)."""
+    listing = [
+        ContainerDevices("ml", "a", "app", "nvidia.com/gpu.shared", ("GPU-1::3",)),
+        ContainerDevices("ml", "b", "app", "nvidia.com/mig-1g.10gb", ("MIG-5f0c1a2b",)),
+        ContainerDevices("ml", "c", "app", "example.com/gpu", ("GPU-2",)),
+    ]
+    grants = inventory.gpu_grants(listing)
+    assert grants == {("ml", "a", "app"): ("GPU-1",), ("ml", "b", "app"): (ANY_GPU,)}
+    assert inventory.holders(grants, _snapshot(True, True, True)) == {0: "", 1: "ml/a", 2: ""}
+
+
+def test_a_running_container_asking_any_nvidia_gpu_resource_must_be_granted() -> None:
+    def pod(resource: str) -> dict[str, object]:
+        return {
+            "metadata": {"namespace": "ml", "name": "a"},
+            "spec": {"containers": [{"name": "app", "resources": {"limits": {resource: "1"}}}]},
+            "status": {"containerStatuses": [{"name": "app", "state": {"running": {}}}]},
+        }
+
+    for resource in (GPU_RESOURCE, "nvidia.com/gpu.shared", "nvidia.com/mig-3g.40gb"):
+        assert inventory.ungranted([pod(resource)], {}) == ["ml/a/app"], resource
+    assert inventory.ungranted([pod("example.com/fpga")], {}) == []
+
+
+@pytest.mark.parametrize(
+    ("advertised", "allocatable", "shares"),
+    [
+        (("GPU-0", "GPU-1"), {GPU_RESOURCE: "2"}, False),
+        (("GPU-0::0", "GPU-0::1"), {GPU_RESOURCE: "2"}, True),
+        ((), {GPU_RESOURCE: "3"}, True),
+        ((), {"nvidia.com/gpu.shared": "8"}, True),
+        ((), {"nvidia.com/mig-1g.10gb": "1"}, True),
+        ((), {GPU_RESOURCE: "2", "nvidia.com/gpu.shared": "0"}, False),  # a plugin gone: the kubelet keeps 0
+        (("MIG-5f0c1a2b",), {GPU_RESOURCE: "1"}, True),  # MIG's single strategy
+    ],
+)
+def test_a_plugin_handing_out_parts_of_gpus_shares_them(
+    advertised: tuple[str, ...], allocatable: dict[str, str], shares: bool
+) -> None:
+    assert inventory.plugin_shares(advertised, allocatable, 2) is shares
+
+
 def test_holders_come_from_the_kubelets_gpu_grants() -> None:
     snapshot = _snapshot(True, True, True)
     grants = {("ml", "a", "app"): ("GPU-1",), ("ml", "b", "app"): ("2",), ("ml", "c", "app"): ("GPU-9",)}
@@ -70,6 +115,10 @@ def test_resolve_mode() -> None:
     assert inventory.resolve_mode("none", off) is DevicePluginMode.NONE
     assert inventory.kubelet_gpus({"nvidia.com/gpu": "4"}) == 4
     assert inventory.kubelet_gpus({"nvidia.com/gpu": "4k"}) == inventory.kubelet_gpus(None) == 0
+    assert (
+        inventory.kubelet_gpus({"nvidia.com/gpu.shared": "8", "nvidia.com/mig-1g.10gb": "2", "cpu": "4"})
+        == 10
+    )
 
 
 def _facts(**changes: object) -> inventory.Facts:
@@ -104,6 +153,17 @@ def test_readiness_names_the_first_prerequisite_that_fails(changes: dict[str, ob
     ready = inventory.readiness(_facts(**changes))
     assert ready.reason == reason and ready.ready is (reason == "AgentReady")
     assert "\n" not in ready.message and ready.message
+
+
+def test_a_device_plugin_failure_is_told_even_behind_another_failure() -> None:
+    """The watchdog only reports while one holds (`Agent._only_report_while`), whatever the node's reason."""
+    facts = _facts(mps_supervised=True, kubelet_gpus=0)
+    assert inventory.readiness(facts).reason == "MPSUnhealthy"
+    assert inventory.device_plugin_failure(facts) == (
+        "NoDevicePlugin",
+        "the Node's allocatable has no nvidia.com/gpu: no device plugin runs here",
+    )
+    assert inventory.device_plugin_failure(_facts()) is None
 
 
 def test_condition_patch_writes_only_changes_and_moves_the_transition_only_with_the_status() -> None:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from gpufrac import contract
 from gpufrac.contract import ComputeMode, PodPlacement, SharePlacement, WholeGpuPlacement
 from gpufrac.node import watchdog
+from gpufrac.node.nvidia_resources import ANY_GPU
 from gpufrac.node.nvml import MIB
 from gpufrac.node.watchdog import Gpu, Kind, Process
 from gpufrac.testing.fakehost import container_id
@@ -333,3 +334,13 @@ def test_a_device_plugin_grant_merges_with_an_annotation_contract() -> None:
     )
     (finding,) = watchdog.assess([proc(12, GPU1, 1, 2)], other).findings
     assert finding.kind is Kind.NO_CONTRACT
+
+
+def test_a_mig_instance_holds_every_gpu_but_lifts_no_shares_limit() -> None:
+    """A MIG instance's GPU is unknown to the agent (`nvidia_resources.ANY_GPU`): its container's processes
+    are findings on no GPU, and a share it also holds keeps its limit."""
+    pods = [bound_pod("mixed", share("app", "GPU-0", limit=2048), {"app": 1})]
+    containers = watchdog.containers_on_node(pods, device_plugin={("ns", "mixed", "app"): (ANY_GPU,)})
+    assessment = watchdog.assess([proc(10, GPU0, 4096, 1), proc(11, GPU1, 70000, 1)], containers)
+    (breach,) = assessment.findings
+    assert breach.kind is Kind.BREACH and breach.gpu == GPU0

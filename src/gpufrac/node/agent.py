@@ -54,7 +54,7 @@ from gpufrac.contract import memory_resource, node_inventory
 from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement
 from gpufrac.kubeapi import events, eviction
 from gpufrac.kubeapi.client import API_ERRORS, READ_ERRORS
-from gpufrac.node import bursts, inventory, procfs, suspects, watchdog
+from gpufrac.node import bursts, inventory, nvidia_resources, procfs, suspects, watchdog
 from gpufrac.node.exporter import Exporter, GpuView, Observation
 from gpufrac.node.kubelet.device_plugin import DevicePluginError
 from gpufrac.node.kubelet.podresources import PodResourcesError
@@ -209,8 +209,9 @@ class TickReport:
     problems: list[str] = field(default_factory=list)  # what this tick could not do, one line each
     mode: DevicePluginMode | None = None  # None until the Node was read once (for `auto`)
     ready: inventory.Readiness | None = None  # None when the Node could not be read
-    # Device IDs the kubelet's device plugins advertise for nvidia.com/gpu; None where the kubelet cannot
-    # say (before Kubernetes 1.23's GetAllocatableResources) or nothing was asked.
+    # Device IDs the kubelet's device plugins advertise under NVIDIA's names for GPUs (`nvidia_resources`);
+    # None where the kubelet cannot say (before Kubernetes 1.23's GetAllocatableResources) or nothing was
+    # asked.
     advertised: tuple[str, ...] | None = None
 
 
@@ -264,8 +265,11 @@ class Agent:
             raise ValueError(f"--device-plugin {settings.device_plugin} needs the kubelet's PodResources API")
         self._condition: Mapping[str, Any] | None = None  # gpufrac.io/Ready as last read or written
         self._conflict = ""  # the device plugin conflict last logged
-        # --mode, or the node's `gpufrac.io/watchdog` label once the Node was read (`inventory.watchdog_mode`)
+        # --mode, or the node's `gpufrac.io/watchdog` label once the Node was read
+        # (`inventory.watchdog_mode`), but report while a device-plugin prerequisite fails
+        # (`_only_report_while`)
         self.watchdog_mode = settings.mode
+        self._reporting_only = ""  # the device-plugin reason the watchdog last only reported for
 
     # --- the loop ------------------------------------------------------------------------------------
 
@@ -346,10 +350,11 @@ class Agent:
                 plugin_registered=self._plugin is not None and self._plugin.registered,
                 kubelet_gpus=kubelet_gpus,
                 plugin_shares=inventory.plugin_shares(
-                    report.advertised or (), kubelet_gpus, len(snapshot.gpus)
+                    report.advertised or (), status.get("allocatable"), len(snapshot.gpus)
                 ),
             )
             report.ready = inventory.readiness(facts)
+            self._only_report_while(inventory.device_plugin_failure(facts))
             current = inventory.find_condition(status.get("conditions"))
             await self._set_condition(report.ready, current, report.problems)
         if pods is None or grants_error:
@@ -488,7 +493,12 @@ class Agent:
         except PodResourcesError as error:
             return _untrusted(report, str(error))
         if advertised is not None:
-            report.advertised = tuple(advertised.get(node_inventory.GPU_RESOURCE, ()))
+            report.advertised = tuple(
+                device
+                for resource, devices in advertised.items()
+                if nvidia_resources.names_gpus(resource)
+                for device in devices
+            )
         grants = inventory.gpu_grants(listing)
         missing = inventory.ungranted(pods or (), grants)
         if missing:
@@ -535,6 +545,24 @@ class Agent:
         healthy = {gpu.uuid: gpu.healthy and not snapshot.error for gpu in snapshot.gpus}
         self._plugin.set_health({device: healthy.get(device, False) for device in self._plugin_devices})
         return "", ""
+
+    def _only_report_while(self, failure: tuple[str, str] | None) -> None:
+        """Report only, this tick, while a device-plugin prerequisite fails
+        (`inventory.device_plugin_failure`): grants the agent cannot read or understand would make a device
+        plugin's own pods look contract-less. Logged once per reason."""
+        if failure is None or self.watchdog_mode is Mode.REPORT:
+            self._reporting_only = ""
+            return
+        reason, message = failure
+        if reason != self._reporting_only:
+            log.warning(
+                "the watchdog only reports, not %s, until this is mended: %s: %s",
+                self.watchdog_mode.value,
+                reason,
+                message,
+            )
+        self._reporting_only = reason
+        self.watchdog_mode = Mode.REPORT
 
     def _log_health(self, snapshot: Snapshot) -> None:
         if snapshot.error != self._nvml_error:

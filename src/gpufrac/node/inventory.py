@@ -17,6 +17,7 @@ from gpufrac.contract import memory_resource, node_inventory
 from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement, GpuInfo
 from gpufrac.contract.quantity import MIB, format_mib, parse_quantity
 from gpufrac.kubeapi.fields import as_list, as_mapping
+from gpufrac.node import nvidia_resources
 from gpufrac.node.nvml import GpuSample, Snapshot
 from gpufrac.node.watchdog import Mode
 
@@ -105,23 +106,24 @@ class Granted(Protocol):
 
 
 def gpu_grants(listing: Iterable[Granted]) -> dict[ContainerKey, tuple[str, ...]]:
-    """(namespace, pod, container) -> the GPUs the kubelet gave that container as `nvidia.com/gpu` devices,
-    each once. NVIDIA's plugin, sharing a GPU by time-slicing or MPS, names each replica `<uuid>::<n>`: a
-    replica is its GPU, or its pods' processes there would be findings and the GPU not held."""
+    """(namespace, pod, container) -> the GPUs the kubelet gave that container under any of NVIDIA's names
+    (`nvidia_resources`), each once: a replica `<uuid>::<n>` is its GPU, a MIG instance `ANY_GPU`. A grant
+    left out would make its pods' processes findings, killed as contract-less, and its GPU held by nobody."""
     found: dict[ContainerKey, dict[str, None]] = {}
     for entry in listing:
-        if entry.resource == node_inventory.GPU_RESOURCE and entry.device_ids:
+        if nvidia_resources.names_gpus(entry.resource) and entry.device_ids:
             key = (entry.namespace, entry.pod, entry.container)
-            found.setdefault(key, {}).update(dict.fromkeys(d.partition("::")[0] for d in entry.device_ids))
+            gpus = (nvidia_resources.gpu_of(entry.resource, device) for device in entry.device_ids)
+            found.setdefault(key, {}).update(dict.fromkeys(gpus))
     return {key: tuple(devices) for key, devices in found.items()}
 
 
 def ungranted(pods: Iterable[Mapping[str, Any]], grants: Mapping[ContainerKey, Sequence[str]]) -> list[str]:
-    """The running containers (`namespace/pod/container`) that ask for `nvidia.com/gpu` and that the kubelet's
-    PodResources answer lists no device for. The kubelet allocates devices before a container starts, so a
-    running one missing means an answer from a kubelet that restarted and has not yet synced its pods: its
-    GPUs would look held by nobody (a share could be placed on them) and its processes would look
-    contract-less (kill mode would kill them), so such an answer is not used."""
+    """The running containers (`namespace/pod/container`) that ask for GPUs under one of NVIDIA's names and
+    that the kubelet's PodResources answer lists no device for. The kubelet allocates devices before a
+    container starts, so a running one missing means an answer from a kubelet that restarted and has not yet
+    synced its pods: its GPUs would look held by nobody (a share could be placed on them) and its processes
+    would look contract-less (kill mode would kill them), so such an answer is not used."""
     missing: list[str] = []
     for pod in pods:
         metadata, spec, status = (as_mapping(pod.get(part)) for part in ("metadata", "spec", "status"))
@@ -133,12 +135,15 @@ def ungranted(pods: Iterable[Mapping[str, Any]], grants: Mapping[ContainerKey, S
         }
         for container in map(as_mapping, as_list(spec.get("containers"))):
             limits = as_mapping(as_mapping(container.get("resources")).get("limits"))
-            asked = limits.get(node_inventory.GPU_RESOURCE)
+            asks = any(
+                nvidia_resources.names_gpus(str(resource)) and amount not in (0, "0")
+                for resource, amount in limits.items()
+            )
             container_name = container.get("name")
             if (
                 isinstance(container_name, str)
                 and container_name in running
-                and asked not in (None, 0, "0")
+                and asks
                 and (namespace, name, container_name) not in grants
             ):
                 missing.append(f"{namespace}/{name}/{container_name}")
@@ -147,7 +152,7 @@ def ungranted(pods: Iterable[Mapping[str, Any]], grants: Mapping[ContainerKey, S
 
 def holders(grants: Mapping[ContainerKey, Sequence[str]], snapshot: Snapshot) -> dict[int, str]:
     """GPU index -> the `namespace/pod` the device plugin gave it to ("" for none). Device IDs are GPU
-    UUIDs as NVIDIA's plugin names them, or indices."""
+    UUIDs as NVIDIA's plugin names them, or indices; a MIG instance (`ANY_GPU`) holds no GPU it can name."""
     names = {gpu.uuid: gpu.index for gpu in snapshot.gpus if gpu.uuid}
     names.update({str(gpu.index): gpu.index for gpu in snapshot.gpus})
     found = {gpu.index: "" for gpu in snapshot.gpus}
@@ -179,30 +184,41 @@ def watchdog_mode(default: Mode, labels: Mapping[str, str]) -> Mode:
 
 
 def kubelet_gpus(allocatable: Mapping[str, str] | None) -> int:
-    """`nvidia.com/gpu` in the Node's status.allocatable: what some device plugin advertises."""
-    text = (allocatable or {}).get(node_inventory.GPU_RESOURCE, "0")
-    return int(text) if text.isascii() and text.isdigit() else 0
+    """The devices of NVIDIA's GPU resources (`nvidia_resources`) in the Node's status.allocatable: what
+    device plugins advertise."""
+    return sum(
+        int(text) if text.isascii() and text.isdigit() else 0
+        for resource, text in (allocatable or {}).items()
+        if nvidia_resources.names_gpus(resource)
+    )
 
 
-def plugin_shares(advertised: Sequence[str], kubelet_count: int, gpu_count: int) -> bool:
-    """Whether the device plugin hands out parts of GPUs: NVIDIA's, sharing by time-slicing or MPS,
-    advertises replicas `<uuid>::<n>`, and any plugin that hands out parts (those, or MIG slices under the
-    single strategy) advertises more `nvidia.com/gpu` than the node has GPUs. A reservation then takes one
-    part, and the others of its GPU still go to other pods, so no share there is safe."""
-    return any("::" in device for device in advertised) or kubelet_count > gpu_count
+def plugin_shares(advertised: Sequence[str], allocatable: Mapping[str, str] | None, gpu_count: int) -> bool:
+    """Whether the device plugin hands out parts of GPUs: replicas `<uuid>::<n>` or MIG instances among the
+    devices it advertises, any of NVIDIA's names for parts of GPUs in the Node's allocatable
+    (`nvidia.com/gpu.shared`, `nvidia.com/mig-<profile>`), or more devices than the node has GPUs. A
+    reservation then takes one part, and the others of its GPU still go to other pods, so no share there is
+    safe."""
+    parts = any(
+        nvidia_resources.names_parts(resource) and kubelet_gpus({resource: text})
+        for resource, text in (allocatable or {}).items()
+    )
+    return parts or any(map(nvidia_resources.is_part, advertised)) or kubelet_gpus(allocatable) > gpu_count
 
 
 def plugin_conflict(labels: Mapping[str, str], kubelet_count: int, advertised: Sequence[str] | None) -> str:
     """Why gpufrac must not serve `nvidia.com/gpu` itself (managed mode, before it registered); empty when
-    nothing else does. Two plugins for one resource would each hand out every GPU."""
+    nothing else does. Two plugins handing out the same GPUs, under any of NVIDIA's names, would each hand
+    out every GPU."""
     label = node_inventory.OPERATOR_DEVICE_PLUGIN_LABEL
     if labels.get(label) != "false":
         return f"NVIDIA's device plugin is not switched off on this node: label it {label}=false"
     if kubelet_count > 0 or advertised:
         count = kubelet_count or len(advertised or ())
         return (
-            f"another device plugin already advertises {count} {node_inventory.GPU_RESOURCE}: stop it on "
-            f"this node (GPU operator: {label}=false), or run the agent with --device-plugin coexist"
+            f"another device plugin already advertises {count} {node_inventory.GPU_RESOURCE} (or NVIDIA's "
+            f"other GPU resources): stop it on this node (GPU operator: {label}=false), or run the agent "
+            "with --device-plugin coexist"
         )
     return ""
 
@@ -338,17 +354,12 @@ def readiness(facts: Facts) -> Readiness:
     )
 
 
-def _first_failure(facts: Facts) -> tuple[str, str] | None:
+def device_plugin_failure(facts: Facts) -> tuple[str, str] | None:
+    """(reason, message) of the first device-plugin prerequisite that fails, whatever else does; None when
+    none does. While one fails, the grants the agent read may not be all there are (a plugin it does not
+    know, or none read), so the watchdog only reports: a process they leave out is not one to kill."""
     mode = facts.mode
     checks = (
-        (bool(facts.nvml_error), "NVMLUnavailable", facts.nvml_error),
-        (facts.gpu_count == 0, "NoGPUs", "NVML sees no GPU on this node"),
-        (not facts.published, "InventoryNotPublished", "the GPU inventory could not be written to the Node"),
-        (
-            facts.mps_supervised and not facts.mps_healthy,
-            "MPSUnhealthy",
-            "the sm-sharing MPS control daemon is not running",
-        ),
         (
             mode is not DevicePluginMode.NONE and bool(facts.pod_resources_error),
             "PodResourcesUnreadable",
@@ -372,12 +383,29 @@ def _first_failure(facts: Facts) -> tuple[str, str] | None:
         (
             mode is DevicePluginMode.COEXIST and facts.plugin_shares,
             "DevicePluginSharesGPUs",
-            f"the device plugin hands out parts of this node's GPUs as {node_inventory.GPU_RESOURCE} "
-            "(time-slicing or MPS replicas, or MIG slices): a GPU gpufrac reserves could still be handed "
-            "to other pods; switch that sharing off on this node, or keep it out of gpufrac "
-            "(gpufrac.io/enabled)",
+            "the device plugin hands out parts of this node's GPUs (time-slicing or MPS replicas, or MIG "
+            "slices): a GPU gpufrac reserves could still be handed to other pods; switch that sharing off on "
+            "this node, or keep it out of gpufrac (gpufrac.io/enabled)",
         ),
     )
+    return _first(checks)
+
+
+def _first_failure(facts: Facts) -> tuple[str, str] | None:
+    checks = (
+        (bool(facts.nvml_error), "NVMLUnavailable", facts.nvml_error),
+        (facts.gpu_count == 0, "NoGPUs", "NVML sees no GPU on this node"),
+        (not facts.published, "InventoryNotPublished", "the GPU inventory could not be written to the Node"),
+        (
+            facts.mps_supervised and not facts.mps_healthy,
+            "MPSUnhealthy",
+            "the sm-sharing MPS control daemon is not running",
+        ),
+    )
+    return _first(checks) or device_plugin_failure(facts)
+
+
+def _first(checks: Iterable[tuple[bool, str, str]]) -> tuple[str, str] | None:
     for failed, reason, message in checks:
         if failed:
             return reason, " ".join(message.split())

@@ -18,9 +18,10 @@ in `bursts`:
   GPU its contract does not grant. This is how the watchdog sees GPUs claimed through routes the webhook
   cannot see (docs/architecture.md, threat model).
 
-A container the kubelet's device plugin gave GPUs to (`nvidia.com/gpu`, read from the PodResources API)
-holds them whole: that grant is its contract on those GPUs, beside any annotation contract, so its
-processes there are never findings.
+A container the kubelet's device plugin gave GPUs to (under any of NVIDIA's names, `nvidia_resources`,
+read from the PodResources API) holds them whole: that grant is its contract on those GPUs, beside any
+annotation contract, so its processes there are never findings; one given a MIG instance, whose GPU the
+agent cannot tell, holds every GPU so.
 
 A pod is read defensively: one that cannot be read (a poison object) gives containers with a `problem`,
 whose GPU processes are findings like any without a contract; it never stops the others being read.
@@ -36,7 +37,7 @@ from typing import Any
 
 from gpufrac import contract
 from gpufrac.kubeapi.fields import as_list, as_mapping, is_sidecar
-from gpufrac.node import procfs
+from gpufrac.node import nvidia_resources, procfs
 from gpufrac.node.nvml import MIB
 
 log = logging.getLogger(__name__)
@@ -328,10 +329,16 @@ def _holds(container: Container, gpu: Gpu) -> bool:
 
 
 def _holds_by_plugin(container: Container, gpu: Gpu) -> bool:
-    return _names(container.plugin_devices, gpu)
+    """The device plugin gave the container this GPU, or a part of a GPU it cannot name (a MIG instance,
+    `nvidia_resources.ANY_GPU`), which may be this one."""
+    return _names(container.plugin_devices, gpu) or nvidia_resources.ANY_GPU in container.plugin_devices
 
 
 def _limited(container: Container, gpu: Gpu) -> bool:
     """The container's share on `gpu` has a limit: its contract grants the GPU with one, and the device
-    plugin did not give it the whole GPU."""
-    return container.limit_mib is not None and _holds(container, gpu) and not _holds_by_plugin(container, gpu)
+    plugin did not give it the whole GPU (a MIG instance of an unknown GPU lifts no limit)."""
+    return (
+        container.limit_mib is not None
+        and _holds(container, gpu)
+        and not _names(container.plugin_devices, gpu)
+    )
