@@ -260,6 +260,35 @@ async def test_managed_serves_the_gpus_and_stops_on_close(host: FakeHost) -> Non
     assert condition is not None and (condition["status"], condition["reason"]) == ("False", "AgentStopped")
 
 
+async def test_managed_serves_a_gpu_nvml_names_only_after_the_plugin_was_made(host: FakeHost) -> None:
+    """A GPU whose UUID NVML could not read when gpufrac's plugin was made (or one added since) would be
+    published healthy but never offered: the plugin is made anew for every GPU known. One unreadable again
+    is still served, unhealthy, with no plugin made."""
+    uuid = host.uuid(1)
+    host.gpus[1]["uuid"] = ""  # as the real backend reports a GPU whose handle or UUID NVML could not read
+    host.write(errors={1: "GPU is lost"})
+    r = rig(host, node({node_inventory.OPERATOR_DEVICE_PLUGIN_LABEL: "false"}), device_plugin="managed")
+    await r.agent.tick()
+    (first,) = r.plugins
+    assert first.devices == (host.uuid(0),) and first.registered
+
+    host.gpus[1]["uuid"] = uuid
+    host.write()
+    r.client.node["status"]["allocatable"][GPU] = "1"  # gpufrac's own, registered
+    r.kubelet.advertised = {GPU: first.devices}
+    report = await r.agent.tick()
+    assert report.ready is not None and report.ready.ready
+    assert first.stopped and len(r.plugins) == 2
+    second = r.plugins[1]
+    assert second.devices == (host.uuid(0), uuid) and second.registered
+    assert second.health == {host.uuid(0): True, uuid: True}
+
+    host.gpus[1]["uuid"] = ""
+    host.write(errors={1: "GPU is lost"})
+    await r.agent.tick()
+    assert len(r.plugins) == 2 and second.health == {host.uuid(0): True, uuid: False}
+
+
 @pytest.mark.parametrize(
     ("labels", "allocatable", "advertised", "says"),
     [

@@ -527,10 +527,16 @@ class Agent:
             self._conflict = conflict
             return conflict, ""
         self._conflict = ""
-        if self._plugin is None:
-            devices = tuple(gpu.uuid for gpu in snapshot.gpus if gpu.uuid)
-            if snapshot.error or not devices:
-                return "", f"not serving {node_inventory.GPU_RESOURCE}: NVML lists no GPU to serve"
+        # Every GPU served so far stays (one unreadable now is served unhealthy); one NVML names for the first
+        # time (unreadable at start, or added) needs a plugin made anew: a plugin's device list is fixed.
+        known = () if snapshot.error else tuple(gpu.uuid for gpu in snapshot.gpus if gpu.uuid)
+        devices = tuple(dict.fromkeys(self._plugin_devices + known))
+        if not devices:
+            return "", f"not serving {node_inventory.GPU_RESOURCE}: NVML lists no GPU to serve"
+        if self._plugin is None or devices != self._plugin_devices:
+            if self._plugin is not None:
+                log.info("serving %s anew, for GPUs NVML names now", node_inventory.GPU_RESOURCE)
+                await asyncio.to_thread(self._plugin.stop)
             assert self._make_plugin is not None, "managed mode needs a device plugin server"
             self._plugin, self._plugin_devices = self._make_plugin(devices), devices
         if not self._plugin.registered:
