@@ -1,7 +1,7 @@
 """The real killer signals the process the watchdog judged and no other: a pid whose process changed
 (start time, container), or that no longer holds the GPU, is never signalled; and a process it could not
 tell about is not signalled now but judged again next interval, never spared for good. Real child
-processes, real /proc, a stub NVML."""
+processes, real /proc, a stub NVML. An eviction waits for the same second look."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from gpufrac.node import procfs
 from gpufrac.node.agent import Agent, NotKilled, Settings, SignalKiller
 from gpufrac.node.nvml import FakeBackend, GpuProcess, GpuSample, Snapshot
 from gpufrac.node.watchdog import Gpu, Kind, Mode, Process
-from gpufrac.testing.fakehost import FakeHost, container_id
+from gpufrac.testing.fakehost import FakeHost, RecordingKiller, container_id
 
 from .fake_kube import FakeNodeClient
 from .test_watchdog import bound_pod, share
@@ -79,7 +79,7 @@ def test_a_pid_that_names_another_process_is_not_signalled(
     """The tick judged an earlier process with this pid: the one there now is left alone, and the judged
     one is gone."""
     outcome = killer(child.pid).kill(dataclasses.replace(judged(child), **change))
-    assert outcome == "not signalled: its pid now names another process"
+    assert outcome == "gone: its pid now names another process"
     assert child.poll() is None
 
 
@@ -278,3 +278,44 @@ async def test_one_finding_failing_does_not_stop_the_others(tmp_path: Path) -> N
         ": RuntimeError: a bug"
     )
     assert "gpufrac_share_memory_used_bytes{" in agent.exporter.text()
+
+
+class Replaying:
+    """NVML answering with `snapshots` in turn, then with the last one ever after."""
+
+    def __init__(self, *snapshots: Snapshot) -> None:
+        self.snapshots = list(snapshots)
+
+    def sample(self) -> Snapshot:
+        return self.snapshots.pop(0) if len(self.snapshots) > 1 else self.snapshots[0]
+
+    def close(self) -> None:
+        pass
+
+
+async def test_an_eviction_waits_for_the_same_second_look_as_a_kill(tmp_path: Path) -> None:
+    """NVML listed pid 201 with 60 GiB; by the tick's /proc read that process had ended and its pid named a
+    fresh one of another share's container, with no GPU context. Asked again, NVML does not list it, so that
+    innocent pod is not evicted, nor remembered as done; a process listed both times gets its pod evicted."""
+    host = FakeHost(tmp_path / "host")
+    host.add_gpus(1, memory_mib=81920)
+    victim = bound_pod("victim", share("app", host.uuid(0), request=1024, limit=2048), {"app": 2})
+    host.add_process(201, container=container_id(2))
+    host.write({0: [(201, 60000)]})
+    listed = FakeBackend(host.nvml_file).sample()
+    host.write()
+    nvml = Replaying(listed, FakeBackend(host.nvml_file).sample())
+    node: dict[str, Any] = {"metadata": {"name": "n1", "labels": {}, "annotations": {}}, "status": {}}
+    client = FakeNodeClient(node, [victim])
+    settings = Settings(node_name="n1", mode=Mode.EVICT, proc_root=host.proc)
+    agent = Agent(settings, client=client, nvml=nvml, killer=RecordingKiller())
+
+    (spared,) = (await agent.tick()).handled
+    assert spared.finding.kind is Kind.BREACH
+    assert spared.outcome == "not evicted (pid, why): 201 no longer on the GPU"
+    assert client.events == []
+
+    nvml.snapshots = [listed]  # listed by both looks: the same process, over its limit
+    (evicted,) = (await agent.tick()).handled
+    assert evicted.outcome == "Evicted pod ns/victim"
+    assert [type(o).__name__ for o in client.events] == ["_Eviction", "Event"]

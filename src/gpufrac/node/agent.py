@@ -14,7 +14,7 @@ recorded once more.
 
 A kill hits only the process the watchdog judged (see `SignalKiller`): the pid is pinned with a pidfd and
 the process's start time and container checked, before and after NVML is asked again whether it still
-holds the GPU.
+holds the GPU (`recheck`). An eviction waits for the same second look at each of the finding's processes.
 
 A tick says what it could not do (`TickReport.problems`): NVML unreadable, the Node or the pods not read,
 the kubelet's PodResources API unreadable. `gpufrac agent --once` exits non-zero on any, and when the node
@@ -54,7 +54,7 @@ from gpufrac.contract import memory_resource, node_inventory
 from gpufrac.contract.node_inventory import DevicePluginMode, Enforcement
 from gpufrac.kubeapi import events, eviction
 from gpufrac.kubeapi.client import API_ERRORS, READ_ERRORS
-from gpufrac.node import bursts, inventory, nvidia_resources, procfs, suspects, watchdog
+from gpufrac.node import bursts, inventory, nvidia_resources, procfs, recheck, suspects, watchdog
 from gpufrac.node.exporter import Exporter, GpuView, Observation
 from gpufrac.node.kubelet.device_plugin import DevicePluginError
 from gpufrac.node.kubelet.podresources import PodResourcesError
@@ -85,25 +85,18 @@ class SignalKiller:
     """The real killer: SIGKILL through a pidfd to the very process the watchdog judged, never to a later
     one that reused its pid. Needs the host's pid namespace (`hostPID`).
 
-    The pidfd pins one process; /proc then says whether it is the judged one (same start time, same
-    container), and NVML, asked again, whether it still holds the GPU. A pid cannot be reused while its
-    process lives, so a process seen with the same start time before and after that NVML sample is the
-    one NVML listed. Between the tick's NVML sample and its /proc read the pid may already have been
-    reused; that new process is then not on the GPU, and the second NVML sample says so.
-
-    Only a process killed or gone is done with. One whose start time is unknown, or that NVML, failing
-    or not listing it, does not place on the GPU, is not signalled (NotKilled): the next interval judges
-    it again, rather than a hiccup sparing it for good."""
+    The pidfd pins one process while `recheck.SecondLook` makes sure it is the judged one, still on its
+    GPU; only a process killed or gone is done with. One the second look cannot confirm is not signalled
+    (NotKilled), and judged again next interval."""
 
     def __init__(self, proc: procfs.ProcFS, nvml: Backend) -> None:
-        self._proc = proc
-        self._nvml = nvml
+        self._look = recheck.SecondLook(proc, nvml)
 
     def kill(self, process: watchdog.Process) -> str:
-        if not process.start_time:
-            raise NotKilled("its start time is unknown, so its pid may name another process")
         try:
             return self._kill(process)
+        except recheck.Unconfirmed as why:
+            raise NotKilled(str(why)) from None
         except ProcessLookupError:
             return "already gone"
         except OSError as error:  # ENOSYS (a kernel before 5.3), EMFILE, EPERM: try again next interval
@@ -112,35 +105,13 @@ class SignalKiller:
     def _kill(self, process: watchdog.Process) -> str:
         fd = os.pidfd_open(process.pid)
         try:
-            gone = self._changed(process)
-            if not gone:
-                self._check_on_gpu(process)
-                gone = self._changed(process)
+            gone = self._look.gone(process)
             if gone:
                 return gone
             signal.pidfd_send_signal(fd, signal.SIGKILL)
             return "killed"
         finally:
             os.close(fd)
-
-    def _changed(self, process: watchdog.Process) -> str:
-        """How the judged process is gone (ended, or its pid reused); empty while the pid still names it."""
-        info = self._proc.process(process.pid)
-        if info is None:
-            return "already gone"
-        if info.start_time != process.start_time or info.container_id != process.container_id:
-            return "not signalled: its pid now names another process"
-        return ""
-
-    def _check_on_gpu(self, process: watchdog.Process) -> None:
-        """NotKilled unless NVML, asked again, lists the process on its GPU."""
-        snapshot = self._nvml.sample()
-        gpu = next((gpu for gpu in snapshot.gpus if gpu.uuid == process.gpu.uuid), None)
-        if snapshot.error or gpu is None or not gpu.healthy:
-            why = snapshot.error or (gpu.error if gpu is not None else "the GPU is not listed")
-            raise NotKilled(f"NVML cannot say whether it still holds the GPU ({why})")
-        if all(p.pid != process.pid for p in gpu.processes):
-            raise NotKilled("no longer on the GPU")
 
 
 class DryRunKiller:
@@ -247,6 +218,7 @@ class Agent:
         self.supervisor = supervisor
         self.exporter = exporter or Exporter()
         self.proc = procfs.ProcFS(settings.proc_root)
+        self._second_look = recheck.SecondLook(self.proc, nvml)  # before an eviction, as before a kill
         self._own_container = own_container
         self._clock = clock
         self._done: set[str] = set()
@@ -708,12 +680,29 @@ class Agent:
         if action == Mode.EVICT:
             assert finding.container is not None
             pod = finding.container.pod
+            unconfirmed = self._unconfirmed(finding)
+            if unconfirmed:
+                return False, False, f"not evicted (pid, why): {'; '.join(unconfirmed)}"
             try:
                 await eviction.evict(self.client, pod.name, namespace=pod.namespace)
             except API_ERRORS as error:
                 return False, False, f"eviction of {pod.namespace}/{pod.name} refused: {error}"
             return True, True, f"Evicted pod {pod.namespace}/{pod.name}"
         return True, True, "Reported"
+
+    def _unconfirmed(self, finding: Finding) -> list[str]:
+        """`pid why` for each process of `finding` the second look (`recheck`) does not find still the one
+        judged, on its GPU: its pid may now name a process of an innocent pod, charged with memory it never
+        held, so the pod is not evicted for it."""
+        said = []
+        for process in finding.processes:
+            try:
+                why = self._second_look.gone(process)
+            except recheck.Unconfirmed as error:
+                why = str(error)
+            if why:
+                said.append(f"{process.pid} {why}")
+        return said
 
     def _involved(self, finding: Finding) -> dict[str, str | None]:
         if finding.container is not None:
