@@ -8,7 +8,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from gpufrac.contract import keys, node_inventory
+from gpufrac.contract import keys, node_inventory, queues
 from gpufrac.contract.node_inventory import DevicePluginMode
 from gpufrac.scheduler import reservations
 from gpufrac.scheduler.cache import SchedulerCache
@@ -308,3 +308,25 @@ async def test_a_pod_with_a_share_and_whole_gpus_is_kept_off_device_plugin_nodes
     assert client.stored("Pod", "m")["spec"].get("nodeName") is None and reservation_pods(client) == []
     condition = [c for c in client.calls if c.kind == "PodStatus"][-1].body["status"]["conditions"][0]
     assert "1 node(s) where a device plugin runs (a share and whole GPUs in one pod)" in condition["message"]
+
+
+async def test_whole_gpus_the_kubelet_picks_count_against_their_queue() -> None:
+    """Placed without GPU indices (the device plugin chooses), they counted no GPU, so a queue's limit,
+    quota and fair share never saw them: three 1-GPU pods of a queue limited to 1 GPU all bound."""
+    client, clock = FakeApi(), FakeClock()
+    pods = [pod(name, whole=1) for name in ("w1", "w2", "w3")]
+    for item in pods:
+        item["metadata"]["labels"] = {queues.QUEUE_LABEL: "a"}
+        client.put(item)
+    made = scheduler(client, clock, queues=True)
+    made.clock = clock
+    limited = {"resources": {"gpus": {"quota": 1, "limit": 1}}}
+    made.on_queues_listed([{"kind": queues.KIND, "metadata": {"name": "a"}, "spec": limited}])
+    made.on_nodes_listed([dp_node(gpus=4)])
+    made.on_pods_listed(pods)
+    for _ in range(3):
+        await settle(made, clock)
+    assert len([name for name in ("w1", "w2", "w3") if key(name) in pod_nodes(made)]) == 1
+    made.tenants.outdated()
+    made.tenants.rank(made.cache, made.pending)
+    assert made.tenants.usage["a"][queues.Resource.GPUS] == 1

@@ -472,6 +472,13 @@ class SchedulerCache:
             self._claimed_on[uid] = node
             self._refresh_devices(node)
 
+    def claimed_gpus(self, uid: str) -> int:
+        """The whole GPUs a pod asked the kubelet's device plugin for that its placement does not name (its
+        GPUs on a device-plugin node, `_claim`): what it holds beyond its placement. None for a reservation,
+        whose GPU holds shares that count themselves."""
+        node = self._claimed_on.get(uid)
+        return 0 if node is None or uid in self.reservations else self.claims[node][uid][1]
+
     def _unclaim(self, uid: str) -> None:
         node = self._claimed_on.pop(uid, None)
         if node is None:

@@ -256,6 +256,7 @@ class Tenants:
                 continue
             tenant, protected = known
             amounts = tenancy.held(placement, self._state)
+            amounts[Resource.GPUS] += cache.claimed_gpus(uid)  # whole GPUs the kubelet picks
             tenancy.add(usage.setdefault(tenant, {}), amounts)
             if protected:
                 tenancy.add(protected_usage.setdefault(tenant, {}), amounts)
