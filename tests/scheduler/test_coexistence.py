@@ -330,3 +330,30 @@ async def test_whole_gpus_the_kubelet_picks_count_against_their_queue() -> None:
     made.tenants.outdated()
     made.tenants.rank(made.cache, made.pending)
     assert made.tenants.usage["a"][queues.Resource.GPUS] == 1
+
+
+async def test_no_share_lands_on_a_gpu_whose_reservation_is_being_deleted() -> None:
+    """In the round the keeper deletes an idle reservation, a share that came meanwhile was bound to its
+    GPU, which the device plugin then had back to give to anyone."""
+    made, client, clock = setup([dp_node(gpus=1)], [share_pod("p")])
+    await settle(made)
+    [reservation] = reservation_pods(client)
+    made.on_pod_event("ADDED", reservation)
+    made.on_node_event("MODIFIED", dp_node(gpus=1, holders={0: holder(reservation)}))
+    await settle(made, clock)
+    made.on_pod_event("DELETED", client.stored("Pod", "p") or {})  # the last share leaves
+    clock.advance(1)
+    await settle(made)  # the reservation is idle from now
+    clock.advance(6)  # past reservation_idle_seconds (5)
+    late = share_pod("q")
+    client.put(late)
+    made.on_pod_event("ADDED", late)
+    await settle(made)
+    assert reservation_pods(client) == [] and key("q") not in pod_nodes(made)
+    terminating = dict(
+        reservation, metadata=reservation["metadata"] | {"deletionTimestamp": "2024-05-01T13:00:00Z"}
+    )
+    cache = SchedulerCache()
+    cache.add_node(dp_node(gpus=1, holders={0: holder(reservation)}))
+    cache.add_pod(terminating)  # deleted by anyone: its GPU takes no share either
+    assert cache.devices["n1"].holds == (Hold.RELEASING,)

@@ -77,6 +77,7 @@ class SchedulerCache:
         self.claims: dict[str, dict[str, tuple[str, int]]] = {}
         self._claimed_on: dict[str, str] = {}  # uid -> the node of its claim, so a release finds it at once
         self.reservations: dict[str, Obj] = {}
+        self.releasing: set[str] = set()  # reservations whose deletion this scheduler asked for
         self.kept_rooms: dict[str, Placement] = {}  # pending pod uid -> room its moved pods left
 
     def snapshot(self) -> ClusterState:
@@ -415,6 +416,7 @@ class SchedulerCache:
         self.pods.forget(uid)
         self.names.pop(uid, None)
         self.reservations.pop(uid, None)
+        self.releasing.discard(uid)
         if uid in self.state.placements:
             self._free(uid)
         self._unclaim(uid)
@@ -494,7 +496,7 @@ class SchedulerCache:
         if gpus is None:
             return
         claimed = self.claims.get(node, {})
-        live = {key: 1 for uid, (key, _) in claimed.items() if uid in self.reservations}
+        live = {key: 1 for uid, (key, _) in claimed.items() if self._live_reservation(uid)}
         self._devices_serial += 1
         self.devices[node] = node_devices(
             gpus,
@@ -502,6 +504,19 @@ class SchedulerCache:
             claims=dict(claimed.values()),
             ours=lambda holder: reservations.named_as_reservation(holder, self.reservation_namespace),
         )
+
+    def _live_reservation(self, uid: str) -> bool:
+        """A reservation whose GPU takes shares: not one being deleted, by this scheduler (its keeper, in the
+        round it found it idle) or anyone, whose GPU goes back to the device plugin, and so to any pod."""
+        pod = self.reservations.get(uid)
+        return pod is not None and uid not in self.releasing and not objects.terminating(pod)
+
+    def release_reservation(self, uid: str, *, asked: bool = True) -> None:
+        """Its deletion is asked for (or, not `asked`, was not done after all): no share goes on its GPU
+        from now on, not from when the watch tells of its going."""
+        (self.releasing.add if asked else self.releasing.discard)(uid)
+        if (node := self._claimed_on.get(uid)) is not None:
+            self._refresh_devices(node)
 
     @contextlib.contextmanager
     def device_view(self, *usable: Hold) -> Iterator[None]:

@@ -709,6 +709,8 @@ class Scheduler:
             for _ in range(count):
                 if await self._create_reservation(node) is None:
                     break  # refused: the rest would be too
+        for pod in actions.delete:
+            self.cache.release_reservation(objects.pod_uid(pod))
         for pod, why in [*((pod, "") for pod in actions.delete), *actions.evict]:
             self._track(self._delete(pod, why))
 
@@ -718,6 +720,7 @@ class Scheduler:
         reason = "GPUReservationLost" if why else ""
         if not await delete_pod(self.client, pod, component=self.config.name, reason=reason, message=why):
             log.error("cannot delete pod %s; trying again", objects.pod_key(pod))
+            self.cache.release_reservation(objects.pod_uid(pod), asked=False)
             self.keeper.retry(objects.pod_uid(pod), now=self.clock())
         elif why:
             log.warning("deleted pod %s: %s", objects.pod_key(pod), why)
