@@ -1,10 +1,11 @@
 """A pod's persistent volumes decide where it may go (`scheduler.volumes`): a bound volume's node affinity,
-a delayed-binding claim named the chosen node before the bind, and a pod waiting, saying why, on claims it
-cannot be placed with yet."""
+a delayed-binding claim named the chosen node before the bind, a ReadWriteOncePod claim mounted by one pod
+at a time, and a pod waiting, saying why, on claims it cannot be placed with yet."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,12 +13,13 @@ import pytest
 from gpufrac.scheduler.volumes import (
     MAX_CLAIMS,
     NO_PROVISIONER,
+    READ_WRITE_ONCE_POD,
     READS_AT_ONCE,
     SELECTED_NODE_ANNOTATION,
     WAIT_FOR_FIRST_CONSUMER,
 )
 
-from ..kubeapi.apiobjects import key
+from ..kubeapi.apiobjects import bound, key, pod
 from ..kubeapi.fakeapi import FakeApi, api_error, until
 from .schedulers import pod_nodes
 from .test_scheduler_binds import MANAGED, gpu_node, setup, share_pod
@@ -68,6 +70,13 @@ def volume_on(name: str, node: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [only]}}},
     }
+
+
+def asking(mode: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Claim `model`, asking for access `mode`, bound to a volume of zone-b; and that volume."""
+    made = claim("model", volume="pv-model")
+    made["spec"]["accessModes"] = [mode]
+    return made, zonal_volume("pv-model", "zone-b")
 
 
 def storage_class(name: str, mode: str = WAIT_FOR_FIRST_CONSUMER, **extra: Any) -> dict[str, Any]:
@@ -265,3 +274,50 @@ async def test_a_claim_name_that_is_no_object_name_is_never_read_or_written() ->
     assert client.made("patch", "PersistentVolumeClaim") == []
     messages = [call.body["status"]["conditions"][0]["message"] for call in client.made("patch", "PodStatus")]
     assert any("is not a valid object name" in message for message in messages), messages
+
+
+def running_user() -> dict[str, Any]:
+    """Another scheduler's pod, running on b1 with claim `model`."""
+    return bound(mounting(pod("first", scheduler="default-scheduler"), "model"), "b1", {})
+
+
+def placed_user() -> dict[str, Any]:
+    """A pod of gpufrac's with the claim, placed in the same round just before the one that wants it too."""
+    return mounting(share_pod("first", created="2024-05-01T11:00:00Z"), "model")
+
+
+@pytest.mark.parametrize("user", [running_user, placed_user], ids=["running", "placed-first"])
+async def test_a_pod_waits_while_another_pod_mounts_its_read_write_once_pod_claim(
+    user: Callable[[], dict[str, Any]],
+) -> None:
+    """As kube-scheduler's VolumeRestrictions: bound, the second pod's mount would fail, and it would hold its
+    GPU share in ContainerCreating."""
+    second = mounting(share_pod("second"), "model")
+    made, client = await decided(user(), second, *asking(READ_WRITE_ONCE_POD))
+    assert pod_nodes(made) == {key("first"): "b1"}
+    messages = [call.body["status"]["conditions"][0]["message"] for call in client.made("patch", "PodStatus")]
+    why = "persistentvolumeclaim team/model has access mode ReadWriteOncePod and pod team/first uses it"
+    assert why in messages, messages
+
+
+async def test_a_pod_waiting_for_a_read_write_once_pod_claim_is_placed_once_its_user_is_gone() -> None:
+    first = running_user()
+    made, client, clock = setup(NODES, [first, mounting(share_pod("second"), "model")])
+    for body in asking(READ_WRITE_ONCE_POD):
+        client.put(body)
+    await made.schedule_pending()
+    assert key("second") not in pod_nodes(made)
+    made.on_pod_event("DELETED", first)
+    clock.advance(31)  # past its backoff
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert pod_nodes(made) == {key("second"): "b1"}
+    assert [call.name for call in client.made("create", "Binding")] == ["second"]
+
+
+async def test_a_read_write_once_claim_is_mounted_by_several_pods() -> None:
+    """ReadWriteOnce restricts the claim to one node, not to one pod: its volume's node affinity keeps the
+    pods together."""
+    second = mounting(share_pod("second"), "model")
+    made, _ = await decided(running_user(), second, *asking("ReadWriteOnce"))
+    assert pod_nodes(made) == {key("first"): "b1", key("second"): "b1"}

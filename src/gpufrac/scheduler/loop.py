@@ -404,7 +404,7 @@ class Scheduler:
             # pods moved to make room for it are still going (their deletion wakes it).
             self.queue.park(uid, **self._order(pod))
             return
-        needs = await volumes.read(self.client, pod)
+        needs = await volumes.read(self.client, pod, self.cache)
         if self.pending.get(uid) is not pod:
             # Deleted, bound or changed while its volumes were read: decided as it is now, if still pending.
             if uid in self.pending:

@@ -1,5 +1,6 @@
-"""The placed pods as inter-pod affinity and topology spread read them: each pod's namespace, labels and
-terms, indexed so that a decision reads only the pods a term or spread may name. Pure.
+"""The placed pods as inter-pod affinity, topology spread and ReadWriteOncePod claims read them: each pod's
+namespace, labels, terms and persistent volume claims, indexed so that a decision reads only the pods a
+term or spread may name, or that mount a claim it mounts. Pure.
 
 A term or spread names pods of some namespaces by a label selector, and nearly every selector requires some
 label to be one of a few values (`matchLabels`): only the pods with that label value are looked at, not
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from gpufrac.scheduler import pod_affinity
+from gpufrac.scheduler import pod_affinity, volumes
 from gpufrac.scheduler.pod_affinity import PodFacts, PodTerm, Selector
 
 # Above this many namespaces a term's pods are found by label value across namespaces (`PodIndex.named`).
@@ -23,6 +24,9 @@ class PodIndex:
         self.facts: dict[str, PodFacts] = {}  # uid -> facts of a placed pod (bound or assumed)
         # The required anti-affinity terms of placed pods, each with the uids of the pods that hold it.
         self.repelling: dict[PodTerm, set[str]] = {}
+        # (namespace, claim) -> uids of the placed pods that mount it, for ReadWriteOncePod (`volumes.read`).
+        self.mounting: dict[tuple[str, str], set[str]] = {}
+        self._claims: dict[str, list[str]] = {}  # uid -> the claims it mounts, for pods that mount any
         self._in_namespace: dict[str, set[str]] = {}
         self._labelled: dict[tuple[str, str, str], set[str]] = {}  # (namespace, label, value) -> uids
         self._labelled_anywhere: dict[tuple[str, str], set[str]] = {}  # (label, value) -> uids
@@ -37,6 +41,10 @@ class PodIndex:
             self._labelled_anywhere.setdefault((key, value), set()).add(uid)
         for term in facts.anti_affinity:
             self.repelling.setdefault(term, set()).add(uid)
+        if claims := volumes.claim_names(pod):
+            self._claims[uid] = claims
+            for claim in claims:
+                self.mounting.setdefault((facts.namespace, claim), set()).add(uid)
 
     def forget(self, uid: str) -> None:
         facts = self.facts.pop(uid, None)
@@ -48,6 +56,8 @@ class PodIndex:
         for key, value in facts.labels.items():
             _drop(self._labelled, (facts.namespace, key, value), uid)
             _drop(self._labelled_anywhere, (key, value), uid)
+        for claim in self._claims.pop(uid, ()):
+            _drop(self.mounting, (facts.namespace, claim), uid)
 
     def named(self, namespaces: Iterable[str], selector: Selector | None) -> Iterator[str]:
         """The uids of the pods in `namespaces` that `selector` may match (a superset: the caller matches

@@ -13,6 +13,13 @@ chosen: kube-scheduler's VolumeBinding, for the volumes GPU pods carry (a notebo
   controller) or being deleted, one unbound with immediate binding (the volume controller binds it), one
   whose volume is lost, one of a class without a provisioner (pre-made local volumes, which kube-scheduler
   binds by matching volumes to claims and gpufrac does not).
+- kube-scheduler's VolumeRestrictions for ReadWriteOncePod: a claim whose `spec.accessModes` (the modes
+  asked, as kube-scheduler reads them, bound or not) has `ReadWriteOncePod` keeps the pod waiting while
+  another placed pod (bound or being bound, any scheduler's) mounts it, until that pod is gone: the kubelet
+  would refuse the second mount, and the pod would sit in ContainerCreating holding its GPU share. Judged
+  once every claim is read, against the cache as the pod is decided, and looked up in the cache's index of
+  placed pods by claim (`PodIndex.mounting`), not by scanning them. kube-scheduler judges only the claims
+  a pod names; a generic ephemeral volume's claim is judged too, since a second mount of it fails the same.
 
 Read when the pod is decided rather than watched: pods with volumes are a few, and every claim and volume
 of a cluster held in memory would cost the scheduler more than these reads. The claims of a pod are read
@@ -27,7 +34,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightkube
 from lightkube.resources.core_v1 import PersistentVolume, PersistentVolumeClaim
@@ -39,9 +46,13 @@ from gpufrac.kubeapi import fields
 from gpufrac.kubeapi.client import READ_ERRORS
 from gpufrac.scheduler import affinity, objects
 
+if TYPE_CHECKING:
+    from gpufrac.scheduler.cache import SchedulerCache
+
 SELECTED_NODE_ANNOTATION = "volume.kubernetes.io/selected-node"
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
+READ_WRITE_ONCE_POD = "ReadWriteOncePod"
 # The most claims a pod may have: each is read on every try, and the pod is the tenant's. No node attaches
 # more volumes than this.
 MAX_CLAIMS = 128
@@ -74,9 +85,9 @@ def claim_names(pod: Mapping[str, Any]) -> list[str]:
     return found
 
 
-async def read(client: lightkube.AsyncClient, pod: Mapping[str, Any]) -> Volumes:
-    """What the pod's claims ask of its node, read from the API server now. Where several claims make the
-    pod wait, it says why for the first the pod names."""
+async def read(client: lightkube.AsyncClient, pod: Mapping[str, Any], cache: SchedulerCache) -> Volumes:
+    """What the pod's claims ask of its node, read from the API server now, with the pods `cache` has
+    placed. Where several claims make the pod wait, it says why for the first the pod names."""
     names = claim_names(pod)
     if not names:
         return NONE
@@ -85,22 +96,40 @@ async def read(client: lightkube.AsyncClient, pod: Mapping[str, Any]) -> Volumes
     if why := _misnamed(names):
         return Volumes(waits=why)
     reader = _Reader(client, objects.meta(pod).get("namespace") or "")
-    found = await asyncio.gather(*(reader.claim_constraints(name) for name in dict.fromkeys(names)))
+    unique = list(dict.fromkeys(names))
+    found = await asyncio.gather(*(reader.claim_constraints(name) for name in unique))
     constraints: list[tuple[affinity.Term, ...]] = []
-    for terms in found:
+    for name, terms in zip(unique, found, strict=True):
         if isinstance(terms, str):
             return Volumes(waits=terms)
+        if name in reader.read_write_once_pod and (user := _other_user(cache, pod, reader.namespace, name)):
+            return Volumes(
+                waits=f"persistentvolumeclaim {reader.namespace}/{name} has access mode "
+                f"{READ_WRITE_ONCE_POD} and pod {user} uses it"
+            )
         constraints += terms
     return Volumes(tuple(constraints))
 
 
+def _other_user(cache: SchedulerCache, pod: Mapping[str, Any], namespace: str, claim: str) -> str | None:
+    """The namespace/name of a pod placed besides `pod` that mounts the claim; None when none does. Found in
+    the cache's index by claim (a ReadWriteOncePod claim has one such pod at most), so that a decision costs
+    the same however many pods are placed."""
+    uid = objects.pod_uid(pod)
+    other = next((user for user in cache.pods.mounting.get((namespace, claim), ()) if user != uid), None)
+    return None if other is None else cache.names.get(other, other)
+
+
 class _Reader:
-    """The reads of one pod's claims, `READS_AT_ONCE` in flight, each StorageClass read once."""
+    """The reads of one pod's claims, `READS_AT_ONCE` in flight, each StorageClass read once. The claims
+    that ask for `ReadWriteOncePod` are noted in `read_write_once_pod`, for `read` to judge once every read
+    is done: the cache changes while reads are awaited."""
 
     def __init__(self, client: lightkube.AsyncClient, namespace: str) -> None:
         self.client, self.namespace = client, namespace
         self.slots = asyncio.Semaphore(READS_AT_ONCE)
         self.classes: dict[str, asyncio.Task[dict[str, Any] | None]] = {}
+        self.read_write_once_pod: set[str] = set()
 
     async def get(self, resource: Any, name: str, namespace: str | None) -> dict[str, Any] | None:
         async with self.slots:
@@ -129,6 +158,8 @@ class _Reader:
             return f"{what} is being deleted"
         if objects.text_field(claim, "status", "phase") == "Lost":
             return f"{what} lost its volume"
+        if READ_WRITE_ONCE_POD in (affinity.field_at(claim, "spec", "accessModes") or ()):
+            self.read_write_once_pod.add(name)
         volume_name = objects.text_field(claim, "spec", "volumeName")
         if volume_name:
             volume = await self.get(PersistentVolume, volume_name, None)
