@@ -8,6 +8,8 @@ The program is run as `gpufrac` runs it (`cli.main`), in this process: stderr is
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -383,3 +385,22 @@ def test_a_certificate_path_in_a_symlink_loop_raises_nothing(
     )
     code, err = run(capsys, *args)  # resolving it raised out of the duplicate check; writing replaces it
     assert (code, err) == (0, "") and loop.is_file() and not loop.is_symlink()
+
+
+@pytest.mark.parametrize(
+    "command", [["validate", "examples", "--format", "json"], ["plan", "--format", "json"]]
+)
+def test_output_that_cannot_be_written_is_one_line_and_a_failure(command: list[str]) -> None:
+    """`> file` on a full disk: a traceback, or, for output small enough to sit in the buffer, a success
+    reported before the write failed at exit."""
+    root = Path(__file__).parents[1]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpufrac.cli", *command],
+            cwd=root,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "gpufrac: cannot write the output (No space left on device)" in done.stderr

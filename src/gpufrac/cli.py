@@ -6,6 +6,8 @@ pays for matplotlib and a broken optional piece cannot break the others.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -45,13 +47,35 @@ def _commands() -> None:
     """Keeps `gpufrac <command>` a group: without a callback, Typer runs a lone command as the program."""
 
 
+# What writing the output can fail with, where it goes to a file: the disk or quota full, a file too big, the
+# device failing. Nothing else the commands do raises these unhandled (reading is `reading`'s).
+OUTPUT_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
 def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn a UserError into `gpufrac: <message>` on stderr and its exit status, never a traceback."""
+    """Turn a UserError into `gpufrac: <message>` on stderr and its exit status, never a traceback; and
+    standard output that cannot be written (`> file` on a full disk; `| head` gone) into a failure, not a
+    traceback, nor the success a buffered write would otherwise report until its flush at exit."""
 
     @wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return command(*args, **kwargs)
+            try:
+                return command(*args, **kwargs)
+            finally:
+                sys.stdout.flush()
+        except BrokenPipeError:  # the reader went (`| head`): nothing more to say, to it or anyone
+            _drop_stdout()
+            raise typer.Exit(141) from None  # as a shell reports a program a closed pipe stopped
+        except OSError as error:
+            if error.errno not in OUTPUT_ERRORS:
+                raise
+            _drop_stdout()
+            stderr.print(
+                f"gpufrac: cannot write the output ({error.strerror}); free some space or write it elsewhere",
+                soft_wrap=True,
+            )
+            raise typer.Exit(1) from None
         except UserError as error:
             stderr.print(f"gpufrac: {one_line(str(error))}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(error.exit_code) from None
@@ -60,6 +84,12 @@ def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def _drop_stdout() -> None:
+    """Point standard output at /dev/null, so that what is still buffered is not written (and fails
+    again, with a traceback) as the interpreter exits."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 @app.command()
