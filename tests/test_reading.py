@@ -210,3 +210,15 @@ def test_a_pipe_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(UserError, match="is a pipe or socket, not a file"):
         reading.read_text(fifo, limit=100)
+
+
+def test_a_key_twice_in_one_mapping_is_refused_at_its_second_line() -> None:
+    """As kubectl refuses it. PyYAML kept the last, while the lines reported pointed at the first; a List
+    with two `items:` made `gpufrac validate` fail with a traceback."""
+    text = "kind: List\nitems:\n- {kind: Pod}\nitems:\n- {kind: Pod}\n- {kind: Pod}\n"
+    with pytest.raises(
+        UserError, match=r"^list.yaml:4: not valid YAML: the key 'items' is there twice; keep one$"
+    ):
+        reading.load_yaml(text, name="list.yaml")
+    merged = reading.load_yaml("base: &b {x: 1}\nmine:\n  <<: *b\n  x: 2\n", name="merge.yaml")
+    assert merged == {"base": {"x": 1}, "mine": {"x": 2}}  # a merge key's values may be overridden

@@ -153,6 +153,22 @@ class _BoundedConstructor(yaml.constructor.SafeConstructor):
             )
         return int(super().construct_yaml_int(node))
 
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
+        """A key twice in one mapping is refused, as kubectl refuses it: PyYAML would keep the last, while
+        the lines reported point at the first (a List's second `items:` even broke `validate`)."""
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"the key {key_node.value!r} is there twice; keep one",
+                        key_node.start_mark,
+                    )
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
     def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> str:  # type: ignore[override]
         """A date stays the text it is, as Kubernetes reads YAML (through JSON, which has no dates); PyYAML's
         own reading raises on impossible ones (2001-13-45)."""
