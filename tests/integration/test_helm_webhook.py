@@ -13,7 +13,7 @@ from gpufrac import cli, contract
 from gpufrac.admission import certs, settings
 
 from . import controlplane
-from .chart import helm_template
+from .chart import helm_refusal, helm_template
 
 NAMESPACE = controlplane.SCHEDULER_NAMESPACE
 EXEMPT = ["gpufrac-system", "kube-system", "kube-public", "kube-node-lease", "gpu-operator"]
@@ -99,6 +99,12 @@ def test_every_webhook_fails_closed_outside_the_exempt_namespaces() -> None:
     path, [configmaps] = rules["configmaps.validate.gpufrac.io"]
     assert path == "/validate" and configmaps["operations"] == ["CREATE", "UPDATE", "DELETE"]
     assert "objectSelector" not in next(h for h in validating if h["name"].startswith("configmaps"))
+
+
+def test_no_value_makes_a_webhook_fail_open() -> None:
+    """failurePolicy Ignore would let what the webhooks guard through whenever the webhook is down, busy
+    (an answer without a uid), slow, or serving an expired certificate: the chart refuses it by name."""
+    assert "- webhook.failurePolicy: " in helm_refusal("webhook.failurePolicy=Ignore")
 
 
 def test_labelled_mode_narrows_the_mutation_only() -> None:
