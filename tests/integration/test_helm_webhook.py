@@ -205,3 +205,17 @@ def test_a_network_policy_admits_only_the_apiserver_to_the_webhook_port() -> Non
     assert rule["ports"] == [{"port": 9443, "protocol": "TCP"}]
     assert rule["from"] == [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.244.0.0/16", "10.96.0.0/12"]}}]
     assert ("NetworkPolicy", "gpufrac-webhook") not in webhook_objects("webhook.networkPolicy.enabled=false")
+
+
+def test_a_network_policy_that_names_no_source_is_refused() -> None:
+    """An ingress rule whose `from` is empty admits every source: emptying apiserverCIDRs must not open the
+    webhook's port to every pod. extraFrom alone is a policy, of its peers only."""
+    cidrs = "webhook.networkPolicy.apiserverCIDRs"
+    assert "webhook.networkPolicy admits no source" in helm_refusal(f"{cidrs}=null")
+    # `--set ...={}` is a list of one empty string, a peer with no address.
+    assert f"- {cidrs}.0: " in helm_refusal(f"{cidrs}={{}}")
+    prometheus = webhook_objects(
+        f"{cidrs}=null", "webhook.networkPolicy.extraFrom[0].podSelector.matchLabels.app=prom"
+    )
+    (rule,) = prometheus["NetworkPolicy", "gpufrac-webhook"]["spec"]["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"app": "prom"}}}]
