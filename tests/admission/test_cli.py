@@ -109,6 +109,10 @@ def test_one_line_errors() -> None:
             ("--tls-cert", "/nonexistent/tls.crt", "--tls-key", "/nonexistent/tls.key"),
             "gpufrac: --tls-cert /nonexistent/tls.crt / --tls-key /nonexistent/tls.key: cannot load them",
         ),
+        (  # refused before the certificates are read: it would be mounted into tenants' pods
+            ("--tls-cert", "a", "--tls-key", "b", "--mps-host-directory", "/run"),
+            "gpufrac: --mps-host-directory '/run': sm-sharing pods mount the MPS pipe directory read-write",
+        ),
     ]:
         done = gpufrac("webhook", *args)
         assert done.returncode == 2, (args, done.stderr)

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufrac import contract
+import pytest
 
-from .chart import helm_template
+from gpufrac import contract
+from gpufrac.errors import UserError
+
+from ..contract.test_mps_directory import ACCEPTED, REFUSED
+from .chart import helm_refusal, helm_template
 
 
 def _daemonset(*values: str) -> dict[str, Any] | None:
@@ -74,3 +78,16 @@ def test_agent_values() -> None:
     for value, expected in (("gpu-node-critical", "gpu-node-critical"), ("", None)):  # GKE: another, or none
         named = _daemonset(f"agent.priorityClassName={value}")
         assert named is not None and named["spec"]["template"]["spec"].get("priorityClassName") == expected
+
+
+@pytest.mark.parametrize("path", REFUSED + ACCEPTED)
+def test_the_schema_takes_the_mps_pipe_directories_the_programs_take(path: str) -> None:
+    """Both the agent and the webhook are given agent.mps.pipeDirectory; a value they refuse at startup
+    (one not gpufrac's own, which tenants' sm-sharing pods would mount) must stop the release instead."""
+    value = f"agent.mps.pipeDirectory={path}"
+    try:
+        contract.check_mps_directory(path, flag="--mps-pipe-directory")
+    except UserError:
+        assert "- agent.mps.pipeDirectory: " in helm_refusal(value)
+    else:
+        assert _daemonset(value) is not None

@@ -24,6 +24,10 @@ from gpufrac.cli import app
         (["--node-name", "n", "--native-label", "novalue"], "--native-label 'novalue': give KEY=VALUE"),
         (["--node-name", "n", "--native-label", "=x"], "--native-label '=x': give KEY=VALUE"),
         (["--node-name", "n", "--proc-root", "no-such-folder"], "--proc-root no-such-folder: no such folder"),
+        (
+            ["--node-name", "n", "--mps-pipe-directory", "/var/run/"],
+            "--mps-pipe-directory '/var/run': sm-sharing",
+        ),
     ],
 )
 def test_bad_flags(args: list[str], message: str) -> None:

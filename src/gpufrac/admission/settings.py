@@ -56,6 +56,11 @@ class Policy:
     # The reference GPU a `gpu-fraction` counts on in `gpufrac.io/gpu-memory` (`contract.memory_resource`).
     fraction_reference_mib: int = memory_resource.DEFAULT_FRACTION_REFERENCE_MIB
 
+    def __post_init__(self) -> None:
+        # Mounted read-write into every sm-sharing pod: a shared directory (`/run`) is refused at startup,
+        # not handed to tenants.
+        contract.check_mps_directory(self.mps_host_directory, flag="--mps-host-directory")
+
     def is_scheduler(self, user: str) -> bool:
         """Whether `user` is the scheduler, the one writer of scheduler-owned keys and env ConfigMaps."""
         return user == self.scheduler_identity

@@ -25,6 +25,7 @@ from gpufrac.contract.model import (
     WholeGpuPlacement,
     WholeGpuRequest,
 )
+from gpufrac.contract.mps_directory import check_mps_directory
 from gpufrac.contract.parse import granted_to_another, kai_share_container, parse_placement, parse_pod
 from gpufrac.contract.quantity import format_mib, kai_memory_mib, parse_decimal, parse_quantity, quantity_mib
 from gpufrac.contract.render import (
@@ -51,6 +52,7 @@ __all__ = [
     "ShareRequest",
     "WholeGpuPlacement",
     "WholeGpuRequest",
+    "check_mps_directory",
     "container_key",
     "format_mib",
     "granted_to_another",

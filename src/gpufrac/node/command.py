@@ -69,6 +69,9 @@ def run(
         # nothing while looking healthy.
         raise UserError(f"--proc-root {proc_root}: no such folder; pass the host's /proc (with hostPID)")
     native = parse_label(native_label)
+    # The directory the webhook mounts into sm-sharing containers and the scheduler names in their env.
+    pipe_directory = mps_pipe_directory or Path(contract.DEFAULT_MPS_PIPE_DIRECTORY)
+    contract.check_mps_directory(str(pipe_directory), flag="--mps-pipe-directory")
     try:
         backend = nvml.open_backend(nvml_spec)
     except ValueError as error:
@@ -78,8 +81,6 @@ def run(
     killer: node_agent.Killer = (
         node_agent.DryRunKiller() if fake else node_agent.SignalKiller(procfs.ProcFS(proc_root), backend)
     )
-    # The directory the webhook mounts into sm-sharing containers and the scheduler names in their env.
-    pipe_directory = mps_pipe_directory or Path(contract.DEFAULT_MPS_PIPE_DIRECTORY)
     supervisor = _supervisor(
         backend,
         program=mps_control,
