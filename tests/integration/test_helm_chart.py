@@ -15,6 +15,7 @@ from lightkube.generic_resource import create_namespaced_resource
 
 from gpufrac import cli, contract
 from gpufrac.admission import settings
+from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
 
 from . import controlplane
@@ -93,6 +94,28 @@ def test_good_values_that_helm_set_passes_as_strings_are_accepted() -> None:
     # `--set agent.interval=2.5` is the string "2.5": the schema takes it, the command checks its range.
     (daemonset,) = [d for d in helm_template("agent.interval=2.5") if d["kind"] == "DaemonSet"]
     assert "--interval=2.5" in daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def _node_selector(selector: str) -> str:
+    return "scheduler.nodeSelector=" + selector.replace(",", "\\,")  # `--set` splits on a bare comma
+
+
+@pytest.mark.parametrize("selector", ["gpufrac.io/enabled", "=true", "gpufrac.io/enabled=true,pool"])
+def test_a_node_selector_the_scheduler_refuses_stops_the_release(selector: str) -> None:
+    with pytest.raises(UserError):  # the scheduler would exit 2 at start, again and again
+        cli.parse_labels(selector, option="--node-selector")
+    assert "- scheduler.nodeSelector: " in helm_refusal(_node_selector(selector))
+
+
+@pytest.mark.parametrize("selector", ["gpufrac.io/enabled=true", "pool=a100, example.com/tier="])
+def test_a_node_selector_of_labels_reaches_the_scheduler(selector: str) -> None:
+    cli.parse_labels(selector, option="--node-selector")  # which the scheduler takes
+    (deployment,) = [
+        d
+        for d in helm_template(_node_selector(selector))
+        if d["kind"] == "Deployment" and "scheduler" in d["metadata"]["name"]
+    ]
+    assert f"--node-selector={selector}" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 def test_the_schemas_choices_are_the_commands() -> None:
