@@ -784,3 +784,33 @@ async def test_a_member_placed_while_the_others_are_being_bound_joins_them() -> 
     client.gate.set()
     await made.wait_for_binds()
     assert [objects.node_name(client.stored("Pod", name) or {}) for name in "abc"] == ["n1"] * 3
+
+
+@pytest.mark.parametrize("theirs", [1000, 0], ids=["higher", "equal"])
+async def test_room_kube_scheduler_nominated_for_a_pod_of_no_lower_priority_is_left_to_it(
+    theirs: int,
+) -> None:
+    """kube-scheduler preempted for `urgent` and nominated n1: it filters other pods as if `urgent` ran
+    there. Taken by a pod of lower or equal priority, the room would make it preempt again, and again."""
+    urgent = pod("urgent", scheduler="default-scheduler", cpu="900m", priority=theirs)
+    urgent["status"]["nominatedNodeName"] = "n1"
+    made, _, _ = setup(
+        [gpu_node("n1", cpu="1"), gpu_node("n2", cpu="1")], [urgent, share_pod("p", cpu="500m", priority=0)]
+    )
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert pod_nodes(made)[key("p")] == "n2"
+    made.on_pod_event("MODIFIED", pod("urgent", scheduler="default-scheduler", cpu="900m", priority=theirs))
+    assert made.cache.nominated == {}  # nominated no more: its room is anyone's
+
+
+async def test_a_nominated_pod_that_does_not_fit_yet_keeps_lower_priorities_off_its_node() -> None:
+    """Its victims still going, it fits nowhere yet; kube-scheduler counts it there all the same."""
+    urgent = pod("urgent", scheduler="default-scheduler", cpu="2", priority=1000)
+    urgent["status"]["nominatedNodeName"] = "n1"
+    made, client, _ = setup([gpu_node("n1", cpu="1")], [urgent, share_pod("p", cpu="500m", priority=0)])
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert key("p") not in pod_nodes(made) and made.cache.state.placements.keys() == set()
+    said = client.made("patch", "PodStatus")[-1].body["status"]["conditions"][0]["message"]
+    assert "1 node(s) kept for a pod of no lower priority nominated there" in said, said

@@ -79,6 +79,9 @@ class SchedulerCache:
         self.reservations: dict[str, Obj] = {}
         self.releasing: set[str] = set()  # reservations whose deletion this scheduler asked for
         self.kept_rooms: dict[str, Placement] = {}  # pending pod uid -> room its moved pods left
+        # Unbound pods a scheduler nominated a node for (kube-scheduler, once it preempted for them): uid ->
+        # their priority and what they would hold there (`nominated_view`).
+        self.nominated: dict[str, tuple[int, Placement]] = {}
 
     def snapshot(self) -> ClusterState:
         """The state the engine decides on. Not a copy: decisions run on the event loop between awaits, so
@@ -453,6 +456,47 @@ class SchedulerCache:
 
     def _name(self, uid: str) -> str:
         return self.names.get(uid, uid)
+
+    # ---- pods nominated to nodes (kube-scheduler's preemption) --------------------------------------------
+
+    def nominate(self, pod: Obj) -> None:
+        """Note the node an unbound pod is nominated to (`status.nominatedNodeName`), or that it is none."""
+        uid, node = objects.pod_uid(pod), objects.text_field(pod, "status", "nominatedNodeName")
+        self.nominated.pop(uid, None)
+        if not node or objects.node_name(pod) or objects.terminating(pod):
+            return
+        try:
+            demand = objects.pod_demand(pod)
+        except contract.ContractError:
+            return  # nothing it holds can be told; its own scheduler will not place it either
+        placement = Placement(
+            f"nominated:{uid}", node, demand.cpu_milli, demand.memory_mib, scalars=demand.scalars
+        )
+        self.nominated[uid] = (objects.priority(pod), placement)
+
+    @contextlib.contextmanager
+    def nominated_view(self, uid: str, priority: int) -> Iterator[np.ndarray]:
+        """Within the block, the pods nominated to a node with `priority` or more hold their CPU, memory, pod
+        slot and other resources there, as kube-scheduler counts them for a pod of lower or equal priority:
+        the room it freed by preemption is theirs, and taken, it would preempt again. Yields the rows of
+        nodes where they do not fit even now (their victims still going), which such a pod must not take
+        either. Their GPUs are left out: what they ask of a device plugin is the kubelet's to count."""
+        applied: list[str] = []
+        full: list[int] = []
+        for other, (theirs, placement) in self.nominated.items():
+            row = self.state.index.get(placement.node)
+            if other == uid or theirs < priority or row is None or not self.state.active[row]:
+                continue
+            try:
+                self.state.apply(placement)
+                applied.append(placement.pod)
+            except PlacementRefused:
+                full.append(row)
+        try:
+            yield np.array(full, np.int64)
+        finally:
+            for pod in applied:
+                self.state.release(pod)
 
     # ---- device-plugin nodes ------------------------------------------------------------------------------
 

@@ -179,6 +179,7 @@ class Scheduler:
     def on_pods_listed(self, pods: list[dict[str, Any]]) -> None:
         """Rebuild every pod-derived fact from a full list: what is bound where, what waits."""
         self.cache.sync_pods(pods)
+        self.cache.nominated.clear()  # the unbound pods listed nominate again below
         listed = {objects.pod_uid(pod) for pod in pods}
         # Deleted while the watch was broken: gone as a DELETED event would have said, so that no gang counts
         # a member that is gone and no plan waits for an evicted pod that went.
@@ -202,8 +203,10 @@ class Scheduler:
             elif objects.is_done(pod):
                 self.keeper.finished(pod)
         if event == "DELETED" or objects.is_done(pod):
+            self.cache.nominated.pop(uid, None)
             self._gone(uid)
             return
+        self.cache.nominate(pod)
         if objects.node_name(pod):
             self._forget_pending(uid)
             self._check_binding(pod)
@@ -432,7 +435,11 @@ class Scheduler:
         # Shares only on GPUs gpufrac reserved, whole GPUs only on GPUs the device plugin still has free.
         usable = (Hold.RESERVED,) if demand.shares else (Hold.FREE,) if demand.whole else ()
         try:
-            with self.cache.device_view(*usable):
+            with self.cache.device_view(*usable), self.cache.nominated_view(uid, _priority(pod)) as theirs:
+                if theirs.size:
+                    kept_for = np.isin(rows, theirs)
+                    reason = "node(s) kept for a pod of no lower priority nominated there"
+                    rows, excluded = rows[~kept_for], excluded + Counter({reason: int(kept_for.sum())})
                 outcome: Placement | Unschedulable = Unschedulable(uid, {})
                 if kept is not None and past is None:  # the room pods were moved out of, first
                     room = rows[rows == self.cache.state.index.get(kept.node, -1)]
