@@ -154,7 +154,15 @@ class Evictions:
                 members, policy, victims, why, _only_of(victims, going, allow), lost, going
             ):
                 return True
-        return False
+        # Past a limit, the pod may fit where it is: room is not what its queue's own pods must give up.
+        return bool(
+            capped
+            and len(members) == 1
+            and preemptible
+            and await self.mover.preempt_to_limit(
+                members[0], policy, preemptible, _only_of(preemptible, going, within_limit), lost, going
+            )
+        )
 
     def _work_lost(self, victims: list[str], placements: Mapping[str, Placement]) -> dict[str, float]:
         """The GPU-seconds each victim has run, which its eviction throws away: among victims otherwise

@@ -33,7 +33,7 @@ from gpufrac.kubeapi.client import API_ERRORS
 from gpufrac.kubeapi.eviction import evict
 from gpufrac.placement.defrag import Planner
 from gpufrac.placement.framework import Policy
-from gpufrac.placement.preemption import Allows, plan_gang_eviction
+from gpufrac.placement.preemption import Allows, placement_without, plan_gang_eviction
 from gpufrac.scheduler import constraints, objects, volumes
 from gpufrac.scheduler.cache import SchedulerCache
 
@@ -248,6 +248,34 @@ class Mover:
         evicted = going(list(plan.victims))
         rooms = [(uid, pod, plan.placements[demand.name]) for uid, pod, demand, _ in members]
         return await self._start(rooms, evicted, why)
+
+    async def preempt_to_limit(
+        self,
+        member: tuple[str, Mapping[str, Any], PodDemand, np.ndarray],
+        policy: Policy,
+        victims: Mapping[str, int],
+        allow: Callable[[Sequence[str]], bool],
+        lost: Mapping[str, float],
+        going: Callable[[Sequence[str]], list[str]],
+    ) -> bool:
+        """For a pod that fits as things are but would take its queue past a limit: evict the fewest of
+        `victims` (its queue's lower priorities, wherever they run; the lowest first, then those that lose
+        least work) whose going `allow` accepts (the queue back within), at most `max_moves`; the pod keeps
+        the room it fits in now. The room plans of `preempt` look for is not what is short here, so they
+        found no victim to take. True when pods are on their way out."""
+        uid, pod, demand, rows = member
+        leaving = self._leaving()
+        offered = [victim for victim in victims if not self._refused(victim) and victim not in leaving]
+        if not offered or uid in self.plans:
+            return False
+        placement = placement_without(self.cache.snapshot(), demand, policy, rows, ())
+        if placement is None:
+            return False
+        offered.sort(key=lambda victim: (victims[victim], lost.get(victim, 0.0), victim))
+        for count in range(1, min(self.max_moves, len(offered)) + 1):
+            if allow(offered[:count]):
+                return await self._start([(uid, pod, placement)], going(offered[:count]), PREEMPT)
+        return False
 
     def _allows(self, pod: Mapping[str, Any], going: Callable[[Sequence[str]], list[str]]) -> Allows:
         """What the pods placed rule out for `pod` (`SchedulerCache.neighbours_allow`), as a plan asks it:
