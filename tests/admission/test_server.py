@@ -655,3 +655,11 @@ def test_commas_inside_strings_are_not_values() -> None:
     assert exchange.json_values(body.encode()) < 100
     escaped = r'{"a\\": "b\", c", "d": [1, 2]}'  # a string ending in a backslash, one holding a quote
     assert exchange.json_values(escaped.encode()) == _values(json.loads(escaped))
+
+
+def test_a_string_never_closed_is_read_in_one_pass() -> None:
+    """Matched only up to a closing quote, a string never closed made every later quote start a scan to the
+    end of the body: a 64 KiB body of escaped quotes took seconds, decided on the event loop. It is now one
+    match to the end (so one value), as the parse that follows refuses it."""
+    assert exchange.json_values(b'"' + b'\\"' * 32_000) == 1
+    assert exchange.json_values(b'{"a": [1, 2], "b": "x, y') == 4

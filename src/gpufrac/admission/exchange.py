@@ -105,8 +105,10 @@ def missing_object(request: Request) -> str | None:
 MAX_JSON_VALUES = 1_000_000
 
 
-# A JSON string, escapes and all (written so that matching it never backtracks).
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# A JSON string, escapes and all, or one never closed, to the end of the text: each attempt to match then
+# succeeds in one pass. Closed only by a quote, an unclosed string made every later quote start a scan to the
+# end, and a hostile body of quotes cost the square of its length.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
 
 
 def json_values(body: bytes) -> int:
