@@ -346,3 +346,15 @@ async def test_the_agent_publishes_an_old_drivers_gpus(
     report = await agent.tick()
     assert report.problems == [] and [gpu.healthy for gpu in report.snapshot.gpus] == [True]
     assert "gpufrac.io/gpus" in node["metadata"]["annotations"]
+
+
+def test_an_nvidia_ml_py_without_its_library_mismatch_error_still_lists_processes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """nvidia-ml-py 12.535 (within the range the project declares) has no NVMLLibraryMismatchError: naming
+    it made every GPU's sample fail, so every GPU read as unhealthy."""
+    module = _fake_pynvml(broken=set())
+    del module.NVMLLibraryMismatchError
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    gpu = nvml.RealBackend().sample().gpus[0]
+    assert gpu.healthy and [process.pid for process in gpu.processes] == [7, 8], gpu.error

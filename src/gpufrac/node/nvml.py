@@ -188,7 +188,12 @@ def _listing(pynvml: Any, handle: Any, name: str) -> list[tuple[int, int | None]
     would list no process on any GPU. Older drivers have `_v2`, and the oldest only the plain symbol (v1),
     which nvidia-ml-py no longer wraps. A driver with none of them raises an NVMLError (function not found).
     """
-    missing = (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLLibraryMismatchError)
+    # nvidia-ml-py 12.535, which the agent supports, has no NVMLLibraryMismatchError (its unversioned call
+    # is v2 there, which every supported driver has).
+    missing = (
+        pynvml.NVMLError_FunctionNotFound,
+        getattr(pynvml, "NVMLLibraryMismatchError", pynvml.NVMLError_FunctionNotFound),
+    )
     for call in (getattr(pynvml, name), getattr(pynvml, f"{name}_v2", None)):
         if call is not None:
             with contextlib.suppress(*missing):
