@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from gpufrac.errors import UserError
+from gpufrac.sim import experiment
+from gpufrac.sim import simulate as simulation
+
 from .json_contract import POLICY_KEYS, SUMMARY_KEYS
 
 # What `--out` holds, for one trace or several.
@@ -153,6 +157,41 @@ def test_a_node_list_without_gpus_is_one_line(tiny: tuple[Path, Path], tmp_path:
     nodes = tmp_path / "cpu-nodes.csv"
     nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,0,\n")
     assert_one_line_error(simulate("--nodes", nodes, "--pods", pods, "--seeds", "1"), "no GPUs")
+
+
+def test_a_trace_of_tiny_requests_is_refused_before_it_draws_millions_of_pods(tmp_path: Path) -> None:
+    """One pod of 1 milli-GPU on openb's 6,212 GPUs: 8 million arrivals (1.9 GB before the first decision)."""
+    pods = tmp_path / "one.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np1,0,0,1,1\n")
+    result = simulate("--pods", pods, "--policies", "fgd", "--seeds", "1", "--workers", "1")
+    assert_one_line_error(result, "--pods", "--inflation 1.3", "about 8,075,600 pods", "at most 1,000,000")
+
+
+def test_the_arrivals_are_checked_before_any_replay_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In this process, before the pool: a worker that drew millions of pods would be too late."""
+    pods = tmp_path / "mixed.csv"
+    cpu_only = "".join(f"c{i},100,100,0,0\n" for i in range(999))
+    pods.write_text(f"name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,0,0,1,1\n{cpu_only}")
+
+    def no_replay(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a replay started")
+
+    monkeypatch.setattr(experiment, "run_sweep", no_replay)
+    with pytest.raises(UserError, match="about 8,075,600,000 pods"):
+        simulation.run(
+            nodes=None,
+            pods=pods,
+            traces=None,
+            trace_dir=None,
+            policies="fgd",
+            seeds="1",
+            inflation=None,
+            workers=1,
+            out=None,
+            output_format="json",
+        )
 
 
 def test_a_missing_file_exits_2(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from gpufrac.cluster.invariants import violations
 from gpufrac.cluster.model import GpuSpec, NodeSpec, Placement
 from gpufrac.cluster.state import ClusterState
+from gpufrac.errors import UserError
 from gpufrac.placement.cache import Hashed, shape_key
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, PolicyContext
@@ -73,6 +74,35 @@ def test_no_sampling_without_gpu_pods_or_below_the_original_demand() -> None:
     assert sorted(p.name for p in order_of(cpu_only)) == ["a", "b"]
     busy = tiny(*(pod(f"p{i}", 1, 1000) for i in range(6)))  # 6 GPUs asked of 4
     assert len(order_of(busy, inflation=1.3)) == 6
+
+
+def test_a_trace_of_tiny_requests_never_draws_past_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One pod of 1 milli-GPU asks 5,200 draws to reach 1.3 x 4 GPUs (on openb's cluster, 8 million): the
+    order stops at the bound with a one-line error instead of drawing them all."""
+    monkeypatch.setattr(replay, "MAX_ARRIVALS", 100)
+    with pytest.raises(UserError, match=r"at --inflation 1\.3: more than 100 pods would arrive") as raised:
+        order_of(tiny(pod("one-milli", 1, 1)))
+    assert "--pods" in str(raised.value) and "\n" not in str(raised.value)
+    assert len(order_of(tiny(pod("tenth", 1, 100)))) == 52  # 5,200 milli in draws of 100: under the bound
+
+
+def test_expected_arrivals_is_about_what_the_order_yields() -> None:
+    mixed = tiny(pod("share", 1, 300), pod("whole", 1, 1000), pod("cpu", 0), gpus=(8, 8))
+    expected = replay.expected_arrivals(mixed, inflation=1.3)
+    counts = [len(order_of(mixed, seed)) for seed in range(30)]
+    assert sum(counts) / len(counts) == pytest.approx(expected, rel=0.1)
+    assert replay.expected_arrivals(tiny(pod("a", 0), pod("b", 0)), inflation=1.3) == 2  # nothing drawn
+    busy = tiny(*(pod(f"p{i}", 1, 1000) for i in range(6)))  # 6 GPUs asked of 4: nothing drawn
+    assert replay.expected_arrivals(busy, inflation=1.3) == 6
+
+
+def test_a_run_expecting_more_than_the_bound_is_refused_before_any_draw() -> None:
+    openb_sized = trace.Trace("one", tuple(gpu_node(f"n{i}", 64) for i in range(100)), (pod("p1", 1, 1),))
+    with pytest.raises(UserError, match=r"one at --inflation 1\.3: about 8,320,000 pods would arrive"):
+        replay.check_arrivals(openb_sized, inflation=1.3)
+    # The paper's traces are far below it, even at the largest inflation the command allows.
+    replay.check_arrivals(trace.load(), inflation=10)
+    assert replay.expected_arrivals(trace.load(), inflation=10) < replay.MAX_ARRIVALS / 10
 
 
 # ---- allocation curve --------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import numpy as np
 
 from gpufrac.cluster.model import Placement, PodDemand
 from gpufrac.cluster.state import ClusterState
+from gpufrac.errors import UserError
 from gpufrac.placement import defrag
 from gpufrac.placement.cache import Hashed, shape_key
 from gpufrac.placement.engine import decide
@@ -30,6 +31,11 @@ from gpufrac.sim.trace import Trace, TracePod
 MAX_MOVES_PER_POD = 3
 # Arrivals between two looks for moves that lower fragmentation (`placement.defrag.tidy`).
 TIDY_EVERY = 20
+# The most pods one replay lets arrive. The paper's 17 traces need at most 16,655 at inflation 1.3
+# (gpushare100) and 128,116 at `--inflation 10`, the most allowed; a trace of tiny GPU requests (one pod of
+# 1 milli-GPU) would need millions, each a decision of a fraction of a millisecond and a few hundred bytes
+# held for the whole replay. 60 times the paper's largest: a replay that still ends, in minutes.
+MAX_ARRIVALS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +76,10 @@ def target_workload(trace: Trace) -> Workload:
 
 
 def arrival_order(trace: Trace, rng: np.random.Generator, *, inflation: float) -> list[TracePod]:
-    """The shuffled trace, then pods drawn with replacement until the next draw would overshoot."""
+    """The shuffled trace, then pods drawn with replacement until the next draw would overshoot.
+
+    Never more than `MAX_ARRIVALS` pods: `check_arrivals` refuses such a run before it starts, and a run
+    whose draws still go past it (its expected count just under the bound) stops with the same error."""
     by_name = sorted(trace.pods, key=lambda pod: pod.name)
     order = [by_name[i] for i in rng.permutation(len(by_name))]
     total = sum(pod.gpu_demand_milli for pod in by_name)
@@ -81,8 +90,38 @@ def arrival_order(trace: Trace, rng: np.random.Generator, *, inflation: float) -
         pod = by_name[int(rng.integers(len(by_name)))]
         if total + pod.gpu_milli > target:  # the authors' stop rule compares the per-GPU share
             return order
+        if len(order) >= MAX_ARRIVALS:
+            raise _too_many(trace, inflation, f"more than {MAX_ARRIVALS:,}")
         total += pod.gpu_demand_milli
         order.append(dataclasses.replace(pod, name=f"{pod.name}-tuned-{len(order)}"))
+
+
+def expected_arrivals(trace: Trace, *, inflation: float) -> float:
+    """About how many pods `arrival_order` yields: the trace's own, then as many draws as the GPU share left
+    to the target takes at the trace's mean GPU request per pod (CPU-only pods count, asking 0)."""
+    demand = sum(pod.gpu_demand_milli for pod in trace.pods)
+    if not demand:
+        return float(len(trace.pods))
+    left = max(0.0, inflation * trace.gpus * 1000 - demand)
+    return len(trace.pods) + left * len(trace.pods) / demand
+
+
+def check_arrivals(trace: Trace, *, inflation: float) -> None:
+    """Refuse, before any replay starts, a run of `trace` that would expect more than `MAX_ARRIVALS` pods."""
+    expected = expected_arrivals(trace, inflation=inflation)
+    if expected > MAX_ARRIVALS:
+        raise _too_many(trace, inflation, f"about {expected:,.0f}")
+
+
+def _too_many(trace: Trace, inflation: float, count: str) -> UserError:
+    demand = sum(pod.gpu_demand_milli for pod in trace.pods)
+    return UserError(
+        f"{trace.name} at --inflation {inflation:g}: {count} pods would arrive before their GPU requests "
+        f"reach {inflation:g} x {trace.gpus:,} GPUs (its {len(trace.pods):,} pod(s) ask "
+        f"{demand / len(trace.pods):.3g} milli-GPU each on average); a replay takes at most "
+        f"{MAX_ARRIVALS:,}: use a pod list (--pods) that asks more GPU, a lower --inflation, or fewer GPUs "
+        "(--nodes)"
+    )
 
 
 def replay(

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
-from gpufrac.sim import experiment, output, pool, report, trace
+from gpufrac.sim import experiment, output, pool, replay, report, trace
 from gpufrac.sim.tenants import command
 
 T = TypeVar("T")
@@ -103,6 +103,8 @@ def run(
             "the node list has no GPUs: the replay reports the share of the cluster's GPUs that pods are "
             "given, so at least one node needs a GPU"
         )
+    for each in loaded:  # here, not in a worker: a pod list of tiny requests would draw millions of pods
+        replay.check_arrivals(each, inflation=inflation)
     console = Console(stderr=True)
     with output.progress(console, "replaying", transient=output_format == "json") as progress:
         # Each seed's bound is one step besides its replays: an LP, well under a second.
