@@ -113,6 +113,8 @@ def test_a_broken_csv_is_one_line_naming_file_and_line(tiny: tuple[Path, Path]) 
         (("--seeds", "9-1"), "runs backwards"),
         (("--inflation", "0"), "--inflation"),
         (("--workers", "-1"), "--workers"),
+        (("--workers", "100000"), "--workers 100000: at most"),
+        (("--move-budget", ",".join(map(str, range(11)))), "11 budgets, at most 10"),
         (("--move-budget", "lots"), "--move-budget"),
         # An empty value (an unset variable in a script) is not the default: it must not run the sweep.
         (("--policies", ""), "none given"),

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gpufrac.cluster.model import GpuSpec, NodeSpec
 from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
-from gpufrac.sim import bound, experiment, replay, trace
+from gpufrac.sim import bound, experiment, pool, replay, trace
 
 from .json_contract import BOUND_KEYS, MOVE_KEYS, POLICY_KEYS, SUMMARY_KEYS
 
@@ -170,6 +170,28 @@ def test_bad_move_budgets_are_a_user_error(text: str) -> None:
 
 def test_move_budgets_parse_in_order_without_repeats() -> None:
     assert experiment.parse_move_budgets("0, 5,2.5,5") == [0, 5, 2.5]
+
+
+def test_move_budgets_are_counted() -> None:
+    """Each budget replays every policy on every seed again: `seq -s, 0 0.01 100` is a week of CPU."""
+    ten = ",".join(str(budget) for budget in range(experiment.MAX_MOVE_BUDGETS))
+    assert len(experiment.parse_move_budgets(ten)) == experiment.MAX_MOVE_BUDGETS
+    assert len(experiment.parse_move_budgets(ten + ",0,1")) == experiment.MAX_MOVE_BUDGETS  # repeats: once
+    with pytest.raises(UserError, match=r"--move-budget .*: 11 budgets, at most 10"):
+        experiment.parse_move_budgets(ten + ",99")
+
+
+def test_workers_are_at_most_one_per_cpu_or_a_few(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker is a process with its own copy of the traces: `--workers 100000` forked one per job."""
+    monkeypatch.setattr(pool.os, "sched_getaffinity", lambda _: {0, 1})
+    assert pool.worker_limit() == pool.MIN_WORKER_LIMIT  # a small machine still runs `--workers 2` scripts
+    pool.check_workers(pool.MIN_WORKER_LIMIT)
+    with pytest.raises(UserError, match=r"--workers 9: at most 8 here"):
+        pool.check_workers(9)
+    monkeypatch.setattr(pool.os, "sched_getaffinity", lambda _: set(range(32)))
+    pool.check_workers(32)
+    with pytest.raises(UserError, match=r"--workers 100000: at most 32 here"):
+        pool.check_workers(100_000)
 
 
 def test_summary_averages_over_seeds(tiny: trace.Trace) -> None:

@@ -79,8 +79,14 @@ def _quoted(text: str) -> str:
 RESTART_SECONDS = 120
 
 
+# Each move budget replays every policy on every seed once more, and is one more row per policy: a handful
+# compare; more is a sweep of its own, better run as several.
+MAX_MOVE_BUDGETS = 10
+
+
 def parse_move_budgets(text: str) -> list[float]:
-    """`0`, `5` or `0,2,5`: moves allowed per 100 arrivals, each a variant of every policy."""
+    """`0`, `5` or `0,2,5`: moves allowed per 100 arrivals, each a variant of every policy, at most
+    `MAX_MOVE_BUDGETS` of them."""
     try:
         budgets = list(dict.fromkeys(float(part) for part in text.split(",")))
     except ValueError:
@@ -89,6 +95,11 @@ def parse_move_budgets(text: str) -> list[float]:
         raise UserError(
             f"--move-budget {_quoted(text)}: expected moves per 100 arrivals between 0 and 100, or several "
             "separated by commas, such as 0,5"
+        )
+    if len(budgets) > MAX_MOVE_BUDGETS:
+        raise UserError(
+            f"--move-budget {_quoted(text)}: {len(budgets)} budgets, at most {MAX_MOVE_BUDGETS} (each "
+            "replays every policy on every seed again); compare fewer at a time"
         )
     return budgets
 

@@ -31,10 +31,32 @@ def _call(job: Any) -> Any:
     return _work(_shared, job)
 
 
+# Workers allowed beyond the CPUs, so that a script written for a small machine (`--workers 2`) runs on a
+# smaller one. Past the CPUs a worker only waits: each is a process holding its own copy of the traces (a
+# few hundred MB at openb's size), so thousands of them would exhaust memory, not finish sooner.
+MIN_WORKER_LIMIT = 8
+
+
+def worker_limit() -> int:
+    """The most `--workers` allowed here: one per CPU this process may run on, and at least
+    `MIN_WORKER_LIMIT`."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on every platform
+        cpus = os.cpu_count() or 1
+    return max(cpus, MIN_WORKER_LIMIT)
+
+
 def check_workers(requested: int | None) -> None:
     """Refuse a bad `--workers` before any long work starts; None asks for one per CPU."""
     if requested is not None and requested < 1:
         raise UserError(f"--workers {requested}: must be at least 1")
+    if requested is not None and requested > (limit := worker_limit()):
+        raise UserError(
+            f"--workers {requested}: at most {limit} here (one per CPU, at least {MIN_WORKER_LIMIT}); more "
+            "only wait for a CPU and each holds its own copy of the trace: give fewer, or leave it out for "
+            "one per CPU"
+        )
 
 
 def worker_count(requested: int | None, jobs: int) -> int:
