@@ -256,6 +256,14 @@ def test_a_missing_or_bad_trace_is_one_line(trace_dir: Path, args: tuple[str, ..
     assert_one_line_error(simulate(*args, "--trace-dir", trace_dir, "--seeds", "1"), says, "--trace")
 
 
+def test_every_trace_is_read_against_the_node_lists_models(trace_dir: Path) -> None:
+    """`--traces` reads the pod lists beside one node list: a gpu_spec no node has is refused there too."""
+    bad = trace_dir / "openb_pod_list_cpu050.csv"
+    bad.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1000,1024,1,500,t4\n")
+    result = simulate("--traces", "default,cpu050", "--trace-dir", trace_dir, "--seeds", "1")
+    assert_one_line_error(result, f"{bad}:2: column gpu_spec", "(did you mean T4?)")
+
+
 def test_without_a_trace_dir_only_the_bundled_default_is_there() -> None:
     assert_one_line_error(simulate("--traces", "cpu050", "--seeds", "1"), "the bundled data", "--trace-dir")
 

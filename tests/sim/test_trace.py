@@ -11,7 +11,7 @@ import pytest
 from gpufrac.cluster.model import PodDemand
 from gpufrac.contract.model import Portion, ShareRequest, WholeGpuRequest
 from gpufrac.errors import UserError
-from gpufrac.sim import trace
+from gpufrac.sim import replay, trace
 
 NODES_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
 PODS_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,creation_time,deletion_time"
@@ -89,6 +89,45 @@ def test_only_the_pods_given_uses_the_bundled_nodes(tmp_path: Path, bundled: tra
     pods = write(tmp_path / "mine.csv", PODS_HEADER, "p,1000,1024,1,500,,,")
     loaded = trace.load(pods=pods)
     assert loaded.nodes == bundled.nodes and len(loaded.pods) == 1 and loaded.name == "mine"
+
+
+def test_gpu_spec_models_are_stripped_as_node_models_are(tmp_path: Path) -> None:
+    """`V100M32 ` (a space left by a spreadsheet) named no model, so every such pod was dropped, silently."""
+    nodes = write(tmp_path / "nodes.csv", NODES_HEADER, "n0,32000,65536,2, V100M32 ")
+    pods = write(
+        tmp_path / "pods.csv", PODS_HEADER, "p0,1000,1024,1,500,V100M32 ,,", "p1,1000,1024,1,500, | ,,"
+    )
+    loaded = trace.load(nodes, pods)
+    assert [pod.gpu_spec for pod in loaded.pods] == [frozenset({"V100M32"}), None]  # only spaces: any model
+    run = replay.replay(loaded, policy="bestfit", seed=1, inflation=0.5)
+    assert (run.failed_pods, run.allocation[50]) == (0, 50.0)
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        (
+            "v100m32",
+            ':3: column gpu_spec="v100m32": names no GPU model of the node list (did you mean V100M32?)',
+        ),
+        (
+            "A100|H100",
+            ':3: column gpu_spec="A100|H100": names no GPU model of the node list: give one or more '
+            "of T4, V100M32 separated by |, or leave it empty for any model",
+        ),
+    ],
+)
+def test_a_gpu_spec_naming_no_model_of_the_node_list_is_refused(tmp_path: Path, spec: str, says: str) -> None:
+    nodes = write(tmp_path / "nodes.csv", NODES_HEADER, "n0,32000,65536,2,V100M32", "n1,32000,65536,1,T4")
+    pods = write(
+        tmp_path / "pods.csv", PODS_HEADER, "p0,1000,1024,1,500,T4,,", f"p1,1000,1024,1,500,{spec},,"
+    )
+    with pytest.raises(UserError) as raised:
+        trace.load(nodes, pods)
+    assert str(raised.value).startswith(f"{pods}{says}")
+    # One model the cluster has is enough: the pod can run there. A CPU-only pod's gpu_spec is never read.
+    write(pods, PODS_HEADER, f"p0,1000,1024,1,500,{spec}|T4,,", f"p1,1000,1024,0,0,{spec},,")
+    assert len(trace.load(nodes, pods).pods) == 2
 
 
 MALFORMED_PODS = [

@@ -186,4 +186,8 @@ def load_traces(text: str, trace_dir: Path | None, nodes: Path | None) -> list[t
                 "with the openb CSVs (openb_node_list_gpu_node.csv, openb_pod_list_<name>.csv)"
             )
         node_list = tuple(trace.load_nodes(node_path))
-        return [trace.Trace(name, node_list, tuple(trace.load_pods(path))) for name, path in paths.items()]
+        models = trace.models_of(node_list)
+        return [
+            trace.Trace(name, node_list, tuple(trace.load_pods(path, models=models)))
+            for name, path in paths.items()
+        ]

@@ -107,7 +107,13 @@ def load(nodes: Path | None = None, pods: Path | None = None) -> Trace:
         node_path = nodes or bundled_nodes
         pod_path = pods or bundled_pods
         name = pod_path.stem if pods else "openb default (bundled)"
-        return Trace(name=name, nodes=tuple(load_nodes(node_path)), pods=tuple(load_pods(pod_path)))
+        node_list = tuple(load_nodes(node_path))
+        return Trace(name=name, nodes=node_list, pods=tuple(load_pods(pod_path, models=models_of(node_list))))
+
+
+def models_of(nodes: Sequence[NodeSpec]) -> frozenset[str]:
+    """The GPU models the node list has: what a pod's gpu_spec may name."""
+    return frozenset(gpu.model for node in nodes for gpu in node.gpus)
 
 
 def load_nodes(path: Path) -> list[NodeSpec]:
@@ -129,7 +135,9 @@ def load_nodes(path: Path) -> list[NodeSpec]:
     return nodes
 
 
-def load_pods(path: Path) -> list[TracePod]:
+def load_pods(path: Path, *, models: frozenset[str] = frozenset()) -> list[TracePod]:
+    """The pod list at `path`. With `models` (the node list's, `models_of`), a pod with GPUs whose gpu_spec
+    names none of them is refused: no node could ever take it, and the replay would drop it silently."""
     pods = []
     names: dict[str, int] = {}
     for line, row in _rows(path, POD_COLUMNS):
@@ -138,7 +146,9 @@ def load_pods(path: Path) -> list[TracePod]:
         num_gpu, gpu_milli = cell.integer("num_gpu", maximum=MAX_GPUS_PER_NODE), cell.integer("gpu_milli")
         if num_gpu and not 0 < gpu_milli <= 1000:
             raise cell.error("gpu_milli", "must be between 1 and 1000 for a pod with GPUs")
-        spec = frozenset(model for model in (row.get("gpu_spec") or "").split("|") if model) or None
+        spec = cell.models("gpu_spec")
+        if num_gpu and spec and models and not spec & models:
+            raise cell.error("gpu_spec", _unknown_models(spec, models))
         pods.append(
             TracePod(
                 name=cell.text("name"),
@@ -154,6 +164,18 @@ def load_pods(path: Path) -> list[TracePod]:
     if not pods:
         raise UserError(f"{path}: no pods; the pod list needs a header and at least one row")
     return pods
+
+
+def _unknown_models(spec: frozenset[str], models: frozenset[str]) -> str:
+    """Why a gpu_spec no node can take is refused, and the fix: the node list's models, and the one meant
+    where only its case differs."""
+    by_case = {model.casefold(): model for model in models}
+    meant = sorted({by_case[item.casefold()] for item in spec if item.casefold() in by_case})
+    hint = f" (did you mean {'|'.join(meant)}?)" if meant else ""
+    return (
+        f"names no GPU model of the node list{hint}: give one or more of {', '.join(sorted(models))} "
+        "separated by |, or leave it empty for any model"
+    )
 
 
 def require_times(pods: Sequence[TracePod], *, replay: str, fix: str = "") -> None:
@@ -212,6 +234,11 @@ class _Cells:
         if not value:
             raise self.error(column, "must not be empty")
         return value
+
+    def models(self, column: str) -> frozenset[str] | None:
+        """GPU models separated by `|`, each stripped as a node list's model is; None (any) if none."""
+        items = (item.strip() for item in (self.row.get(column) or "").split("|"))
+        return frozenset(item for item in items if item) or None
 
     def unique(self, column: str, seen: dict[str, int]) -> None:
         """A name no earlier row in `seen` (name -> line) has: nodes and pods are known by name, so a second
