@@ -62,6 +62,11 @@ def test_a_good_file_is_read_whole(tmp_path: Path) -> None:
     assert read.traffic == {"prod": (1.0, 3.0), "batch": (2.0, 2.0)}  # one weight serves every phase
 
 
+def test_as_many_queues_as_allowed_are_read(tmp_path: Path) -> None:
+    text = "".join(f'[[queues]]\nname = "q{i}"\n' for i in range(config.MAX_QUEUES))
+    assert len(config.load(write(tmp_path, text)).leaves) == config.MAX_QUEUES
+
+
 def test_defaults_for_everything_but_the_queues(tmp_path: Path) -> None:
     read = config.load(write(tmp_path, '[[queues]]\nname = "a"\n'))
     assert (read.cluster_gpus, read.eviction, read.gangs) == (None, config.Eviction(), config.Gangs())
@@ -117,6 +122,11 @@ MISTAKES = {
     "TeX in a name": ('[[queues]]\nname = "$\\\\x$"\n', ["queues[0].name", "not a Queue name"]),
     "a newline in a name": ('[[queues]]\nname = "a\\nb"\n', ["queues[0].name = 'a\\nb'", "not a Queue name"]),
     "a name too long": (f'[[queues]]\nname = "{"a" * 64}"\n', ["queues[0].name", "at most 63"]),
+    # Every round of the replay looks at every queue: 2,000 of them ran 48 s on 200 pods.
+    "thousands of queues": (
+        "".join(f'[[queues]]\nname = "q{i}"\n' for i in range(2000)),
+        ["2,000 [[queues]] tables, at most 256", "merge queues"],
+    ),
     "nested too deeply": ("x = " + "[" * 10_000 + "]" * 10_000 + "\n", ["nested too deeply"]),
     "an integer of 5,000 digits": (
         '[[queues]]\nname = "a"\ntraffic = ' + "9" * 5000 + "\n",
