@@ -232,6 +232,22 @@ def test_a_run_that_never_reached_100_percent_reports_its_nearest_point(tiny: tr
     assert row["fragmentation_at_100"] == 0.0
 
 
+def test_the_bound_of_a_full_cluster_is_100_percent_not_more() -> None:
+    """200 GPUs and one-GPU pods: the pods read at 100% arrival ask 201 GPUs, and all 200 can be taken. The
+    LP's answer, raised a hair against its tolerances, made the bound 100.01%."""
+    nodes = tuple(
+        NodeSpec(f"n{i}", 10**6, 10**7, tuple(GpuSpec(g, f"n{i}-{g}", "T4", 16_000) for g in range(50)))
+        for i in range(4)
+    )
+    whole = trace.Trace("whole", nodes, (trace.TracePod("w", 1_000, 1_024, 1, 1_000, None),))
+    found = bound.at_report_point(whole, seed=1, inflation=1.3)
+    assert (found.arrived_milli, found.milli) == (201_000, 200_000)
+    run = replay.replay(whole, policy="bestfit", seed=1)
+    summary = experiment.summarize(whole, [1], [run], {1: found})
+    assert summary["bound"]["allocation_at_100"] == summary["bound"]["per_seed"]["1"] == 100.0
+    assert summary["policies"]["bestfit"]["gap_to_bound"] >= 0
+
+
 def test_the_bound_is_above_every_policy_on_every_seed() -> None:
     """Short replays of every policy on a mixed trace (shares of every size, whole and multi-GPU pods, CPU
     heavy pods, two GPU models, pods tied to one): no run allocates more than its seed's bound."""

@@ -134,9 +134,12 @@ def upper_bound(nodes: Sequence[NodeSpec], pods: Sequence[TracePod]) -> Bound:
     )
     if solution.status != 0:  # x = 0 is always feasible and the optimum is at most `arrived`
         raise RuntimeError(f"the bound's LP did not solve: {solution.message}")
+    # A hair above HiGHS's answer, so that its tolerances never push the bound below a real placement; never
+    # above what arrived or the cluster's GPUs, which no placement passes (with more arrived than the
+    # cluster holds, the hair made a full cluster 100.01%).
+    capacity = MILLI * sum(node.count * node.gpus for node in types)
     return Bound(
-        # A hair above HiGHS's answer, so that its tolerances never push the bound below a real placement.
-        milli=min(float(-solution.fun) * (1 + 1e-9) + 1e-6, float(arrived)),
+        milli=min(float(-solution.fun) * (1 + 1e-9) + 1e-6, float(arrived), float(capacity)),
         arrived_milli=arrived,
         pods=len(pods),
         variables=columns,
