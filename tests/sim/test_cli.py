@@ -69,6 +69,7 @@ def test_json_output_and_report_files(tiny: tuple[Path, Path], tmp_path: Path) -
         assert (out / png).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     page = (out / "report.html").read_text()
     assert page.count("<img") == 2 and "data:image/png;base64," in page and "fgd" in page
+    assert "<th>published</th>" not in page
     assert "to 1.5&times; the cluster's GPUs" in page  # the inflation the run used, not the default
     curves = (out / "curves.csv").read_text().splitlines()
     assert curves[0] == "policy,seed,arrival_percent,allocation_percent,fragmentation_percent"
@@ -96,6 +97,7 @@ def test_the_default_table(tiny: tuple[Path, Path]) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "packing" in result.stdout and "alloc@100%" in result.stdout
+    assert "paper" not in result.stdout  # the paper's figures are the default trace's, not this one's
 
 
 def test_a_broken_csv_is_one_line_naming_file_and_line(tiny: tuple[Path, Path]) -> None:

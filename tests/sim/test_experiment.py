@@ -146,9 +146,8 @@ def test_summary_has_the_json_contracts_keys(tiny: trace.Trace) -> None:
     assert set(summary["bound"]) == BOUND_KEYS and list(summary["bound"]["per_seed"]) == ["1", "2"]
     assert (summary["trace"], summary["gpus"], summary["seeds"]) == ("tiny", 6, [1, 2])
     assert list(summary["policies"]) == ["fgd", "binpack"]
-    for name, row in summary["policies"].items():
-        assert set(row) - {"published_at_100"} == POLICY_KEYS
-        assert ("published_at_100" in row) == (name in experiment.PAPER_POLICIES)
+    for row in summary["policies"].values():
+        assert set(row) == POLICY_KEYS  # no `published_at_100`: the paper's figures are the default trace's
         assert all(isinstance(x, str) and int(x) >= 0 for x in row["allocation"])
         assert row["unallocated_at_100"] == pytest.approx(100 - row["allocation_at_100"], abs=0.011)
 
@@ -220,8 +219,35 @@ def test_summary_averages_over_seeds(tiny: trace.Trace) -> None:
         "fragmentation_at_100": 5.0,
         "failed_pods": 10.5,
         "seconds": 1.5,
-        "published_at_100": experiment.PUBLISHED_AT_100["fgd"],
     }
+
+
+def test_the_papers_figures_stand_beside_the_default_trace_at_1_3_only(tiny: trace.Trace) -> None:
+    """They are means over the default openb trace at inflation 1.3: beside any other pod list, node list or
+    inflation they read as what that run should have reached."""
+    bundled = trace.load()
+    assert experiment.publishes(bundled, 1.3)
+    assert experiment.publishes(dataclasses.replace(bundled, name="default"), 1.3)  # --traces default
+    assert not experiment.publishes(bundled, 0.5) and not experiment.publishes(bundled, 2.0)
+    assert not experiment.publishes(dataclasses.replace(bundled, pods=bundled.pods[1:]), 1.3)
+    assert not experiment.publishes(dataclasses.replace(bundled, nodes=bundled.nodes[1:]), 1.3)
+    assert not experiment.publishes(tiny, 1.3)
+    base = replay.replay(tiny, policy="fgd", seed=1)
+    runs = {
+        inflation: [
+            dataclasses.replace(base, policy=policy, inflation=inflation) for policy in ("fgd", "spread")
+        ]
+        for inflation in (1.3, 0.5)
+    }
+    found = {1: bound.Bound(9_000_000.0, 9_000_000, 100, 1, 1, 0.0)}
+    at_paper = experiment.summarize(bundled, [1], runs[1.3], found)["policies"]
+    assert at_paper["fgd"]["published_at_100"] == experiment.PUBLISHED_AT_100["fgd"]
+    assert "published_at_100" not in at_paper["spread"]  # not one of the paper's policies
+    assert all(
+        "published_at_100" not in row
+        for row in experiment.summarize(bundled, [1], runs[0.5], found)["policies"].values()
+    )
+    assert "published_at_100" not in summary_of(tiny, [1], runs[1.3][:1])["policies"]["fgd"]
 
 
 def test_a_run_that_never_reached_100_percent_reports_its_nearest_point(tiny: trace.Trace) -> None:

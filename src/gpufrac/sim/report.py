@@ -29,17 +29,19 @@ from gpufrac.sim.replay import RunResult
 
 def summary_table(summary: dict[str, Any]) -> Table:
     bound = summary["bound"]
+    paper = _published(summary)
     table = Table(
         title=f"{summary['trace']}: {summary['gpus']} GPUs, seeds {_seed_text(summary['seeds'])}",
-        caption="alloc@100%: GPU allocation ratio at 100% arrival; paper: Weng et al. (ATC '23); "
-        f"bound: no placement allocates more (LP, {bound['variables']} variables, {bound['constraints']} "
+        caption="alloc@100%: GPU allocation ratio at 100% arrival; "
+        + ("paper: Weng et al. (ATC '23); " if paper else "")
+        + f"bound: no placement allocates more (LP, {bound['variables']} variables, {bound['constraints']} "
         f"constraints, {bound['seconds']:.2f} s per seed); gap: bound - alloc@100%",
     )
     columns: tuple[str, ...] = (
         "policy",
         "alloc@100%",
         "std",
-        "paper",
+        *(("paper",) if paper else ()),
         "bound",
         "gap",
         "unalloc %",
@@ -58,7 +60,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
             policy,
             f"{row['allocation_at_100']:.2f}",
             f"{row['allocation_at_100_std']:.2f}",
-            f"{published:.2f}" if published is not None else "",
+            *((f"{published:.2f}" if published is not None else "",) if paper else ()),
             f"{bound['allocation_at_100']:.2f}",
             f"{row['gap_to_bound']:.2f}",
             f"{row['unallocated_at_100']:.2f}",
@@ -68,6 +70,12 @@ def summary_table(summary: dict[str, Any]) -> Table:
             *(_move_cells(row) if moving else ()),
         )
     return table
+
+
+def _published(summary: dict[str, Any]) -> bool:
+    """Whether the paper's figures stand beside this run (`experiment.publishes`): only then is their
+    column shown."""
+    return any("published_at_100" in row for row in summary["policies"].values())
 
 
 def _moving(summary: dict[str, Any]) -> bool:
@@ -258,13 +266,14 @@ def _draw(axes: Axes, summary: dict[str, Any], results: Sequence[RunResult], *, 
 def _policy_table(summary: dict[str, Any]) -> str:
     bound = summary["bound"]
     moving = _moving(summary)
+    paper = _published(summary)
     rows = "".join(
-        "<tr><td>{}</td><td>{:.2f} ± {:.2f}</td><td>{}</td><td>{:.2f}</td><td>{:.2f}</td><td>{:.2f}</td>"
+        "<tr><td>{}</td><td>{:.2f} ± {:.2f}</td>{}<td>{:.2f}</td><td>{:.2f}</td><td>{:.2f}</td>"
         "<td>{:.0f}</td>{}</tr>".format(
             html.escape(policy),
             row["allocation_at_100"],
             row["allocation_at_100_std"],
-            f"{row['published_at_100']:.2f}" if "published_at_100" in row else "",
+            f"<td>{row['published_at_100']:.2f}</td>" if "published_at_100" in row else "<td></td>" * paper,
             row["gap_to_bound"],
             row["unallocated_at_100"],
             row["fragmentation_at_100"],
@@ -279,8 +288,9 @@ def _policy_table(summary: dict[str, Any]) -> str:
         else ""
     )
     return (
-        "<table><tr><th>policy</th><th>allocation at 100% arrival (%)</th><th>published</th>"
-        "<th>gap to the bound</th><th>unallocated (%)</th><th>fragmentation (% of GPUs)</th>"
+        "<table><tr><th>policy</th><th>allocation at 100% arrival (%)</th>"
+        + "<th>published</th>" * paper
+        + "<th>gap to the bound</th><th>unallocated (%)</th><th>fragmentation (% of GPUs)</th>"
         f"<th>failed pods</th>{move_headers}</tr>{rows}</table>"
         f"<p>Upper bound at 100% arrival: <b>{bound['allocation_at_100']:.2f}</b> (per seed: "
         + ", ".join(f"{seed}: {value:.2f}" for seed, value in bound["per_seed"].items())
