@@ -1,7 +1,9 @@
 """The JSON document `gpufrac simulate --format json` prints, as the issue defines it: written once here
 and checked both on `summarize` and on the command's output."""
 
-SUMMARY_KEYS = {"trace", "gpus", "seeds", "policies", "bound"}
+SUMMARY_KEYS = {"trace", "gpus", "inflation", "seeds", "policies", "bound"}
+# Only where some run did not reach 100% arrival: the arrival points its figures "at 100" were read at.
+READ_ELSEWHERE_KEY = "read_at_arrival"
 # Per policy, besides `published_at_100` for the paper's six.
 POLICY_KEYS = {
     "allocation",

@@ -13,7 +13,7 @@ from gpufrac.errors import UserError
 from gpufrac.sim import experiment
 from gpufrac.sim import simulate as simulation
 
-from .json_contract import POLICY_KEYS, SUMMARY_KEYS
+from .json_contract import POLICY_KEYS, READ_ELSEWHERE_KEY, SUMMARY_KEYS
 
 # What `--out` holds, for one trace or several.
 REPORT_FILES = ["allocation.png", "curves.csv", "fragmentation.png", "report.html", "results.json"]
@@ -58,8 +58,11 @@ def test_json_output_and_report_files(tiny: tuple[Path, Path], tmp_path: Path) -
     result = simulate("--nodes", nodes, "--pods", pods, *args, "--format", "json", "--out", out)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
-    assert set(summary) == SUMMARY_KEYS
+    assert set(summary) == SUMMARY_KEYS | {READ_ELSEWHERE_KEY}
     assert (summary["trace"], summary["gpus"], summary["seeds"]) == ("pods", 3, [1, 2])
+    assert summary["inflation"] == 1.5
+    # Three GPUs take steps of 8-33%: seed 2's arrivals jump from 92% to 125%, and are read at 92%.
+    assert summary[READ_ELSEWHERE_KEY] == [92, 100]
     assert list(summary["policies"]) == ["fgd", "bestfit", "spread"]
     for row in summary["policies"].values():
         assert set(row) - {"published_at_100"} == POLICY_KEYS
@@ -71,6 +74,7 @@ def test_json_output_and_report_files(tiny: tuple[Path, Path], tmp_path: Path) -
     assert page.count("<img") == 2 and "data:image/png;base64," in page and "fgd" in page
     assert "<th>published</th>" not in page
     assert "to 1.5&times; the cluster's GPUs" in page  # the inflation the run used, not the default
+    assert "allocation at 92-100% arrival (%)" in page and "not at 100% arrival for every run" in page
     curves = (out / "curves.csv").read_text().splitlines()
     assert curves[0] == "policy,seed,arrival_percent,allocation_percent,fragmentation_percent"
     assert {line.split(",")[0] for line in curves[1:]} == {"fgd", "bestfit", "spread"}
@@ -93,11 +97,37 @@ def test_move_budgets_are_compared_in_the_json_the_table_and_the_report(
 def test_the_default_table(tiny: tuple[Path, Path]) -> None:
     nodes, pods = tiny
     result = simulate(
-        "--nodes", nodes, "--pods", pods, "--policies", "packing", "--seeds", "3", "--workers", "1"
+        "--nodes", nodes, "--pods", pods, "--policies", "packing", "--seeds", "1", "--workers", "1"
     )
     assert result.returncode == 0, result.stderr
     assert "packing" in result.stdout and "alloc@100%" in result.stdout
+    assert "not at 100% arrival" not in result.stdout
     assert "paper" not in result.stdout  # the paper's figures are the default trace's, not this one's
+
+
+def test_figures_not_read_at_100_percent_arrival_say_where_they_were_read(
+    tiny: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """At --inflation 0.5 the runs end at 58%: the column said alloc@100% and showed the 58% value, which
+    read as a policy leaving 42% of the cluster unallocated."""
+    nodes, pods = tiny
+    out = tmp_path / "report"
+    args = ("--nodes", nodes, "--pods", pods, "--policies", "fgd", "--seeds", "1", "--workers", "1")
+    table = simulate(*args, "--inflation", "0.5")
+    assert table.returncode == 0, table.stderr
+    words = " ".join(table.stdout.split())  # the caption wraps with the table's width
+    assert "alloc@58%" in words and "alloc@100%" not in words
+    assert "not at 100% arrival: at inflation 0.5 the runs end at 58% of the cluster's GPUs" in words
+    result = simulate(*args, "--inflation", "0.5", "--format", "json", "--out", out)
+    summary = json.loads(result.stdout)
+    assert (summary["inflation"], summary[READ_ELSEWHERE_KEY]) == (0.5, [58])
+    assert json.loads((out / "results.json").read_text()) == summary
+    page = (out / "report.html").read_text()
+    assert "allocation at 58% arrival (%)" in page and "Upper bound at 58% arrival" in page
+    assert "at inflation 0.5 the runs end at 58%" in page
+    # Seed 3's arrivals jump from 92% to 108%: read at 92%, the nearest, and said so.
+    words = " ".join(simulate(*args[:-3], "3", "--workers", "1").stdout.split())
+    assert "alloc@92%" in words and "read at 92%, the point nearest 100% that each run reached" in words
 
 
 def test_a_broken_csv_is_one_line_naming_file_and_line(tiny: tuple[Path, Path]) -> None:
@@ -226,10 +256,12 @@ def test_several_traces_make_one_report(trace_dir: Path, tmp_path: Path) -> None
     for name, row in document["allocation_at_100"].items():
         assert list(row) == ["fgd", "bestfit", "bound"]
         assert row["bound"] >= max(row["fgd"], row["bestfit"])
-        assert set(document["traces"][name]) == SUMMARY_KEYS
+        assert set(document["traces"][name]) == SUMMARY_KEYS | {READ_ELSEWHERE_KEY}  # seed 2: 92%
+    assert document["inflation"] == 1.3
     assert sorted(path.name for path in out.iterdir()) == REPORT_FILES
     page = (out / "report.html").read_text()
     assert page.count("<img") == 2 and page.count("<h2>default</h2>") == page.count("<h2>cpu050</h2>") == 1
+    assert "not at 100% arrival (the nearest point their runs reached): default at 92-100%, cpu050 at" in page
     curves = (out / "curves.csv").read_text().splitlines()
     assert curves[0].startswith("trace,policy,seed,")
     assert {line.split(",")[0] for line in curves[1:]} == {"default", "cpu050"}

@@ -15,7 +15,7 @@ from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
 from gpufrac.sim import bound, experiment, pool, replay, trace
 
-from .json_contract import BOUND_KEYS, MOVE_KEYS, POLICY_KEYS, SUMMARY_KEYS
+from .json_contract import BOUND_KEYS, MOVE_KEYS, POLICY_KEYS, READ_ELSEWHERE_KEY, SUMMARY_KEYS
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,8 @@ def test_summary_has_the_json_contracts_keys(tiny: trace.Trace) -> None:
     results = replays_of(tiny, policies=["fgd", "binpack"], seeds=[1, 2], inflation=1.3, workers=1)
     summary = summary_of(tiny, [1, 2], results)
     assert json.loads(json.dumps(summary)) == summary
-    assert set(summary) == SUMMARY_KEYS
+    assert set(summary) - {READ_ELSEWHERE_KEY} == SUMMARY_KEYS
+    assert summary["inflation"] == 1.3
     assert set(summary["bound"]) == BOUND_KEYS and list(summary["bound"]["per_seed"]) == ["1", "2"]
     assert (summary["trace"], summary["gpus"], summary["seeds"]) == ("tiny", 6, [1, 2])
     assert list(summary["policies"]) == ["fgd", "binpack"]
@@ -253,9 +254,14 @@ def test_the_papers_figures_stand_beside_the_default_trace_at_1_3_only(tiny: tra
 def test_a_run_that_never_reached_100_percent_reports_its_nearest_point(tiny: trace.Trace) -> None:
     base = replay.replay(tiny, policy="bestfit", seed=1)
     short = dataclasses.replace(base, allocation={98: 80.0, 102: 85.0, 90: 70.0}, fragmentation={})
-    row = summary_of(tiny, [1], [short])["policies"]["bestfit"]
+    summary = summary_of(tiny, [1], [short])
+    row = summary["policies"]["bestfit"]
     assert row["allocation_at_100"] == 80.0  # 98 and 102 are as near; the lower wins
     assert row["fragmentation_at_100"] == 0.0
+    assert summary[READ_ELSEWHERE_KEY] == [98]  # and the document says where it was read
+    reached = dataclasses.replace(short, allocation={98: 80.0, 100: 82.0})
+    assert summary_of(tiny, [1], [short, reached])[READ_ELSEWHERE_KEY] == [98, 100]
+    assert READ_ELSEWHERE_KEY not in summary_of(tiny, [1], [reached])
 
 
 def test_the_bound_of_a_full_cluster_is_100_percent_not_more() -> None:

@@ -16,7 +16,7 @@ def tiny() -> trace.Trace:
         NodeSpec(f"n{i}", 32_000, 65_536, tuple(GpuSpec(g, f"n{i}-{g}", "T4", 16_000) for g in range(2)))
         for i in range(2)
     )
-    pods = tuple(trace.TracePod(f"p{i}", 1_000, 1_024, 1, 250 * (i % 4 + 1), None) for i in range(6))
+    pods = tuple(trace.TracePod(f"p{i}", 1_000, 1_024, 1, 250, None) for i in range(6))  # reach 100% exactly
     return trace.Trace("tiny", nodes, pods)
 
 

@@ -208,9 +208,14 @@ def summarize(
     bounds: Mapping[int, bound.Bound],
 ) -> dict[str, Any]:
     """The JSON document `gpufrac simulate --format json` prints: per policy the paper's figures and the gap
-    to the bound; the bound per seed, rounded up so that rounding never puts it under a policy."""
+    to the bound; the bound per seed, rounded up so that rounding never puts it under a policy; the
+    inflation the runs used. The figures "at 100" are read at the arrival point nearest 100% that each run
+    reached; where that is not 100 for every run (a low `--inflation`, a small trace), `read_at_arrival`
+    lists the points read, so that no report passes them off as 100%."""
     capacity = trace.gpus * bound.MILLI
-    published = bool(results) and publishes(trace, results[0].inflation)
+    inflation = results[0].inflation if results else None
+    published = inflation is not None and publishes(trace, inflation)
+    read = sorted({nearest_point(run.allocation, 100) for run in results if run.allocation})
     per_seed = {seed: math.ceil(10_000 * bounds[seed].milli / capacity) / 100 for seed in seeds}
     bound_at_100 = math.ceil(100 * statistics.fmean(per_seed.values())) / 100
     policies: dict[str, Any] = {}
@@ -243,7 +248,9 @@ def summarize(
     return {
         "trace": trace.name,
         "gpus": trace.gpus,
+        "inflation": inflation,
         "seeds": list(seeds),
+        **({} if read in ([], [100]) else {"read_at_arrival": read}),
         "policies": policies,
         "bound": {
             "allocation_at_100": bound_at_100,

@@ -30,16 +30,18 @@ from gpufrac.sim.replay import RunResult
 def summary_table(summary: dict[str, Any]) -> Table:
     bound = summary["bound"]
     paper = _published(summary)
+    at = read_at(summary)
     table = Table(
         title=f"{summary['trace']}: {summary['gpus']} GPUs, seeds {_seed_text(summary['seeds'])}",
-        caption="alloc@100%: GPU allocation ratio at 100% arrival; "
+        caption=f"alloc@{at}%: GPU allocation ratio at {at}% arrival; "
         + ("paper: Weng et al. (ATC '23); " if paper else "")
         + f"bound: no placement allocates more (LP, {bound['variables']} variables, {bound['constraints']} "
-        f"constraints, {bound['seconds']:.2f} s per seed); gap: bound - alloc@100%",
+        f"constraints, {bound['seconds']:.2f} s per seed); gap: bound - alloc@{at}%"
+        + "".join(f"\n{note}" for note in _read_elsewhere(summary)),
     )
     columns: tuple[str, ...] = (
         "policy",
-        "alloc@100%",
+        f"alloc@{at}%",
         "std",
         *(("paper",) if paper else ()),
         "bound",
@@ -72,6 +74,42 @@ def summary_table(summary: dict[str, Any]) -> Table:
     return table
 
 
+def read_at(summary: dict[str, Any]) -> str:
+    """The arrival % at which a summary's figures "at 100" were read: `100`, or where the runs did not reach
+    it, the points nearest it that they did (`58`, or `96-104` over seeds)."""
+    points = summary.get("read_at_arrival", [100])
+    return str(points[0]) if len(points) == 1 else f"{points[0]}-{points[-1]}"
+
+
+def _read_elsewhere(summary: dict[str, Any]) -> list[str]:
+    """A line saying where and why the figures were read, where that is not 100% arrival; none where it is."""
+    if "read_at_arrival" not in summary:
+        return []
+    at = read_at(summary)
+    reached = max(int(x) for row in summary["policies"].values() for x in row["allocation"])
+    if reached < 100:
+        return [
+            f"not at 100% arrival: at inflation {summary['inflation']:g} the runs end at {at}% of the "
+            "cluster's GPUs, so every figure is read there"
+        ]
+    return [
+        f"not at 100% arrival for every run: the figures are read at {at}%, the point nearest 100% that each "
+        "run reached"
+    ]
+
+
+def _traces_read_elsewhere(summaries: dict[str, dict[str, Any]]) -> list[str]:
+    """The line of a multi-trace table or page naming the traces whose figures were not read at 100%."""
+    elsewhere = [
+        f"{name} at {read_at(summary)}%"
+        for name, summary in summaries.items()
+        if "read_at_arrival" in summary
+    ]
+    if not elsewhere:
+        return []
+    return [f"not at 100% arrival (the nearest point their runs reached): {', '.join(elsewhere)}"]
+
+
 def _published(summary: dict[str, Any]) -> bool:
     """Whether the paper's figures stand beside this run (`experiment.publishes`): only then is their
     column shown."""
@@ -95,6 +133,7 @@ def overview(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {
         "seeds": first["seeds"],
         "gpus": first["gpus"],
+        "inflation": first["inflation"],
         "allocation_at_100": {
             name: {
                 **{policy: row["allocation_at_100"] for policy, row in summary["policies"].items()},
@@ -113,7 +152,8 @@ def traces_table(document: dict[str, Any]) -> Table:
     table = Table(
         title=f"GPU allocation at 100% arrival, {document['gpus']} GPUs, "
         f"seeds {_seed_text(document['seeds'])}",
-        caption="bound: no placement allocates more (LP); best gap: bound - the best policy",
+        caption="bound: no placement allocates more (LP); best gap: bound - the best policy"
+        + "".join(f"\n{note}" for note in _traces_read_elsewhere(document["traces"])),
     )
     for column in ("trace", *policies, "bound", "best gap"):
         table.add_column(column, justify="left" if column == "trace" else "right")
@@ -171,6 +211,7 @@ def write_traces(
         f"<p>{len(summaries)} traces, {document['gpus']} GPUs, seeds {_seed_text(document['seeds'])}. "
         f"{_METHOD.format(inflation=inflation)}</p>"
         f"<h2>GPU allocation at 100% arrival (%)</h2>{overview_table}"
+        + "".join(f"<p><b>{html.escape(note)}</b></p>" for note in _traces_read_elsewhere(summaries))
         + _figures(allocation_png, fragmentation_png)
         + "".join(
             f"<h2>{html.escape(name)}</h2>{_policy_table(summary)}" for name, summary in summaries.items()
@@ -252,10 +293,14 @@ def _draw(axes: Axes, summary: dict[str, Any], results: Sequence[RunResult], *, 
     if field == "allocation":
         axes.plot([0, 100], [0, 100], color="grey", linestyle=":", linewidth=1, label="everything placed")
         bound = summary["bound"]["allocation_at_100"]
-        # A marker at 100% only: the bound holds for the pods that arrived by then, not along the curve.
-        axes.plot([100], [bound], "kv", label=f"upper bound at 100% ({bound:.2f})")
-        axes.set_xlim(60, None)
-        axes.set_ylim(60, None)
+        # A marker where the figures are read only: the bound holds for the pods arrived by then, not along
+        # the curve. That is 100% but where the runs did not reach it (a low inflation, a small trace).
+        points = summary.get("read_at_arrival", [100])
+        x = (points[0] + points[-1]) / 2
+        axes.plot([x], [bound], "kv", label=f"upper bound at {read_at(summary)}% ({bound:.2f})")
+        low = min(60, 10 * math.floor(min(x, bound) / 10) - 10)
+        axes.set_xlim(low, None)
+        axes.set_ylim(low, None)
     axes.set_xlabel("arrived workload (% of cluster GPUs)")
     axes.set_ylabel("GPU allocation ratio (%)" if field == "allocation" else "fragmentation (% of GPUs)")
     axes.set_title(f"{summary['trace']}, {len(summary['seeds'])} seed(s)")
@@ -267,6 +312,7 @@ def _policy_table(summary: dict[str, Any]) -> str:
     bound = summary["bound"]
     moving = _moving(summary)
     paper = _published(summary)
+    at = read_at(summary)
     rows = "".join(
         "<tr><td>{}</td><td>{:.2f} ± {:.2f}</td>{}<td>{:.2f}</td><td>{:.2f}</td><td>{:.2f}</td>"
         "<td>{:.0f}</td>{}</tr>".format(
@@ -288,11 +334,12 @@ def _policy_table(summary: dict[str, Any]) -> str:
         else ""
     )
     return (
-        "<table><tr><th>policy</th><th>allocation at 100% arrival (%)</th>"
+        "".join(f"<p><b>{html.escape(note)}</b></p>" for note in _read_elsewhere(summary))
+        + f"<table><tr><th>policy</th><th>allocation at {at}% arrival (%)</th>"
         + "<th>published</th>" * paper
         + "<th>gap to the bound</th><th>unallocated (%)</th><th>fragmentation (% of GPUs)</th>"
         f"<th>failed pods</th>{move_headers}</tr>{rows}</table>"
-        f"<p>Upper bound at 100% arrival: <b>{bound['allocation_at_100']:.2f}</b> (per seed: "
+        f"<p>Upper bound at {at}% arrival: <b>{bound['allocation_at_100']:.2f}</b> (per seed: "
         + ", ".join(f"{seed}: {value:.2f}" for seed, value in bound["per_seed"].items())
         + f"; LP of {bound['variables']} variables and {bound['constraints']} constraints, "
         f"{bound['seconds']:.2f} s per seed).</p>"
