@@ -104,7 +104,8 @@ class Evictions:
         pods are on their way out."""
         held = self.cache.hold_matrix()[0]
         rows, open_rows = rows[~np.isin(rows, held)], open_rows[~np.isin(open_rows, held)]
-        if self._room_coming(pod, demand, open_rows, policy):
+        # Room on its way is no help to a pod past its queue's limit: what it waits for is its queue's pods.
+        if not capped and self._room_coming(pod, demand, open_rows, policy):
             return False
         members = self._still_needed(uid, pod, demand, open_rows)
         if not members:  # a gang whose members could not all run even then: nothing is evicted for it
@@ -160,7 +161,12 @@ class Evictions:
             and len(members) == 1
             and preemptible
             and await self.mover.preempt_to_limit(
-                members[0], policy, preemptible, _only_of(preemptible, going, within_limit), lost, going
+                (uid, pod, demand, rows),
+                policy,
+                preemptible,
+                _only_of(preemptible, going, within_limit),
+                lost,
+                going,
             )
         )
 

@@ -258,11 +258,12 @@ class Mover:
         lost: Mapping[str, float],
         going: Callable[[Sequence[str]], list[str]],
     ) -> bool:
-        """For a pod that fits as things are but would take its queue past a limit: evict the fewest of
-        `victims` (its queue's lower priorities, wherever they run; the lowest first, then those that lose
-        least work) whose going `allow` accepts (the queue back within), at most `max_moves`; the pod keeps
-        the room it fits in now. The room plans of `preempt` look for is not what is short here, so they
-        found no victim to take. True when pods are on their way out."""
+        """For a pod that fits as things are (among `member`'s rows: where the rules of the pods placed let
+        it in now) but would take its queue past a limit: evict the fewest of `victims` (its queue's lower
+        priorities, wherever they run; the lowest first, then those that lose least work) whose going `allow`
+        accepts (the queue back within), at most `max_moves`; the pod keeps the room it fits in now. The
+        room plans of `preempt` look for is not what is short here, so they found no victim to take. True
+        when pods are on their way out."""
         uid, pod, demand, rows = member
         leaving = self._leaving()
         offered = [victim for victim in victims if not self._refused(victim) and victim not in leaving]

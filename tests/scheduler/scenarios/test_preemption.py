@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from .driver import MOVED, PREEMPTED, RECLAIMED, SM, Ask, Node, Run, Scenario, cases, check
+from .driver import MOVED, PREEMPTED, RECLAIMED, SM, Ask, Neighbourly, Node, Run, Scenario, cases, check
 
 ONE_GPU = {"n1": Node()}
 TWO_NODES = {"n1": Node(), "n2": Node()}
@@ -149,6 +149,32 @@ SCENARIOS = [
         pending={"high": Ask(gpus=1, queue="a", priority=10)},
         binds={"high": "n1:0"},
         evicted={"low": PREEMPTED},
+    ),
+    Scenario(
+        "a queue at its limit evicts none of its pods for a pod that fits nowhere its own rules allow",
+        nodes=TWO_NODES,
+        queues={"a": {"gpus": {"limit": 1}}},
+        running={
+            "low": Run("n1:0", queue="a", priority=1),
+            "x1": Run("n1", rules=Neighbourly(labels="app=x")),
+            "x2": Run("n2", rules=Neighbourly(labels="app=x")),
+        },
+        pending={"high": Ask(gpus=1, queue="a", priority=10, rules=Neighbourly(anti="app=x"))},
+        waiting={"high": ""},
+    ),
+    *(
+        Scenario(
+            f"at its limit, a queue preempts its own pod for one beside an idle GPU (deleting {deleting})",
+            nodes={"n1": Node(gpus=2)},
+            queues={"a": {"gpus": {"limit": 1}}},
+            running={"low": Run("n1:0", queue="a", priority=1)}
+            | ({"other": Run("n1", terminating=True, overdue=-590.0)} if deleting else {}),
+            pending={"high": Ask(gpus=1, queue="a", priority=10)},
+            binds={"high": "n1"},
+            evicted={"low": PREEMPTED},
+            rounds=2,
+        )
+        for deleting in (False, True)
     ),
     Scenario(
         "a queue at its limit preempts only pods whose going brings it within the limit",
