@@ -253,3 +253,22 @@ def test_a_misfit_is_counted_once_room_frees_on_its_node() -> None:
     cache.remove_pod(key("ours"))
     assert cache.misfits == {} and set(cache.state.placements) == {key("web")}
     assert len(cache.eligible_rows(pod("next"))[0]) == 1
+
+
+def test_a_misfit_read_again_as_room_frees_is_reported_once() -> None:
+    """Refusals quote live numbers (memory left), so each release on its node told of it anew."""
+    told: list[str] = []
+    cache = SchedulerCache(report=lambda problem: told.append(problem.message))
+    cache.sync_nodes([node("n1", agent=inventory("n1", 1), cpu="16")])
+    cache.add_pod(bound(pod("ours", cpu="10"), "n1", share_notes("main", "GPU-n1-0", f"{HALF}Mi")))
+    cache.add_pod(bound(pod("small", cpu="1"), "n1", share_notes("main", "GPU-n1-0", "1000Mi")))
+    cache.add_pod(bound(pod("web", cpu="10", scheduler="default-scheduler"), "n1", {}))
+    cache.remove_pod(key("small"))  # room frees, not enough for web
+    assert set(cache.misfits["n1"]) == {key("web")} and len(told) == 1
+
+
+def test_a_reservation_gone_before_its_deletion_is_asked_leaves_nothing_behind() -> None:
+    cache = SchedulerCache()
+    cache.release_reservation("a-failed-reservation")  # the keeper deletes one that already left the cache
+    cache.remove_pod("a-failed-reservation")  # its DELETED event
+    assert cache.releasing == set()

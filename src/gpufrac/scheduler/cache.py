@@ -337,9 +337,10 @@ class SchedulerCache:
             # Restored, not applied: a pod running on a GPU that went unhealthy under it still holds it.
             self.state.restore(objects.bound_placement(pod, spec))
         except (contract.ContractError, PlacementRefused) as error:
+            known = uid in held  # a misfit read again as room freed: reported once, not at every release
             self.misfits.setdefault(node, {})[uid] = pod
             self._hold_if_misfits(node)
-            if objects.node_name(pod):
+            if objects.node_name(pod) and not known:
                 message = f"bound to {node} but not counted there, so {node} takes no new pod: {error}"
                 self.report(Problem.about("Pod", pod, NOT_ACCOUNTED, message))
             return
@@ -558,6 +559,8 @@ class SchedulerCache:
     def release_reservation(self, uid: str, *, asked: bool = True) -> None:
         """Its deletion is asked for (or, not `asked`, was not done after all): no share goes on its GPU
         from now on, not from when the watch tells of its going."""
+        if asked and uid not in self.reservations:
+            return  # gone from the cache already (a Failed one): no shares to keep off, nothing to forget
         (self.releasing.add if asked else self.releasing.discard)(uid)
         if (node := self._claimed_on.get(uid)) is not None:
             self._refresh_devices(node)
