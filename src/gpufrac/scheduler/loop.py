@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Collection, Coroutine, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -50,7 +50,7 @@ from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.config import SchedulerConfig
 from gpufrac.scheduler.devices import Hold
 from gpufrac.scheduler.evictions import Evictions
-from gpufrac.scheduler.gangs import Gangs, bound_members
+from gpufrac.scheduler.gangs import Gangs
 from gpufrac.scheduler.keeper import ReservationKeeper
 from gpufrac.scheduler.metrics import SchedulerMetrics
 from gpufrac.scheduler.mover import Mover
@@ -342,7 +342,8 @@ class Scheduler:
             await self._tend_reservations()
         if self.config.gangs:
             await self._give_back_gangs()
-            for together in self.gangs.ready(self._members_bound):
+            counted = self._members_bound(self.gangs.gangs.keys()) if self.gangs.gangs else Counter[str]()
+            for together in self.gangs.ready(counted.__getitem__):
                 for member, body, held_placement in together:
                     await self._start_bind(member, body, held_placement)
         tried = 0
@@ -522,7 +523,7 @@ class Scheduler:
         for lost in self.gangs.held_uids() - self.cache.state.placements.keys():
             if (dropped := self.gangs.drop(lost)) is not None:
                 self._retry(lost, dropped[1])
-        bound = self._members_bound(group, placing=uid)
+        bound = self._members_bound({group}, placing=uid)[group]
         together = self.gangs.hold(group, (uid, pod, placement), bound=bound, now=self.clock())
         if together is None:
             spec = self.gangs.spec(group)
@@ -537,15 +538,14 @@ class Scheduler:
         for member, body, held_placement in together:
             await self._start_bind(member, body, held_placement)
 
-    def _members_bound(self, group: str, *, placing: str = "") -> int:
-        """The group's members bound, or being bound (their binds in flight, not held; `placing`, assumed
-        but about to be held, is not one): a member placed while the others' binds run joins a gang that
-        already runs."""
+    def _members_bound(self, groups: Collection[str], *, placing: str = "") -> Counter[str]:
+        """Per group of `groups`, its members bound or being bound (their binds in flight, not held;
+        `placing`, assumed but about to be held, is not one): a member placed while the others' binds run
+        joins a gang that already runs. One pass over the bound pods, however many groups ask."""
         held = self.gangs.held_uids() | {placing}
-        binding = sum(
-            1 for uid, body in self.cache.assumed_pods.items() if uid not in held and group_of(body) == group
-        )
-        return bound_members(group, self.cache.bound) + binding
+        binding = (body for uid, body in self.cache.assumed_pods.items() if uid not in held)
+        found = (group_of(body) for body in (*self.cache.bound.values(), *binding))
+        return Counter(group for group in found if group is not None and group in groups)
 
     async def _start_bind(self, uid: str, pod: dict[str, Any], placement: Placement) -> None:
         """Start the bind of a placement assumed in the cache, within the binds allowed in flight."""
