@@ -357,3 +357,22 @@ async def test_no_share_lands_on_a_gpu_whose_reservation_is_being_deleted() -> N
     cache.add_node(dp_node(gpus=1, holders={0: holder(reservation)}))
     cache.add_pod(terminating)  # deleted by anyone: its GPU takes no share either
     assert cache.devices["n1"].holds == (Hold.RELEASING,)
+
+
+async def test_a_whole_gpu_the_kubelet_picked_is_freed_by_its_pods_preemption() -> None:
+    """Counted as used (the claim), such a GPU was counted as freed by nothing: a queue held at its limit
+    by a pod on a device-plugin node could never preempt it for a pod of higher priority elsewhere."""
+    client, clock = FakeApi(), FakeClock()
+    low = bound(pod("low", whole=1, priority=1), "n1", {})
+    high = pod("high", whole=1, priority=10)
+    for item in (low, high):
+        item["metadata"]["labels"] = {queues.QUEUE_LABEL: "a"}
+        client.put(item)
+    made = scheduler(client, clock, queues=True, min_runtime=0)
+    made.clock = clock
+    limited = {"resources": {"gpus": {"limit": 1}}}
+    made.on_queues_listed([{"kind": queues.KIND, "metadata": {"name": "a"}, "spec": limited}])
+    made.on_nodes_listed([dp_node(gpus=1), node("n2", agent=inventory("n2", 1))])
+    made.on_pods_listed([low, high])
+    await settle(made, clock)
+    assert [call.name for call in client.made("create", "Eviction")] == ["low"]

@@ -481,7 +481,6 @@ class Scheduler:
             log.info("pod %s unschedulable: %s", objects.pod_key(pod), message)
             await self._report_failure(pod, message)
             return
-        counted = outcome  # against its queue: its whole GPUs too, wherever the kubelet puts them
         if outcome.node in self.cache.devices:
             # The kubelet's device plugin picks a whole GPU, not gpufrac: the pod counts as a claim on the
             # node (`SchedulerCache._claim`) until the agent publishes which GPU it got.
@@ -490,7 +489,7 @@ class Scheduler:
             )
         try:
             self.cache.assume(pod, outcome)
-            self.tenants.placed(self.tenants.tenant(pod), counted, objects.priority(pod))
+            self.tenants.placed(self.tenants.tenant(pod), outcome, objects.priority(pod))
         except PlacementRefused as error:  # the cache holds it already: a bind or the watch got there first
             log.warning("pod %s: not bound, already accounted: %s", objects.pod_key(pod), error)
             self._forget_pending(uid)

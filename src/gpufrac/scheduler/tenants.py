@@ -82,6 +82,9 @@ class Tenants:
         # reading a pod's demand and constraints is the dearest part of a pass, and pending pods rarely
         # change (a new version is a new object).
         self._asks: dict[str, tuple[Mapping[str, Any], int, Amounts]] = {}
+        # The whole GPUs a pod asked the kubelet's device plugin for beyond its placement: the cache's, from
+        # the first pass (`SchedulerCache.claimed_gpus`).
+        self._claimed: Callable[[str], int] = lambda uid: 0
 
     # ---- Queue objects ------------------------------------------------------------------------------------
 
@@ -129,7 +132,7 @@ class Tenants:
         protected = self._protected(priority)
         self._placed_in[placement.pod] = (tenant, protected)
         usage = self.usage.setdefault(tenant, {})
-        amounts = tenancy.held(placement, self._state)
+        amounts = self._held(placement)
         tenancy.add(usage, amounts)
         if protected:
             tenancy.add(self.protected_usage.setdefault(tenant, {}), amounts)
@@ -188,7 +191,7 @@ class Tenants:
         wanted = tenancy.asked(demand, self._reference)
         freed: Amounts = {}
         for placement in freeing:
-            tenancy.add(freed, tenancy.held(placement, self._state))
+            tenancy.add(freed, self._held(placement))
         asked = dict(wanted)
         tenancy.add(asked, freed, -1.0)
         past = fairshare.past_limit(self.specs, self.held, tenant, asked)
@@ -209,6 +212,13 @@ class Tenants:
             f"give queue {tenant} a larger quota, or the pod a priority below {self.protected_priority}"
         )
 
+    def _held(self, placement: Placement) -> Amounts:
+        """What a placement counts against its queue (`tenancy.held`), and the whole GPUs its pod asked the
+        kubelet's device plugin for, which it does not name: used and freed alike."""
+        amounts = tenancy.held(placement, self._state)
+        amounts[Resource.GPUS] += self._claimed(placement.pod)
+        return amounts
+
     def _protected(self, priority: int) -> bool:
         """Whether a pod of `priority` is never evicted, and so held to its queue's quota."""
         return self.protected_priority is not None and priority >= self.protected_priority
@@ -226,7 +236,7 @@ class Tenants:
         `resources` (`tenancy.surplus_covers`)."""
         amounts: Amounts = {}
         for placement in placements:
-            tenancy.add(amounts, tenancy.held(placement, self._state))
+            tenancy.add(amounts, self._held(placement))
         return tenancy.surplus_covers(
             self.usage.get(tenant, {}), self.shares.get(tenant, {}), amounts, resources
         )
@@ -240,7 +250,7 @@ class Tenants:
         }
 
     def _recompute(self, cache: SchedulerCache, pending: Mapping[str, Mapping[str, Any]]) -> None:
-        self._weighed, self._state = set(pending), cache.state
+        self._weighed, self._state, self._claimed = set(pending), cache.state, cache.claimed_gpus
         usage: dict[str, Amounts] = {}
         protected_usage: dict[str, Amounts] = {}
         promised, leaving = self.in_flight()
@@ -255,8 +265,7 @@ class Tenants:
             if known is None:
                 continue
             tenant, protected = known
-            amounts = tenancy.held(placement, self._state)
-            amounts[Resource.GPUS] += cache.claimed_gpus(uid)  # whole GPUs the kubelet picks
+            amounts = self._held(placement)
             tenancy.add(usage.setdefault(tenant, {}), amounts)
             if protected:
                 tenancy.add(protected_usage.setdefault(tenant, {}), amounts)
