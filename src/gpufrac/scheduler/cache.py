@@ -481,7 +481,8 @@ class SchedulerCache:
         slot and other resources there, as kube-scheduler counts them for a pod of lower or equal priority:
         the room it freed by preemption is theirs, and taken, it would preempt again. Yields the rows of
         nodes where they do not fit even now (their victims still going), which such a pod must not take
-        either. Their GPUs are left out: what they ask of a device plugin is the kubelet's to count."""
+        either. Their GPUs are left out: on a device-plugin node, a free GPU kube-scheduler counted on for one
+        may still go to a whole-GPU pod of gpufrac's (a gap the README names)."""
         applied: list[str] = []
         full: list[int] = []
         for other, (theirs, placement) in self.nominated.items():
