@@ -85,3 +85,20 @@ async def test_pods_of_queues_nobody_made_wait_together_and_take_no_share() -> N
     made.tenants.outdated()
     made.tenants.rank(made.cache, made.pending)
     assert not any(name.startswith("ghost") for name in made.tenants.shares)
+
+
+async def test_pods_queued_before_their_queue_was_listed_wait_in_it_once_it_is() -> None:
+    """The watches list pods and Queues in no set order: queued among the pods of queues nobody made, a
+    team's pods lost their fair-share order until they were queued again."""
+    client = FakeApi()
+    pods = [queued("a1", "team-a"), queued("b1", "team-b")]
+    for item in pods:
+        client.put(item)
+    made = scheduler(client, queues=True)
+    made.on_nodes_listed([node("n1", agent=inventory("n1", 1))])
+    made.on_pods_listed(pods)
+    assert made.queue.tenants() == {tenants.NO_SUCH_QUEUE}
+    made.on_queues_listed(
+        [{"kind": queues.KIND, "metadata": {"name": name}, "spec": {}} for name in ("team-a", "team-b")]
+    )
+    assert made.queue.tenants() == {"team-a", "team-b"}

@@ -243,19 +243,25 @@ class Scheduler:
     def on_queues_listed(self, items: list[dict[str, Any]]) -> None:
         self.tenants.on_listed(items)
         self.synced["queues"] = True
-        self._cluster_changed()
+        self._queues_changed()
 
     def on_queue_event(self, event: str, item: dict[str, Any]) -> None:
         self.tenants.on_event(event, item)
-        self._cluster_changed()
+        self._queues_changed()
 
     def on_pod_groups_listed(self, items: list[dict[str, Any]]) -> None:
         self.gangs.index.listed(items)
         self.synced["podgroups"] = True
-        self._cluster_changed()
+        self._queues_changed()
 
     def on_pod_group_event(self, event: str, item: dict[str, Any]) -> None:
         self.gangs.index.changed(event, item)
+        self._queues_changed()
+
+    def _queues_changed(self) -> None:
+        """Queue or PodGroup objects changed, and with them the tenant queue pods wait in: pods queued before
+        their Queue was listed waited among those of queues nobody made, out of fair-share order."""
+        self.queue.regroup(lambda uid: self.tenants.heap(self.pending.get(uid, {})))
         self._cluster_changed()
 
     def on_namespaces_listed(self, namespaces: list[dict[str, Any]]) -> None:

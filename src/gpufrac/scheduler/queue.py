@@ -16,7 +16,7 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpufrac import retrying
 from gpufrac.contract.queues import DEFAULT_QUEUE
@@ -104,6 +104,18 @@ class SchedulingQueue:
     def tenants(self) -> set[str]:
         """The tenant queues with pods ready to try."""
         return {tenant for tenant, heap in self._heaps.items() if heap}
+
+    def regroup(self, tenant_of: Callable[[str], str]) -> None:
+        """Put every pod in the tenant queue `tenant_of` names for it now: which that is changes with the
+        Queue and PodGroup objects (a queue made after its pods were queued; a PodGroup's queue)."""
+        heaps: dict[str, list[_Entry]] = {}
+        for key, entry in self._active.items():
+            heaps.setdefault(tenant_of(key), []).append(entry)
+        for heap in heaps.values():
+            heapq.heapify(heap)
+        self._heaps = heaps
+        for key, waiting in self._waiting.items():
+            self._waiting[key] = replace(waiting, tenant=tenant_of(key))
 
     def park(self, key: str, *, priority: int, created: float, tenant: str = DEFAULT_QUEUE) -> None:
         """The pod fits nowhere: wait for the cluster to change."""
