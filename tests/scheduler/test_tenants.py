@@ -95,10 +95,13 @@ async def test_pods_queued_before_their_queue_was_listed_wait_in_it_once_it_is()
     for item in pods:
         client.put(item)
     made = scheduler(client, queues=True)
+    made.is_leader = False  # a standby: its rounds try no pod
     made.on_nodes_listed([node("n1", agent=inventory("n1", 1))])
     made.on_pods_listed(pods)
     assert made.queue.tenants() == {tenants.NO_SUCH_QUEUE}
     made.on_queues_listed(
         [{"kind": queues.KIND, "metadata": {"name": name}, "spec": {}} for name in ("team-a", "team-b")]
     )
+    assert made.queue.tenants() == {tenants.NO_SUCH_QUEUE}  # once a round, not at each event
+    await made.schedule_pending()
     assert made.queue.tenants() == {"team-a", "team-b"}

@@ -112,6 +112,7 @@ class Scheduler:
         self.pending: dict[str, dict[str, Any]] = {}  # uid -> latest version of our unbound pods
         self._told: dict[str, tuple[str, float]] = {}  # uid -> why it waits, as last told, and when
         self._member_counts: Counter[str] | None = None  # pod group -> its pods, this round (`_members`)
+        self._regroup = False  # Queues or PodGroups changed since the last round (`_queues_changed`)
         # Pod group -> its pending members waiting for more to exist, in the order they were tried: they are
         # queued again in that order, as a set's would make their ties (pods created in one second) a toss.
         self._short_of: dict[str, dict[str, None]] = {}
@@ -260,8 +261,9 @@ class Scheduler:
 
     def _queues_changed(self) -> None:
         """Queue or PodGroup objects changed, and with them the tenant queue pods wait in: pods queued before
-        their Queue was listed waited among those of queues nobody made, out of fair-share order."""
-        self.queue.regroup(lambda uid: self.tenants.heap(self.pending.get(uid, {})))
+        their Queue was listed waited among those of queues nobody made, out of fair-share order. Regrouped
+        once at the next round, not at each event: a tenant may make PodGroups by the thousand."""
+        self._regroup = True
         self._cluster_changed()
 
     def on_namespaces_listed(self, namespaces: list[dict[str, Any]]) -> None:
@@ -346,6 +348,9 @@ class Scheduler:
         self._unbind_misbound()
         if self.leading and (self.cache.devices or self.keeper.failed) and self.keeper.due(self.clock()):
             await self._tend_reservations()
+        if self._regroup:
+            self._regroup = False
+            self.queue.regroup(lambda uid: self.tenants.heap(self.pending.get(uid, {})))
         if self.config.gangs:
             await self._give_back_gangs()
             counted = self._members_bound(self.gangs.gangs.keys()) if self.gangs.gangs else Counter[str]()
