@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +110,11 @@ class Mover:
     def _leaving(self) -> set[str]:
         """Pods evicted for a plan, not gone yet: their room is promised, so no other plan counts on them."""
         return {uid for plan in self.plans.values() for uid in plan.leaving}
+
+    def _offered(self, victims: Iterable[str]) -> list[str]:
+        """The victims a plan may count on: none whose eviction was refused lately, or already going."""
+        leaving = self._leaving()
+        return [victim for victim in victims if not self._refused(victim) and victim not in leaving]
 
     def _refused(self, uid: str) -> bool:
         """Whether the pod's eviction was refused lately (a PodDisruptionBudget), so no plan counts on it."""
@@ -225,12 +230,7 @@ class Mover:
         `allow` accepts, losing the least work (`lost`) among sets otherwise alike; True when pods are on
         their way out. `going`: victims with the pods that go with them (their gangs' other members), which
         are evicted too and which the rules of the pods placed are judged without."""
-        leaving = self._leaving()
-        offered = {
-            victim: priority
-            for victim, priority in victims.items()
-            if not self._refused(victim) and victim not in leaving
-        }
+        offered = {victim: victims[victim] for victim in self._offered(victims)}
         if not offered or any(uid in self.plans for uid, *_ in members):
             return False
         plan = plan_gang_eviction(
@@ -265,8 +265,7 @@ class Mover:
         room plans of `preempt` look for is not what is short here, so they found no victim to take. True
         when pods are on their way out."""
         uid, pod, demand, rows = member
-        leaving = self._leaving()
-        offered = [victim for victim in victims if not self._refused(victim) and victim not in leaving]
+        offered = self._offered(victims)
         if not offered or uid in self.plans:
             return False
         placement = placement_without(self.cache.snapshot(), demand, policy, rows, ())
@@ -336,7 +335,7 @@ class Mover:
         for name in victims:
             victim = self.cache.bound.get(name)
             if victim is None:
-                return set() if dry_run else leaving
+                break
             meta = objects.meta(victim)
             try:
                 await evict(self.client, meta["name"], namespace=meta["namespace"], dry_run=dry_run)
@@ -350,16 +349,18 @@ class Mover:
                 reason = "a PodDisruptionBudget forbids it" if refused else error.status.message
                 for pod in pending:
                     await self._tell(pod, why, f"cannot {why.verb} pod {objects.pod_key(victim)}: {reason}")
-                return set() if dry_run else leaving
+                break
             except API_ERRORS as error:
                 self.evictions.labels(why.verb, "failed").inc()
                 log.error("cannot evict pod %s: %s", objects.pod_key(victim), error)
-                return set() if dry_run else leaving
+                break
             leaving.add(name)
             if not dry_run:
                 self.evictions.labels(why.verb, "evicted").inc()
                 await self._tell(victim, why, done)
-        return leaving
+        else:
+            return leaving
+        return set() if dry_run else leaving
 
     async def _tell(self, pod: Mapping[str, Any], why: Why, message: str) -> None:
         meta = objects.meta(pod)
