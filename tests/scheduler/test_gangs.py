@@ -4,7 +4,7 @@ groups held past their timeout (or whose PodGroup went) released for their room 
 from __future__ import annotations
 
 from gpufrac.cluster.model import Placement
-from gpufrac.scheduler.gangs import Gangs, bound_members
+from gpufrac.scheduler.gangs import Gangs, members_of
 from gpufrac.scheduler.tenants import Tenants
 
 
@@ -60,7 +60,7 @@ def test_bound_members_are_counted_by_group() -> None:
         "2": {"metadata": {"namespace": "other", "labels": {"gpufrac.io/pod-group": "g"}}},
         "3": {"metadata": {"namespace": "ns"}},
     }
-    assert bound_members("ns/g", pods) == 1
+    assert members_of({"ns/g"}, pods.values()) == {"ns/g": 1}
 
 
 def test_a_pod_groups_queue_is_its_members_queue() -> None:

@@ -24,7 +24,7 @@ from gpufrac.scheduler import constraints, objects
 from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.config import SchedulerConfig
 from gpufrac.scheduler.devices import Hold
-from gpufrac.scheduler.gangs import Gangs, bound_members
+from gpufrac.scheduler.gangs import Gangs, members_of
 from gpufrac.scheduler.mover import PREEMPT, RECLAIM, Mover
 from gpufrac.scheduler.tenants import Tenants
 
@@ -194,7 +194,8 @@ class Evictions:
         if group is None or spec is None:
             return alone
         gang = self.gangs.gangs.get(group)
-        needed = spec.min_member - bound_members(group, self.cache.bound) - (len(gang.held) if gang else 0)
+        bound = members_of({group}, self.cache.bound.values())[group]
+        needed = spec.min_member - bound - (len(gang.held) if gang else 0)
         mates = sorted(
             (objects.created(body), other, body)
             for other, body in self.pending.items()

@@ -5,7 +5,8 @@ reports."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,7 @@ class Gangs:
         return list(gang.held.values())
 
 
-def bound_members(key: str, bound: Mapping[str, Mapping[str, Any]]) -> int:
-    """Members of the group already bound (a pass over the bound pods: only when a member is placed)."""
-    return sum(1 for pod in bound.values() if group_of(pod) == key)
+def members_of(groups: Collection[str], pods: Iterable[Mapping[str, Any]]) -> Counter[str]:
+    """Per group of `groups`, its members among `pods`: one pass over them, however many groups ask."""
+    found = (group_of(pod) for pod in pods)
+    return Counter(group for group in found if group is not None and group in groups)

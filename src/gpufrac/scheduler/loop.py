@@ -50,7 +50,7 @@ from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.config import SchedulerConfig
 from gpufrac.scheduler.devices import Hold
 from gpufrac.scheduler.evictions import Evictions
-from gpufrac.scheduler.gangs import Gangs
+from gpufrac.scheduler.gangs import Gangs, members_of
 from gpufrac.scheduler.keeper import ReservationKeeper
 from gpufrac.scheduler.metrics import SchedulerMetrics
 from gpufrac.scheduler.mover import Mover
@@ -554,8 +554,7 @@ class Scheduler:
         joins a gang that already runs. One pass over the bound pods, however many groups ask."""
         held = self.gangs.held_uids() | {placing}
         binding = (body for uid, body in self.cache.assumed_pods.items() if uid not in held)
-        found = (group_of(body) for body in (*self.cache.bound.values(), *binding))
-        return Counter(group for group in found if group is not None and group in groups)
+        return members_of(groups, (*self.cache.bound.values(), *binding))
 
     async def _start_bind(self, uid: str, pod: dict[str, Any], placement: Placement) -> None:
         """Start the bind of a placement assumed in the cache, within the binds allowed in flight."""
