@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from gpufrac.contract import node_inventory
+from gpufrac.contract.node_inventory import Enforcement
 from gpufrac.node.agent import Agent, Settings
 from gpufrac.node.kubelet.device_plugin import DevicePluginError
 from gpufrac.node.kubelet.podresources import ContainerDevices, PodResourcesError
@@ -397,11 +398,18 @@ async def test_the_watchdog_only_reports_while_the_device_plugin_is_not_as_the_n
     assert report.ready is not None and report.ready.reason == "NoDevicePlugin"
     assert [h.action for h in report.handled] == ["report"] and r.killer.calls == []
     assert r.agent.watchdog_mode is Mode.REPORT
+    # Nothing holds the limits meanwhile, and the node says so: not "watchdog", on the label or the GPUs.
+    assert report.level is Enforcement.NONE
+    assert r.agent.exporter.latest.node_level is Enforcement.NONE
+    assert {gpu.level for gpu in r.agent.exporter.latest.gpus} == {Enforcement.NONE}
+    assert r.client.node["metadata"]["labels"][node_inventory.ENFORCEMENT_LABEL] == "none"
 
     r.client.node["status"]["allocatable"][GPU] = "2"
     report = await r.agent.tick()
     assert report.ready is not None and report.ready.ready
     assert [h.action for h in report.handled] == ["kill"] and r.killer.calls == [100]
+    assert report.level is Enforcement.WATCHDOG
+    assert r.client.node["metadata"]["labels"][node_inventory.ENFORCEMENT_LABEL] == "watchdog"
 
 
 async def test_a_kubelet_answer_that_leaves_out_a_running_gpu_container_is_not_acted_on(

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import logging
 import os
@@ -295,25 +296,16 @@ class Agent:
             self.watchdog_mode = inventory.watchdog_mode(self.settings.mode, labels)
         pods = await self._pods(report.problems)
         grants, grants_error = await self._grants(report, pods)
-        report.level = inventory.enforcement(
-            native=inventory.native(labels, self.settings.native_label),
-            nvml_ok=not snapshot.error and bool(snapshot.gpus),
-            mps_healthy=mps_up,
-            acting=self.watchdog_mode is not Mode.REPORT,
-        )
+        facts = None
         if node is not None and self._mode is not None:
             kubelet_gpus = inventory.kubelet_gpus(status.get("allocatable"))
             conflict, plugin_error = "", ""
             if self._mode is DevicePluginMode.MANAGED:
                 conflict, plugin_error = await self._serve_gpus(snapshot, labels, kubelet_gpus, report)
-            holders = None if grants is None else inventory.holders(grants, snapshot)
-            report.gpus, published = await self._publish(metadata, snapshot, report, holders)
-            published = await self._advertise(status, report.gpus, report.problems) and published
             facts = inventory.Facts(
                 mode=self._mode,
                 nvml_error=snapshot.error,
                 gpu_count=len(snapshot.gpus),
-                published=published,
                 mps_supervised=self.supervisor is not None,
                 mps_healthy=mps_up,
                 pod_resources_error=grants_error,
@@ -325,8 +317,20 @@ class Agent:
                     report.advertised or (), status.get("allocatable"), len(snapshot.gpus)
                 ),
             )
-            report.ready = inventory.readiness(facts)
+            # Settled before the level is worked out and published: a node whose watchdog only reports
+            # this tick must not claim, on its label and metrics, a watchdog that acts.
             self._only_report_while(inventory.device_plugin_failure(facts))
+        report.level = inventory.enforcement(
+            native=inventory.native(labels, self.settings.native_label),
+            nvml_ok=not snapshot.error and bool(snapshot.gpus),
+            mps_healthy=mps_up,
+            acting=self.watchdog_mode is not Mode.REPORT,
+        )
+        if facts is not None:
+            holders = None if grants is None else inventory.holders(grants, snapshot)
+            report.gpus, published = await self._publish(metadata, snapshot, report, holders)
+            published = await self._advertise(status, report.gpus, report.problems) and published
+            report.ready = inventory.readiness(dataclasses.replace(facts, published=published))
             current = inventory.find_condition(status.get("conditions"))
             await self._set_condition(report.ready, current, report.problems)
         if pods is None or grants_error:
