@@ -46,6 +46,8 @@ def test_a_queue_in_each_resource_unit() -> None:
         },
     )
     assert parse_queue(queue()) == QueueSpec("team-a")
+    assert parse_queue(queue(priority=150)).priority == 150
+    assert parse_queue(queue()).priority == 100  # KAI's default
 
 
 @pytest.mark.parametrize(
@@ -66,6 +68,10 @@ def test_a_queue_in_each_resource_unit() -> None:
         (queue(resources={"gpus": True}), "must be a map"),
         (queue(resources={"gpuMemory": {"quota": "1e400"}}), "out of range"),
         (queue(resources={"gpus": {"overQuotaWeight": 1e308}}), "from 0 to 1000000"),
+        (queue(priority="high"), "spec.priority"),
+        (queue(priority=1.5), "must be a whole number"),
+        (queue(priority=True), "spec.priority"),
+        (queue(priority=2**40), "spec.priority"),
         (queue(namespaces="team-a"), "spec.namespaces"),
         (queue(namespaces=["Team-A"]), "must be a list of namespace names"),
         (queue(namespaces=[7]), "must be a list of namespace names"),

@@ -57,6 +57,35 @@ async def test_the_team_below_its_share_is_served_first(
     assert bound == (["a1", "b1"] if fair else ["a1", "a2"])
 
 
+@pytest.mark.parametrize("priority", [200, None], ids=["team-a-first", "even"])
+async def test_a_higher_priority_queue_takes_what_the_quotas_leave_first(
+    priority: int | None,
+    team_queues: list[str],
+    admin_client: lightkube.AsyncClient,
+    scheduler_client: lightkube.AsyncClient,
+    namespace: str,
+    gpu_nodes: fakenodes.GpuNodes,
+) -> None:
+    """Three GPUs, a quota of one each: the third goes to team-a by its `spec.priority` (KAI's field, kept by
+    the CRD), though team-b's pods came first; at even priorities the two split it and age decides."""
+    if priority is not None:
+        patch = {"spec": {"priority": priority}}
+        await admin_client.patch(QUEUE_RESOURCE, "team-a", patch, patch_type=PatchType.MERGE)
+        assert (await admin_client.get(QUEUE_RESOURCE, "team-a")).to_dict()["spec"]["priority"] == priority
+    for _ in range(3):
+        await gpu_nodes.create(gpus=1)
+    for name in ("b1", "b2"):
+        await admin_client.create(team_pod(name, namespace, queues.QUEUE_LABEL, "team-b"))
+    await asyncio.sleep(1.1)  # creation times count whole seconds: team-b's pods are strictly older
+    for name in ("a1", "a2"):
+        await admin_client.create(team_pod(name, namespace, queues.QUEUE_LABEL, "team-a"))
+    async with running_scheduler(scheduler_client, queues=True):
+        listed = await wait_bound(admin_client, namespace, 3)
+        await asyncio.sleep(1)  # the fourth pod has been tried: nothing more binds
+    bound = sorted(pod["metadata"]["name"] for pod in listed if pod["spec"].get("nodeName"))
+    assert bound == (["a1", "a2", "b1"] if priority else ["a1", "b1", "b2"])
+
+
 async def test_top_shows_each_queues_use_and_fair_share(
     team_queues: list[str],
     admin_client: lightkube.AsyncClient,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpufrac.contract.queues import Entitlement, QueueSpec, Resource
+from gpufrac.contract.queues import DEFAULT_PRIORITY, Entitlement, QueueSpec, Resource
 from gpufrac.placement.fairshare import (
     ancestry,
     fair_shares,
@@ -21,9 +21,14 @@ GPU = Resource.GPU_MEMORY
 
 
 def queue(
-    name: str, quota: int = 0, weight: float = 1.0, limit: int | None = None, parent: str | None = None
+    name: str,
+    quota: int = 0,
+    weight: float = 1.0,
+    limit: int | None = None,
+    parent: str | None = None,
+    priority: int = DEFAULT_PRIORITY,
 ) -> QueueSpec:
-    return QueueSpec(name, parent, {GPU: Entitlement(quota, weight, limit)})
+    return QueueSpec(name, parent, {GPU: Entitlement(quota, weight, limit)}, priority=priority)
 
 
 def gpu_shares(queues: list[QueueSpec], capacity: float, demand: dict[str, float]) -> dict[str, float]:
@@ -88,6 +93,36 @@ SCENARIOS = {
         100,
         {"x": 100, "y": 100, "other": 10},
         {"org": 90, "x": 55, "y": 35, "other": 10},
+    ),
+    "the higher priority takes what quotas leave first, whatever the weights": (
+        [queue("a", 10, priority=200), queue("b", 10, weight=9)],
+        100,
+        {"a": 100, "b": 100},
+        {"a": 90, "b": 10},
+    ),
+    "what the higher priority does not want goes down, by weight": (
+        [queue("a", 10, priority=200), queue("b", weight=1), queue("c", weight=3)],
+        100,
+        {"a": 30, "b": 100, "c": 100},
+        {"a": 30, "b": 17.5, "c": 52.5},
+    ),
+    "a priority never takes another queue's quota": (
+        [queue("a", priority=200), queue("b", 40)],
+        100,
+        {"a": 100, "b": 100},
+        {"a": 60, "b": 40},
+    ),
+    "a limit caps the higher priority, the rest goes down": (
+        [queue("a", limit=25, priority=200), queue("b")],
+        100,
+        {"a": 100, "b": 100},
+        {"a": 25, "b": 75},
+    ),
+    "priority is among siblings: a child's does not lift its parent": (
+        [queue("org"), queue("x", parent="org", priority=500), queue("y", parent="org"), queue("other")],
+        100,
+        {"x": 100, "y": 100, "other": 100},
+        {"org": 50, "x": 50, "y": 0, "other": 50},
     ),
     "a parent's limit holds its whole subtree": (
         [queue("org", 0, limit=50), queue("x", parent="org"), queue("y", parent="org"), queue("other")],

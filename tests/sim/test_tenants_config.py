@@ -40,6 +40,7 @@ resources.gpuMemory = {quota = "32000Mi"}
 [[queues]]
 name = "batch"
 traffic = 2
+priority = 50
 """
 
 
@@ -59,6 +60,7 @@ def test_a_good_file_is_read_whole(tmp_path: Path) -> None:
     assert read.queues["prod"].entitlement(Resource.GPUS) == Entitlement(4, 2.0, 6)
     assert read.queues["prod"].entitlement(Resource.GPU_MEMORY).quota == 32000  # MiB, as the CRD reads it
     assert read.leaves == ["prod", "batch"]  # pods join leaves only
+    assert (read.queues["batch"].priority, read.queues["prod"].priority) == (50, 100)  # 100: KAI's default
     assert read.traffic == {"prod": (1.0, 3.0), "batch": (2.0, 2.0)}  # one weight serves every phase
 
 

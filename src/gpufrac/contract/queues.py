@@ -1,8 +1,9 @@
 """Queues: how teams share the cluster, as the `Queue` custom resource (`queues.gpufrac.io`) says. Pure.
 
 A queue is guaranteed its `quota` of each resource, may borrow what others leave idle in proportion to its
-`overQuotaWeight`, and never holds more than its `limit`. Queues form a tree (`parentQueue`): a child's
-share comes out of its parent's. Pods join a queue by the label `gpufrac.io/queue`, or KAI Scheduler's
+`overQuotaWeight`, and never holds more than its `limit`; what is left over goes to queues of higher
+`priority` first, as in KAI Scheduler. Queues form a tree (`parentQueue`): a child's share comes out of its
+parent's. Pods join a queue by the label `gpufrac.io/queue`, or KAI Scheduler's
 `kai.scheduler/queue` so that teams move over without editing manifests; a pod with neither is in
 `default`, which exists even when no Queue object names it (no quota, weight 1, no limit).
 
@@ -13,7 +14,8 @@ and preempt that team's pods, or reclaim as that team.
 
 Units are the engine's: GPU memory (what shares request) and memory in MiB, CPU in millicores, whole GPUs
 as a count. The field names follow KAI's Queue where it has one (`parentQueue`, `quota`, `limit`,
-`overQuotaWeight`, -1 for "no limit"), so a KAI queue reads with its resource names changed.
+`overQuotaWeight`, -1 for "no limit", `priority` 100 when absent), so a KAI queue reads with its resource
+names changed.
 """
 
 from __future__ import annotations
@@ -39,10 +41,10 @@ NO_LIMIT = -1  # as KAI writes it
 # The most of any resource a queue may name, in its unit: far beyond any cluster, and small enough that sums
 # of them stay exact in the floats fair shares are computed in.
 MAX_AMOUNT = 2**50
-MAX_WEIGHT = 1_000_000
-_DNS_LABEL = re.compile(
-    r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
-)  # what a namespace's name must be  # weights are ratios: past this they only risk overflowing the sums
+MAX_WEIGHT = 1_000_000  # weights are ratios: past this they only risk overflowing the sums
+DEFAULT_PRIORITY = 100  # KAI's, for a queue that names none
+MAX_PRIORITY = 2**31 - 1  # an int32, as Kubernetes priorities are
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # what a namespace's name must be
 
 
 class Resource(StrEnum):
@@ -77,6 +79,7 @@ class QueueSpec:
     parent: str | None = None
     resources: Mapping[Resource, Entitlement] = field(default_factory=dict)
     namespaces: frozenset[str] | None = None  # None: pods of any namespace may join
+    priority: int = DEFAULT_PRIORITY  # among siblings, the higher take what quotas leave first
 
     def entitlement(self, resource: Resource) -> Entitlement:
         return self.resources.get(resource, Entitlement())
@@ -113,7 +116,9 @@ def parse_queue(obj: Mapping[str, object]) -> QueueSpec:
                 f"spec.resources.{key}", str(value), f"unknown resource; known: {known}"
             ) from None
         resources[resource] = _entitlement(resource, _map(value, f"spec.resources.{key}"))
-    return QueueSpec(name, parent or None, resources, _namespaces(spec.get("namespaces")))
+    return QueueSpec(
+        name, parent or None, resources, _namespaces(spec.get("namespaces")), _priority(spec.get("priority"))
+    )
 
 
 def refusal(queues: Mapping[str, QueueSpec], queue: str, namespace: str) -> str | None:
@@ -187,6 +192,18 @@ def _namespaces(value: object) -> frozenset[str] | None:
             "spec.namespaces", str(value), "must be a list of namespace names (absent: any namespace)"
         )
     return frozenset(value)
+
+
+def _priority(value: object) -> int:
+    if value is None:
+        return DEFAULT_PRIORITY
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_PRIORITY:
+        raise ContractError(
+            "spec.priority",
+            str(value),
+            f"must be a whole number from -{MAX_PRIORITY} to {MAX_PRIORITY} (absent: {DEFAULT_PRIORITY})",
+        )
+    return value
 
 
 def _entitlement(resource: Resource, fields: Mapping[str, object]) -> Entitlement:

@@ -1,12 +1,12 @@
 """Each queue's fair share of the cluster, and which queue is served first. Pure.
 
 Per resource, top down: the roots share the cluster's capacity and each queue's share is split among its
-children. At every level a queue first gets its quota (never more than it asks for), then what is left of
-its parent's share is split among the queues that want more, in proportion to their `overQuotaWeight`
-(water-filling: a queue that needs less than its part gives the rest back to the others), never past its
-limit or its demand. A queue's demand is what its pods hold plus what its pending pods ask; a parent's is
-its children's. So capacity no queue wants stays unassigned, and a queue alone in the cluster may use all
-of it.
+children. At every level a queue first gets its quota (never more than it asks for), then what is left of its
+parent's share is split among the queues that want more: those of the highest `priority` first, in proportion
+to their `overQuotaWeight` (water-filling: a queue that needs less than its part gives the rest back to the
+others), never past its limit or its demand; what they all leave goes to the next priority. A queue's demand
+is what its pods hold plus what its pending pods ask; a parent's is its children's. So capacity no queue wants
+stays unassigned, and a queue alone in the cluster may use all of it.
 
 Pods are then taken from the queue furthest below its fair share: the one whose largest ratio of use to
 fair share, over the resources, is smallest. A pod that would take its queue, or a queue above it, past a
@@ -136,7 +136,22 @@ def _divide(amount: float, claims: list[tuple[QueueSpec, float]], resource: Reso
         return [amount * quota / promised if promised else 0.0 for quota in quotas]
     given = list(quotas)
     left = amount - promised
-    open_ = {i for i, (_, wanted) in enumerate(claims) if wanted - given[i] > _EPSILON}
+    for priority in sorted({spec.priority for spec, _ in claims}, reverse=True):
+        level = [i for i, (spec, _) in enumerate(claims) if spec.priority == priority]
+        left = _fill(left, given, claims, level, resource)
+    return given
+
+
+def _fill(
+    left: float,
+    given: list[float],
+    claims: list[tuple[QueueSpec, float]],
+    level: list[int],
+    resource: Resource,
+) -> float:
+    """Water-fills `left` into `given` among the claims at positions `level`, by weight, each up to its
+    demand; returns what none of them wanted, for the next priority."""
+    open_ = {i for i in level if claims[i][1] - given[i] > _EPSILON}
     while left > _EPSILON and open_:
         weights = {i: claims[i][0].entitlement(resource).over_quota_weight for i in open_}
         total = sum(weights.values())
@@ -154,7 +169,7 @@ def _divide(amount: float, claims: list[tuple[QueueSpec, float]], resource: Reso
         left -= spent
         if spent <= _EPSILON:
             break
-    return given
+    return left
 
 
 def starvation(usage: Amounts, share: Amounts) -> float:

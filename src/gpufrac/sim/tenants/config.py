@@ -1,11 +1,11 @@
 """The tenant replay's config file (TOML): the queues, how the trace's pods are dealt to them, gangs, and
 the eviction rules.
 
-A queue reads as the `Queue` custom resource does (`contract.queues.parse_queue`: `parentQueue`, and per
-resource `quota`, `overQuotaWeight`, `limit` with the CRD's units and names), so a config's queues and a
-cluster's mean the same; `traffic` is the replay's own: how many of the trace's pods the queue gets, relative
-to the others (`tenants.deal`). Anything wrong is a `UserError` naming the file, the field and the fix,
-before the replay starts.
+A queue reads as the `Queue` custom resource does (`contract.queues.parse_queue`: `parentQueue`, `priority`,
+and per resource `quota`, `overQuotaWeight`, `limit` with the CRD's units and names), so a config's queues and
+a cluster's mean the same; `traffic` is the replay's own: how many of the trace's pods the queue gets,
+relative to the others (`tenants.deal`). Anything wrong is a `UserError` naming the file, the field and the
+fix, before the replay starts.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ MAX_SECONDS = 30 * 86400  # a rule measured in months is a typo
 # cluster could never hold (markup, a `$`, a newline) is refused here rather than garbling those.
 QUEUE_NAME = re.compile(r"[a-z0-9]([-.a-z0-9]{0,61}[a-z0-9])?")
 
-QUEUE_FIELDS = ("name", "parentQueue", "traffic", "resources")
+QUEUE_FIELDS = ("name", "parentQueue", "priority", "traffic", "resources")
 TABLES = {
     "cluster": ("gpus",),
     "eviction": ("minRuntimeSeconds", "graceSeconds", "maxVictims"),
@@ -148,7 +148,7 @@ def _queues(fields: _Fields, entries: object) -> tuple[dict[str, QueueSpec], dic
         if name in queues:
             raise fields.error(f"queues.{name}", name, "named twice; give each queue its own name")
         fields.known(table, f"queues.{name}.", QUEUE_FIELDS)
-        spec = {key: table[key] for key in ("parentQueue", "resources") if key in table}
+        spec = {key: table[key] for key in ("parentQueue", "priority", "resources") if key in table}
         try:
             queues[name] = parse_queue({"metadata": {"name": name}, "spec": spec})
         except ContractError as error:
