@@ -122,12 +122,15 @@ class Evictions:
         placements = dict(self.cache.state.placements) if preemptible or reclaimable else {}
         tenant = self.tenants.tenant(pod)
         contested = self.tenants.reclaiming(tenant, asked) if reclaimable else set()
-        _, gangs = self._evictable()
+        pool, gangs = self._evictable()
+        reclaimed_gangs = _staying_apart(gangs, pool)
 
-        def going(victims: Sequence[str]) -> list[str]:
+        def going_of(gangs: Mapping[str, BoundGang]) -> Callable[[Sequence[str]], list[str]]:
             """The victims with the members of their gangs that cannot run without them, which the mover
             evicts with them: what leaves is what a queue's limit and fair share are judged by."""
-            return [member for member in leaving_with(victims, gangs) if member in placements]
+            return lambda victims: [m for m in leaving_with(victims, gangs) if m in placements]
+
+        going, reclaimed_going = going_of(gangs), going_of(reclaimed_gangs)
 
         def within_limit(victims: Sequence[str]) -> bool:
             return (
@@ -138,7 +141,7 @@ class Evictions:
         def within_surplus(victims: Sequence[str]) -> bool:
             """Each victim was offered alone (`victims`): together they must leave every queue its share."""
             taken: dict[str, list[Placement]] = {}
-            for victim in going(victims):
+            for victim in reclaimed_going(victims):
                 taken.setdefault(self.tenants.tenant(self.cache.bound.get(victim, {})), []).append(
                     placements[victim]
                 )
@@ -147,12 +150,12 @@ class Evictions:
         lost = self._work_lost([*preemptible, *reclaimable], placements)
         # Reclaim first, as KAI Scheduler's actions run (reclaim, then preempt): a queue owed its quota takes
         # back what others borrowed before it evicts its own lower priorities.
-        for victims, why, allow in (
-            ({} if capped else reclaimable, RECLAIM, within_surplus),
-            (preemptible, PREEMPT, within_limit),
+        for victims, why, allow, goes in (
+            ({} if capped else reclaimable, RECLAIM, within_surplus, reclaimed_going),
+            (preemptible, PREEMPT, within_limit, going),
         ):
             if victims and await self.mover.preempt(
-                members, policy, victims, why, _only_of(victims, going, allow), lost, going
+                members, policy, victims, why, _only_of(victims, goes, allow), lost, goes
             ):
                 return True
         # Past a limit, the pod may fit where it is: room is not what its queue's own pods must give up.
@@ -235,16 +238,19 @@ class Evictions:
         pool, gangs = self._evictable()
         preemptible = {uid: theirs for uid, theirs in pool.get(tenant, {}).items() if theirs < priority}
         placements = self.cache.state.placements
+        reclaimed_gangs = _staying_apart(gangs, pool)
         reclaimable = {
             uid: theirs
             for queue in over
             for uid, theirs in pool.get(queue, {}).items()
             if uid in placements
             and self.tenants.surplus_covers(
-                queue, [placements[m] for m in leaving_with([uid], gangs) if m in placements], contested
+                queue,
+                [placements[m] for m in leaving_with([uid], reclaimed_gangs) if m in placements],
+                contested,
             )
         }
-        return able_to_leave(preemptible, gangs), able_to_leave(reclaimable, gangs)
+        return able_to_leave(preemptible, gangs), able_to_leave(reclaimable, reclaimed_gangs)
 
     def _evictable(self) -> tuple[dict[str, dict[str, int]], dict[str, BoundGang]]:
         """The running pods any pod may evict at all, by queue, with priorities: this scheduler's, below
@@ -295,10 +301,11 @@ class BoundGang:
 
     members: list[str]  # running, not on their way out
     min_member: int
+    staying: int = 0  # members running besides `members` that no eviction takes (`_staying_apart`)
 
     def leaving(self, chosen: Collection[str]) -> list[str]:
         """The members that go if `chosen` of them are evicted."""
-        if len(self.members) - len(chosen) >= self.min_member:
+        if len(self.members) + self.staying - len(chosen) >= self.min_member:
             return [member for member in self.members if member in chosen]
         return list(self.members)
 
@@ -320,9 +327,28 @@ def _without(gangs: dict[str, BoundGang], gone: Collection[str]) -> dict[str, Bo
         return gangs
     trimmed: dict[str, BoundGang] = {}
     for gang in {id(gang): gang for gang in gangs.values()}.values():
-        kept = BoundGang([member for member in gang.members if member not in gone], gang.min_member)
+        kept = BoundGang([m for m in gang.members if m not in gone], gang.min_member, gang.staying)
         trimmed.update(dict.fromkeys(kept.members, kept))
     return trimmed
+
+
+def _staying_apart(
+    gangs: dict[str, BoundGang], pool: Mapping[str, Mapping[str, int]]
+) -> dict[str, BoundGang]:
+    """The gangs as reclaim sees them: members no eviction may take (protected, too young, another
+    scheduler's) stay and count toward `min_member`, and the rest go without them. A gang's members are its
+    tenant's to choose, so a pod without GPUs of the protected priority, or one recreated every few minutes,
+    would otherwise shield a whole borrowed gang from the queue it is owed to. (Preemption, within the
+    pod's own queue, keeps such a gang whole.)"""
+    evictable = {uid for queue in pool.values() for uid in queue}
+    if all(uid in evictable for uid in gangs):
+        return gangs
+    apart: dict[str, BoundGang] = {}
+    for gang in {id(gang): gang for gang in gangs.values()}.values():
+        going = [member for member in gang.members if member in evictable]
+        split = BoundGang(going, gang.min_member, gang.staying + len(gang.members) - len(going))
+        apart.update(dict.fromkeys(going, split))
+    return apart
 
 
 def able_to_leave(victims: Mapping[str, int], gangs: Mapping[str, BoundGang]) -> dict[str, int]:
