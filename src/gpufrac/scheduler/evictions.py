@@ -6,6 +6,8 @@ taking pods from the queue and binding them.
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +56,8 @@ class Evictions:
         self.cache, self.tenants, self.gangs, self.mover = cache, tenants, gangs, mover
         self.pending, self.config, self.fault_domain, self.clock = pending, settings, fault_domain, clock
         self._evictable_at: tuple[float, dict[str, dict[str, int]], dict[str, BoundGang]] | None = None
+        self._books: tuple[float, dict[str, list[str]], Counter[str]] | None = None  # `_gang_books`
+        self._gathered: dict[str, float] = {}  # pod group -> when its members were last planned for
 
     def _room_coming(
         self, pod: Mapping[str, Any], demand: PodDemand, rows: np.ndarray, policy: Policy
@@ -197,17 +201,21 @@ class Evictions:
         if group is None or spec is None:
             return alone
         gang = self.gangs.gangs.get(group)
-        bound = members_of({group}, self.cache.bound.values())[group]
-        needed = spec.min_member - bound - (len(gang.held) if gang else 0)
-        mates = sorted(
-            (objects.created(body), other, body)
-            for other, body in self.pending.items()
-            if other != uid and group_of(body) == group
-        )
+        pending, bound = self._gang_books()
+        needed = spec.min_member - bound[group] - (len(gang.held) if gang else 0)
+        if needed <= 1:
+            return alone
+        now = self.clock()
+        if now - self._gathered.get(group, -math.inf) < 1.0:
+            return []  # another of its members was planned for within the second, with the same mates
+        self._gathered[group] = now
         members = list(alone)
-        for _, other, body in mates:
+        for other in pending.get(group, ()):
             if len(members) >= needed:
                 break
+            body = self.pending.get(other)
+            if other == uid or body is None or group_of(body) != group:  # bound, gone or moved since
+                continue
             if constraints.refusal(body):  # it will not be placed as it is: nothing is evicted for it
                 continue
             try:
@@ -217,6 +225,22 @@ class Evictions:
             eligible, _ = self.cache.open_rows(body, gpus=True)
             members.append((other, body, wanted, eligible[np.isin(eligible, rows)]))
         return members if len(members) >= needed else []
+
+    def _gang_books(self) -> tuple[dict[str, list[str]], Counter[str]]:
+        """Per pod group, its pending members (uids, oldest first) and its members bound: one pass over the
+        pending and bound pods a second for every group. A tenant's gang members that fit nowhere each ask
+        for room; had each read every pod again, a PodGroup of thousands (or thousands of PodGroups) would
+        hold the loop for hours a round. A member that arrived within the second is missed until the next."""
+        now = self.clock()
+        if self._books is None or now - self._books[0] >= 1.0:
+            grouped = ((group_of(body), objects.created(body), uid) for uid, body in self.pending.items())
+            pending: dict[str, list[str]] = {}
+            for group, _, uid in sorted((g, created, uid) for g, created, uid in grouped if g is not None):
+                pending.setdefault(group, []).append(uid)
+            bound = members_of(self.gangs.index.specs.keys(), self.cache.bound.values())
+            self._books = (now, pending, bound)
+            self._gathered = {group: at for group, at in self._gathered.items() if now - at < 1.0}
+        return self._books[1], self._books[2]
 
     def victims(self, pod: Mapping[str, Any], demand: PodDemand) -> tuple[dict[str, int], dict[str, int]]:
         """The running pods `pod` may preempt (its queue's, of lower priority) and reclaim (of queues over

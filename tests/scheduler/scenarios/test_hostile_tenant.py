@@ -4,9 +4,13 @@ rule it breaks is the README's ("Queues and fair share", "Gangs")."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from .driver import ANY, RECLAIMED, Ask, Node, Run, Scenario, cases, check
+from gpufrac.scheduler import evictions
+
+from .driver import ANY, RECLAIMED, Ask, Node, Run, Scenario, cases, check, play
 
 THREE_NODES = {"n1": Node(), "n2": Node(), "n3": Node()}
 # Queue a is owed two GPUs; queue b is guaranteed one, and runs it as a protected pod within that quota.
@@ -61,3 +65,45 @@ SCENARIOS = [
 @pytest.mark.parametrize("scenario", cases(SCENARIOS))
 async def test_scenario(scenario: Scenario) -> None:
     await check(scenario)
+
+
+@pytest.mark.parametrize(
+    ("groups", "members"),
+    [(1, 60), (30, 2)],
+    ids=["one PodGroup of 60 members", "30 PodGroups of 2 members"],
+)
+async def test_gang_members_that_fit_nowhere_cost_a_round_in_proportion_to_them(
+    monkeypatch: pytest.MonkeyPatch, groups: int, members: int
+) -> None:
+    """Every member of a gang that fits nowhere asks for room to be made, with the members its gang still
+    needs. Each used to read every pending pod, and each of those mates' demand and nodes, again: a tenant's
+    PodGroup of 400 members that fit nowhere (all of them created) took 36 s of the loop a round, 10,000
+    would take hours, and a PodGroup per pair of pods did the same through the pass over the pending pods.
+    Counted in reads, not seconds."""
+    reads = {"pod_demand": 0, "group_of": 0}
+    pod_demand, group_of = evictions.objects.pod_demand, evictions.group_of
+
+    def counted_demand(*args: Any, **kwargs: Any) -> Any:
+        reads["pod_demand"] += 1
+        return pod_demand(*args, **kwargs)
+
+    def counted_group(pod: Any) -> Any:
+        reads["group_of"] += 1
+        return group_of(pod)
+
+    monkeypatch.setattr(evictions.objects, "pod_demand", counted_demand)
+    monkeypatch.setattr(evictions, "group_of", counted_group)
+    names = {f"g{g}": {"minMember": members} for g in range(groups)}
+    pending = {f"g{g}-{m}": Ask(gpus=2, group=f"g{g}") for g in range(groups) for m in range(members)}
+    scenario = Scenario(
+        "gang members that fit nowhere",
+        nodes={"n1": Node(), "n2": Node()},
+        groups=names,
+        running={"low": Run("n1:0", priority=-1)},  # a victim there is, so that a plan is asked for
+        pending=pending,
+        waiting=dict.fromkeys(pending, ""),
+        rounds=1,
+    )
+    await play(scenario)
+    pods = groups * members
+    assert reads["pod_demand"] <= 5 * pods and reads["group_of"] <= 5 * pods, reads  # were 60 x pods
