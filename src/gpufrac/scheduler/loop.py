@@ -440,7 +440,8 @@ class Scheduler:
         # A pod that would take its queue past a limit is never placed: only its queue's lower priorities
         # going may bring it within. A kept room was within the limits when its pods were evicted.
         past = None
-        if self.config.queues and uid not in self.cache.kept_rooms:
+        judged, past_as_placed = self.config.queues and uid not in self.cache.kept_rooms, None
+        if judged:
             self.tenants.rank(self.cache, self.pending)  # use at most a second old, and each placement since
             past = self.tenants.past_limit(self.tenants.tenant(pod), demand)
         kept = self.mover.take_room(uid)
@@ -458,6 +459,12 @@ class Scheduler:
                     outcome = decide(self.cache.snapshot(), demand, self.policy, rows=room)
                 if isinstance(outcome, Unschedulable) and past is None:
                     outcome = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
+            if judged and isinstance(outcome, Placement):
+                # Judged again as placed: a portion counts on the median GPU until its GPU is chosen. Its
+                # queue's pods going would free what it was judged by, not what it takes: none are evicted.
+                past_as_placed = self.tenants.past_limit(self.tenants.tenant(pod), demand, placed=outcome)
+                if past_as_placed is not None:
+                    past, outcome = past_as_placed, Unschedulable(uid, {})
             if isinstance(outcome, Unschedulable) and demand.shares and self.cache.devices and past is None:
                 # Would it fit with more GPUs reserved? Then reserve them, and decide again once they are.
                 with self.cache.device_view(Hold.RESERVED, Hold.PENDING, Hold.FREE):
@@ -467,6 +474,7 @@ class Scheduler:
                     return
             if (
                 isinstance(outcome, Unschedulable)
+                and past_as_placed is None
                 and self.config.max_moves
                 and await self.evictions.make_room(
                     uid, pod, demand, rows, open_rows, self.policy, capped=past is not None

@@ -183,12 +183,20 @@ class Tenants:
         namespace = objects.text_field(pod, "metadata", "namespace")
         return queues.DEFAULT_QUEUE if queues.refusal(self.specs, queue, namespace) else queue
 
-    def past_limit(self, tenant: str, demand: PodDemand, freeing: Iterable[Placement] = ()) -> str | None:
+    def past_limit(
+        self,
+        tenant: str,
+        demand: PodDemand,
+        freeing: Iterable[Placement] = (),
+        *,
+        placed: Placement | None = None,
+    ) -> str | None:
         """Why the pod may not be placed: with it (and without the queue's pods `freeing`), its queue or one
         above it would pass a limit, or, for a pod never evicted, the queue's pods never evicted would pass
         its quota (`tenancy.unguaranteed`); None when it may. A share asked as a fraction counts on the
-        cluster's median GPU, as in fair shares."""
-        wanted = tenancy.asked(demand, self._reference)
+        cluster's median GPU, as in fair shares, until it is `placed`: then as what it takes there, which on
+        a GPU larger than the median is more (a 0.9 portion judged as 9,000 MiB takes 72,000 of 80,000)."""
+        wanted = tenancy.asked(demand, self._reference) if placed is None else self._held(placed)
         freed: Amounts = {}
         for placement in freeing:
             tenancy.add(freed, self._held(placement))

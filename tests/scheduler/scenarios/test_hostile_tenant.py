@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
+from gpufrac.contract import keys
 from gpufrac.scheduler import evictions
 
+from . import driver
 from .driver import ANY, RECLAIMED, Ask, Node, Run, Scenario, cases, check, play
 
 THREE_NODES = {"n1": Node(), "n2": Node(), "n3": Node()}
@@ -61,9 +63,55 @@ SCENARIOS = [
     ),
 ]
 
+# Pods named here ask with `gpu-fraction` instead of `gpu-memory`: a portion means nothing until a GPU is
+# chosen, so a queue's limits and quotas judge it on the cluster's median GPU before it is placed.
+FRACTIONS = {"big": "0.9"}
+# Three small GPUs, full, and one eight times their size, free: the median GPU is a small one.
+SMALL_AND_BIG = {"n1": Node(), "n2": Node(), "n3": Node(), "n4": Node(mib=80_000)}
+SMALL_ONES_FULL = {f"b{i}": Run(f"n{i}:0", mib=10_000, queue="b") for i in (1, 2, 3)}
+
+AS_PLACED = [
+    Scenario(
+        "a portion that would take its queue past its gpuMemory limit on the GPU it gets waits",
+        nodes=SMALL_AND_BIG,
+        queues={"a": {"gpuMemory": {"limit": "10000Mi"}}, "b": {}},
+        running=SMALL_ONES_FULL,
+        pending={"big": Ask(mib=9000, queue="a")},
+        waiting={"big": "queue a would pass its gpuMemory limit (10000 MiB)"},
+    ),
+    Scenario(
+        "a protected portion that would pass its queue's gpuMemory quota on the GPU it gets waits",
+        nodes=SMALL_AND_BIG,
+        queues={"a": {"gpuMemory": {"quota": "10000Mi"}}, "b": {}},
+        running=SMALL_ONES_FULL,
+        pending={"big": Ask(mib=9000, queue="a", priority=100)},
+        waiting={"big": "queue a's pods never evicted would pass its gpuMemory quota"},
+    ),
+]
+
+
+@pytest.fixture
+def fractions(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = driver._pending
+
+    def pending(name: str, ask: Ask, order: int) -> dict[str, Any]:
+        body = made(name, ask, order)
+        if name in FRACTIONS:
+            notes = body["metadata"]["annotations"]
+            notes.pop(keys.GPU_MEMORY, None)
+            notes[keys.GPU_FRACTION] = FRACTIONS[name]
+        return body
+
+    monkeypatch.setattr(driver, "_pending", pending)
+
 
 @pytest.mark.parametrize("scenario", cases(SCENARIOS))
 async def test_scenario(scenario: Scenario) -> None:
+    await check(scenario)
+
+
+@pytest.mark.parametrize("scenario", cases(AS_PLACED))
+async def test_a_portion_is_held_to_its_queue_as_placed(scenario: Scenario, fractions: None) -> None:
     await check(scenario)
 
 
