@@ -311,7 +311,7 @@ class Mover:
             return set()
         target = f"pod{'s' if len(pending) > 1 else ''} {', '.join(objects.pod_key(pod) for pod in pending)}"
         where = ", ".join(sorted(set(nodes)))
-        leaving = await self._evict_each(pending, victims, why, done=f"{why.done} for {target} on {where}")
+        leaving = await self._evict_each(pending, victims, why, where=where)
         if leaving:
             message = f"evicting {len(leaving)} pod(s) to make room on {where} ({why.verb})"
             log.info("%s: %s", target, message)
@@ -326,11 +326,11 @@ class Mover:
         why: Why,
         *,
         dry_run: bool = False,
-        done: str = "",
+        where: str = "",
     ) -> set[str]:
         """Evict `victims` in order (only asking, with `dry_run`), stopping at the first refused or gone from
         the cache; those evicted, or with `dry_run` all of them if none was refused (else none). Each evicted
-        pod is told `done`."""
+        pod is told why, for which pods, on which nodes (`where`)."""
         leaving: set[str] = set()
         for name in victims:
             victim = self.cache.bound.get(name)
@@ -348,7 +348,7 @@ class Mover:
                 self.refused[name] = self.clock() + self.timeout
                 reason = "a PodDisruptionBudget forbids it" if refused else error.status.message
                 for pod in pending:
-                    await self._tell(pod, why, f"cannot {why.verb} pod {objects.pod_key(victim)}: {reason}")
+                    await self._tell(pod, why, f"cannot {why.verb} {_named([victim], pod)}: {reason}")
                 break
             except API_ERRORS as error:
                 self.evictions.labels(why.verb, "failed").inc()
@@ -357,7 +357,7 @@ class Mover:
             leaving.add(name)
             if not dry_run:
                 self.evictions.labels(why.verb, "evicted").inc()
-                await self._tell(victim, why, done)
+                await self._tell(victim, why, f"{why.done} for {_named(pending, victim)} on {where}")
         else:
             return leaving
         return set() if dry_run else leaving
@@ -369,3 +369,15 @@ class Mover:
             self.client,
             events.warning(involved=involved, reason=why.reason, message=message, component=self.component),
         )
+
+
+def _named(pods: Sequence[Mapping[str, Any]], told: Mapping[str, Any]) -> str:
+    """`pods` as the tenant of `told` hears of them in its Events: by name in its own namespace, by UID in
+    another, as kube-scheduler names a preemptor to its victims: no tenant learns the names of pods in a
+    namespace it may not read."""
+    namespace = objects.meta(told)["namespace"]
+    names = [
+        objects.pod_key(pod) if objects.meta(pod)["namespace"] == namespace else objects.pod_uid(pod)
+        for pod in pods
+    ]
+    return f"pod{'s' if len(names) > 1 else ''} {', '.join(names)}"

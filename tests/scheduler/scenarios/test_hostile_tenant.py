@@ -171,3 +171,37 @@ async def test_gang_members_that_fit_nowhere_cost_a_round_in_proportion_to_them(
     await play(scenario)
     pods = groups * members
     assert reads["pod_demand"] <= 5 * pods and reads["group_of"] <= 5 * pods, reads  # were 60 x pods
+
+
+async def test_a_victim_is_not_told_the_names_of_another_namespaces_pods(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Events of an eviction go to both sides' namespaces. Each side used to be told the other's
+    namespace and pod name ('reclaimed ... for pod web/secret-model on n1'), which a tenant may not list; as
+    kube-scheduler tells a victim of its preemptor, a pod of another namespace is named by its UID."""
+    made = driver._pending
+
+    def in_web(name: str, ask: Ask, order: int) -> dict[str, Any]:
+        body = made(name, ask, order)
+        body["metadata"]["namespace"] = "web"
+        return body
+
+    monkeypatch.setattr(driver, "_pending", in_web)
+    scenario = Scenario(
+        "a reclaim across namespaces",
+        nodes={"n1": Node(), "n2": Node()},
+        queues={"a": {"gpus": {"quota": 1}}, "b": {"gpus": {"quota": 1}}},
+        running={"b1": Run("n1:0", queue="b"), "b2": Run("n2:0", queue="b")},
+        pending={"secret-model": Ask(gpus=1, queue="a")},
+        binds={"secret-model": ANY},
+        rounds=3,
+    )
+    api, _ = await play(scenario)
+    told = {
+        call.body.involvedObject.name: call.body.message
+        for call in api.calls
+        if call.kind == "Event" and call.body.reason == RECLAIMED
+    }
+    assert set(told) == {"b1", "secret-model"}
+    assert told["b1"].endswith("for pod uid-secret-model on n1"), told["b1"]  # the fake API's UID
+    assert "web/" not in told["b1"], told["b1"]
