@@ -68,6 +68,10 @@ class Gangs:
                 due.append(self._release(key))
         return due
 
+    def give_back(self, key: str) -> list[Held]:
+        """The group's held members, no longer held (their room is the caller's to free)."""
+        return self._release(key)
+
     def expired(self, now: float) -> list[tuple[PodGroupSpec | None, str, list[Held]]]:
         """The groups held past their timeout (or whose PodGroup is gone): no longer held."""
         due = []

@@ -26,7 +26,7 @@ from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
 from gpufrac import contract, retrying
-from gpufrac.cluster.model import Placement, Unschedulable
+from gpufrac.cluster.model import Placement, PodDemand, Unschedulable
 from gpufrac.cluster.state import PlacementRefused
 from gpufrac.contract.podgroups import group_of
 from gpufrac.kubeapi import events
@@ -50,7 +50,7 @@ from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.config import SchedulerConfig
 from gpufrac.scheduler.devices import Hold
 from gpufrac.scheduler.evictions import Evictions
-from gpufrac.scheduler.gangs import Gangs, members_of
+from gpufrac.scheduler.gangs import Gangs, Held, members_of
 from gpufrac.scheduler.keeper import ReservationKeeper
 from gpufrac.scheduler.metrics import SchedulerMetrics
 from gpufrac.scheduler.mover import Mover
@@ -445,6 +445,7 @@ class Scheduler:
             self.tenants.rank(self.cache, self.pending)  # use at most a second old, and each placement since
             past = self.tenants.past_limit(self.tenants.tenant(pod), demand)
         kept = self.mover.take_room(uid)
+        freed: list[tuple[str, list[Held]]] = []
         # Shares only on GPUs gpufrac reserved, whole GPUs only on GPUs the device plugin still has free.
         usable = (Hold.RESERVED,) if demand.shares else (Hold.FREE,) if demand.whole else ()
         try:
@@ -459,6 +460,15 @@ class Scheduler:
                     outcome = decide(self.cache.snapshot(), demand, self.policy, rows=room)
                 if isinstance(outcome, Unschedulable) and past is None:
                     outcome = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
+                if (
+                    isinstance(outcome, Unschedulable)
+                    and past is None
+                    and (freed := self._held_room(pod, demand, rows))
+                ):
+                    outcome = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
+            for key, given in freed:
+                why = f"the room held for them went to queue {self.tenants.tenant(pod)}, below its share"
+                await self._gave_back(key, given, why)
             if judged and isinstance(outcome, Placement):
                 # Judged again as placed: a portion counts on the median GPU until its GPU is chosen. Its
                 # queue's pods going would free what it was judged by, not what it takes: none are evicted.
@@ -583,19 +593,62 @@ class Scheduler:
     async def _give_back_gangs(self) -> None:
         """Groups held past their timeout give their room back, and their pods wait again."""
         for spec, key, members in self.gangs.expired(self.clock()):
-            for uid, pod, _ in members:
-                if not self.cache.forget(pod):
-                    continue  # deleted meanwhile
+            self._unhold(members)
+            await self._gave_back(
+                key,
+                members,
+                f"{spec.min_member} members could not run together within {spec.timeout_seconds:g}s; the "
+                f"room held for {len(members)} is given back"
+                if spec
+                else "the PodGroup is gone; the room held for its pods is given back",
+            )
+            self._cluster_changed()
+
+    def _unhold(self, members: list[Held]) -> None:
+        """Members no longer held wait again, their room freed."""
+        for uid, pod, _ in members:
+            if self.cache.forget(pod):  # else deleted meanwhile
                 self.pending[uid] = pod
                 self.queue.park(uid, **self._order(pod))
-                why = (
-                    f"pod group {key}: {spec.min_member} members could not run together within "
-                    f"{spec.timeout_seconds:g}s; the room held for {len(members)} is given back"
-                    if spec
-                    else f"pod group {key} is gone; the room held for its pods is given back"
-                )
-                await self._report_failure(pod, why)
-            self._cluster_changed()
+
+    async def _gave_back(self, key: str, members: list[Held], why: str) -> None:
+        for uid, pod, _ in members:
+            if uid in self.pending:
+                await self._report_failure(pod, f"pod group {key}: {why}")
+
+    def _held_room(
+        self, pod: Mapping[str, Any], demand: PodDemand, rows: np.ndarray
+    ) -> list[tuple[str, list[Held]]]:
+        """Gangs held for queues over their fair share give their room to a pod that fits nowhere else, where
+        its queue may reclaim (as it would take running pods of those queues): held members run nothing, so
+        nothing is evicted, and a gang that can never complete (a member no node can take) does not keep
+        another queue's quota for its whole `scheduleTimeoutSeconds`, which is the tenant's to set. Only the
+        gangs holding room on the node the pod would take, and only where their queue keeps its fair share
+        without it. Returns the gangs given back; the caller decides again."""
+        if not (self.config.queues and self.gangs.gangs):
+            return []
+        tenant = self.tenants.tenant(pod)
+        contested = self.tenants.reclaiming(tenant, demand)
+        over = self.tenants.over_share() - {tenant} if contested else set()
+        yielding = {
+            key: members
+            for key, gang in self.gangs.gangs.items()
+            if (members := list(gang.held.values()))
+            and self.tenants.tenant(members[0][1]) in over
+            and self.tenants.surplus_covers(
+                self.tenants.tenant(members[0][1]), [placement for _, _, placement in members], contested
+            )
+        }
+        held = [uid for members in yielding.values() for uid, _, _ in members]
+        trial = decide(self.cache.snapshot().without(held), demand, self.policy, rows=rows) if held else None
+        if not isinstance(trial, Placement):
+            return []
+        freed = []
+        for key, members in yielding.items():
+            if any(placement.node == trial.node for _, _, placement in members):
+                freed.append((key, self.gangs.give_back(key)))
+                self._unhold(freed[-1][1])
+        return freed
 
     async def _bind(self, uid: str, pod: dict[str, Any], placement: Placement) -> None:
         """Bind, then settle the reservation: kept when bound, released otherwise (waking the pods parked for

@@ -73,9 +73,20 @@ SCENARIOS = [
         },
         rounds=6,
         binds={"b1": "n1"},
-        waiting={"h1": "", "h2": ""},
-        xfail="held room is given back only at the PodGroup's scheduleTimeoutSeconds (the tenant's, up to a "
-        "day), and may be taken again after; reclaim never takes it, as held members are not bound",
+        waiting={"h1": "went to queue b", "h2": ""},
+    ),
+    Scenario(
+        "a gang held within its queue's quota keeps its room from a queue that may not reclaim",
+        nodes={"n1": Node()},
+        queues={"a": {"gpus": {"quota": 1}}, "b": {}},
+        groups={"hog": {"minMember": 2, "queue": "a", "scheduleTimeoutSeconds": 86400}},
+        pending={
+            "h1": Ask(gpus=1, group="hog"),
+            "h2": Ask(gpus=8, group="hog"),
+            "b1": Ask(gpus=1, queue="b", arrives=1),
+        },
+        rounds=6,
+        waiting={"h1": "held until the rest can", "h2": "", "b1": "0/1 nodes are available"},
     ),
 ]
 
