@@ -3,6 +3,7 @@ checks on the tree they form."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -14,7 +15,9 @@ from gpufrac.contract.queues import (
     Resource,
     check_tree,
     parse_queue,
+    preempt_min_runtime,
     queue_of,
+    reclaim_min_runtime,
     refusal,
 )
 
@@ -51,6 +54,51 @@ def test_a_queue_in_each_resource_unit() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90s", 90),
+        ("10m", 600),
+        ("1h30m", 5400),
+        ("1.5h", 5400),
+        ("0", 0),
+        ("0s", 0),
+        ("250ms", 0.25),
+        ("-1s", math.inf),
+        ("-1h", math.inf),
+    ],
+)
+def test_min_runtimes_are_kubernetes_durations(text: str, seconds: float) -> None:
+    parsed = parse_queue(queue(preemptMinRuntime=text, reclaimMinRuntime=text))
+    assert parsed.preempt_min_runtime == parsed.reclaim_min_runtime == seconds
+    assert parse_queue(queue()).preempt_min_runtime is None  # unset: the queue above, or the scheduler's
+
+
+def test_min_runtimes_resolve_up_the_tree_as_kai_scheduler_does() -> None:
+    """root.a.b.c.leaf1 reclaiming from root.a.b.d.leaf2 reads d's side of their common ancestor b; within a
+    queue, the first preemptMinRuntime from the leaf up."""
+    tree = {
+        "a": parse_queue(queue("a")),
+        "b": parse_queue(queue("b", parentQueue="a", preemptMinRuntime="10m", reclaimMinRuntime="10m")),
+        "c": parse_queue(queue("c", parentQueue="b", reclaimMinRuntime="5m")),
+        "d": parse_queue(queue("d", parentQueue="b")),
+        "leaf1": parse_queue(queue("leaf1", parentQueue="c", preemptMinRuntime="-1s")),
+        "leaf2": parse_queue(queue("leaf2", parentQueue="d")),
+        "leaf3": parse_queue(queue("leaf3", parentQueue="c", reclaimMinRuntime="1m")),
+        "other": parse_queue(queue("other")),
+    }
+    assert preempt_min_runtime(tree, "leaf1", 42) == math.inf
+    assert preempt_min_runtime(tree, "leaf2", 42) == 600  # b's, the first set above it
+    assert preempt_min_runtime(tree, "other", 42) == 42  # none set: the scheduler's
+    assert reclaim_min_runtime(tree, "leaf1", "leaf2", 42) == 600  # d unset, then b's
+    assert reclaim_min_runtime(tree, "leaf2", "leaf1", 42) == 300  # c's: the victim's side below b
+    assert reclaim_min_runtime(tree, "leaf1", "leaf3", 42) == 60  # siblings: the victim's own
+    # No common ancestor: the victim's top queue, a, which sets none; leaf3's and c's rule only inside b.
+    assert reclaim_min_runtime(tree, "other", "leaf3", 42) == 42
+    assert reclaim_min_runtime(tree, "leaf3", "other", 42) == 42
+    assert reclaim_min_runtime(tree, "leaf1", "gone", 42) == 42  # a deleted queue's pods: the scheduler's
+
+
+@pytest.mark.parametrize(
     ("obj", "says"),
     [
         ({"metadata": {}}, "metadata.name"),
@@ -72,6 +120,11 @@ def test_a_queue_in_each_resource_unit() -> None:
         (queue(priority=1.5), "must be a whole number"),
         (queue(priority=True), "spec.priority"),
         (queue(priority=2**40), "spec.priority"),
+        (queue(preemptMinRuntime="10 minutes"), "spec.preemptMinRuntime=.*a duration such as 90s"),
+        (queue(preemptMinRuntime=600), "spec.preemptMinRuntime"),
+        (queue(reclaimMinRuntime="5m5"), "spec.reclaimMinRuntime"),
+        (queue(reclaimMinRuntime=""), "spec.reclaimMinRuntime"),
+        (queue(reclaimMinRuntime="99999h"), "over ten years"),
         (queue(namespaces="team-a"), "spec.namespaces"),
         (queue(namespaces=["Team-A"]), "must be a list of namespace names"),
         (queue(namespaces=[7]), "must be a list of namespace names"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -66,12 +67,11 @@ async def test_a_higher_priority_queue_takes_what_the_quotas_leave_first(
     namespace: str,
     gpu_nodes: fakenodes.GpuNodes,
 ) -> None:
-    """Three GPUs, a quota of one each: the third goes to team-a by its `spec.priority` (KAI's field, kept by
-    the CRD), though team-b's pods came first; at even priorities the two split it and age decides."""
+    """Three GPUs, a quota of one each: the third goes to team-a by its `spec.priority`, though team-b's pods
+    came first; at even priorities the two split it and age decides."""
     if priority is not None:
         patch = {"spec": {"priority": priority}}
         await admin_client.patch(QUEUE_RESOURCE, "team-a", patch, patch_type=PatchType.MERGE)
-        assert (await admin_client.get(QUEUE_RESOURCE, "team-a")).to_dict()["spec"]["priority"] == priority
     for _ in range(3):
         await gpu_nodes.create(gpus=1)
     for name in ("b1", "b2"):
@@ -84,6 +84,19 @@ async def test_a_higher_priority_queue_takes_what_the_quotas_leave_first(
         await asyncio.sleep(1)  # the fourth pod has been tried: nothing more binds
     bound = sorted(pod["metadata"]["name"] for pod in listed if pod["spec"].get("nodeName"))
     assert bound == (["a1", "a2", "b1"] if priority else ["a1", "b1", "b2"])
+
+
+async def test_the_crd_keeps_kais_queue_fields(
+    team_queues: list[str], admin_client: lightkube.AsyncClient
+) -> None:
+    """A field the CRD's schema does not name is pruned by the API server without a word: each KAI field
+    gpufrac reads must be in it, or a KAI queue's setting is silently dropped."""
+    kai = {"priority": 50, "preemptMinRuntime": "30m", "reclaimMinRuntime": "-1s"}
+    await admin_client.patch(QUEUE_RESOURCE, "team-b", {"spec": kai}, patch_type=PatchType.MERGE)
+    stored = (await admin_client.get(QUEUE_RESOURCE, "team-b")).to_dict()
+    assert {key: stored["spec"].get(key) for key in kai} == kai
+    parsed = queues.parse_queue(stored)
+    assert (parsed.priority, parsed.preempt_min_runtime, parsed.reclaim_min_runtime) == (50, 1800, math.inf)
 
 
 async def test_top_shows_each_queues_use_and_fair_share(

@@ -14,8 +14,8 @@ and preempt that team's pods, or reclaim as that team.
 
 Units are the engine's: GPU memory (what shares request) and memory in MiB, CPU in millicores, whole GPUs
 as a count. The field names follow KAI's Queue where it has one (`parentQueue`, `quota`, `limit`,
-`overQuotaWeight`, -1 for "no limit", `priority` 100 when absent), so a KAI queue reads with its resource
-names changed.
+`overQuotaWeight`, -1 for "no limit", `priority` 100 when absent, `preemptMinRuntime` and
+`reclaimMinRuntime`), so a KAI queue reads with its resource names changed.
 """
 
 from __future__ import annotations
@@ -80,6 +80,10 @@ class QueueSpec:
     resources: Mapping[Resource, Entitlement] = field(default_factory=dict)
     namespaces: frozenset[str] | None = None  # None: pods of any namespace may join
     priority: int = DEFAULT_PRIORITY  # among siblings, the higher take what quotas leave first
+    # Seconds a pod of the queue runs before it may be preempted (within its queue) or reclaimed (by another
+    # queue); None: as the queue above it says, or the scheduler's `--min-runtime`; `math.inf`: never.
+    preempt_min_runtime: float | None = None
+    reclaim_min_runtime: float | None = None
 
     def entitlement(self, resource: Resource) -> Entitlement:
         return self.resources.get(resource, Entitlement())
@@ -117,17 +121,30 @@ def parse_queue(obj: Mapping[str, object]) -> QueueSpec:
             ) from None
         resources[resource] = _entitlement(resource, _map(value, f"spec.resources.{key}"))
     return QueueSpec(
-        name, parent or None, resources, _namespaces(spec.get("namespaces")), _priority(spec.get("priority"))
+        name,
+        parent or None,
+        resources,
+        _namespaces(spec.get("namespaces")),
+        _priority(spec.get("priority")),
+        _runtime(spec.get("preemptMinRuntime"), "spec.preemptMinRuntime"),
+        _runtime(spec.get("reclaimMinRuntime"), "spec.reclaimMinRuntime"),
     )
+
+
+def ancestry(queues: Mapping[str, QueueSpec], name: str) -> list[str]:
+    """`name` and the queues above it, up to its root; a cycle (a tree made without the webhook) ends it."""
+    line: list[str] = []
+    current: str | None = name
+    while current is not None and current in queues and current not in line:
+        line.append(current)
+        current = queues[current].parent
+    return line
 
 
 def refusal(queues: Mapping[str, QueueSpec], queue: str, namespace: str) -> str | None:
     """Why pods of `namespace` may not join `queue`, or None when they may: every queue from it up to its
     root that lists namespaces lists this one."""
-    name: str | None = queue
-    seen: set[str] = set()
-    while name is not None and name in queues and name not in seen:
-        seen.add(name)
+    for name in ancestry(queues, queue):
         allowed = queues[name].namespaces
         if allowed is not None and namespace not in allowed:
             whose = "its" if name == queue else f"its parent queue {name}'s"
@@ -136,8 +153,35 @@ def refusal(queues: Mapping[str, QueueSpec], queue: str, namespace: str) -> str 
                 f"namespace {namespace} may not use queue {queue}: {whose} spec.namespaces {listed}; use a "
                 "queue of this namespace, or have an admin add it there"
             )
-        name = queues[name].parent
     return None
+
+
+def preempt_min_runtime(queues: Mapping[str, QueueSpec], queue: str, default: float) -> float:
+    """How long a pod of `queue` runs before a pod of its own queue may preempt it: the first
+    `preemptMinRuntime` set from the queue up to its root (KAI Scheduler's rule), else `default`."""
+    return _first_runtime(queues, ancestry(queues, queue), "preempt_min_runtime", default)
+
+
+def reclaim_min_runtime(
+    queues: Mapping[str, QueueSpec], reclaimer: str, victim: str, default: float
+) -> float:
+    """How long a pod of `victim` runs before a pod of `reclaimer` may reclaim it: KAI Scheduler's rule, the
+    first `reclaimMinRuntime` set from the victim's side of the two queues' lowest common ancestor (the
+    queue one step below it, towards the victim) up to the root, else `default`. So a setting deep in the
+    tree rules only reclaims among the queues under it, and an admin of a branch cannot make its pods
+    unreclaimable by the rest of the tree."""
+    line = ancestry(queues, victim)
+    theirs = set(ancestry(queues, reclaimer))
+    below = next((at for at in range(1, len(line)) if line[at] in theirs), len(line)) - 1
+    return _first_runtime(queues, line[max(below, 0) :], "reclaim_min_runtime", default)
+
+
+def _first_runtime(queues: Mapping[str, QueueSpec], line: list[str], kind: str, default: float) -> float:
+    for name in line:
+        seconds: float | None = getattr(queues[name], kind)
+        if seconds is not None:
+            return seconds
+    return default
 
 
 def check_tree(queues: Mapping[str, QueueSpec]) -> None:
@@ -192,6 +236,40 @@ def _namespaces(value: object) -> frozenset[str] | None:
             "spec.namespaces", str(value), "must be a list of namespace names (absent: any namespace)"
         )
     return frozenset(value)
+
+
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION_UNIT = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+MAX_RUNTIME = 10 * 365 * 24 * 3600.0  # ten years: past it, a runtime means never (a negative one says so)
+
+
+def _runtime(value: object, where: str) -> float | None:
+    """A Kubernetes duration (`metav1.Duration`, as Go writes it: `90s`, `10m`, `1h30m`) in seconds; a
+    negative one is never (KAI Scheduler's -1)."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else ""
+    sign, digits = (-1.0, text[1:]) if text.startswith("-") else (1.0, text.removeprefix("+"))
+    parts = _DURATION.findall(digits)
+    if digits != "0" and (not parts or "".join(number + unit for number, unit in parts) != digits):
+        raise ContractError(
+            where, str(value), "must be a duration such as 90s, 10m or 1h30m (negative: never)"
+        )
+    seconds = sum(float(number) * _DURATION_UNIT[unit] for number, unit in parts)
+    if seconds > MAX_RUNTIME:
+        raise ContractError(
+            where, str(value), "is over ten years; a negative duration such as -1s means never"
+        )
+    return math.inf if sign < 0 and seconds > 0 else seconds
 
 
 def _priority(value: object) -> int:

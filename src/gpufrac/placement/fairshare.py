@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpufrac.contract.queues import DEFAULT_QUEUE, QueueSpec, Resource
+from gpufrac.contract.queues import DEFAULT_QUEUE, QueueSpec, Resource, ancestry
 
 Amounts = Mapping[Resource, float]
 _EPSILON = 1e-9
@@ -78,16 +78,6 @@ def held_under(
                 total[resource] = total.get(resource, 0.0) + amount
         found[name] = total
     return found
-
-
-def ancestry(queues: Mapping[str, QueueSpec], name: str) -> list[str]:
-    """`name` and the queues above it, up to its root; a cycle (a tree made without the webhook) ends it."""
-    line: list[str] = []
-    current: str | None = name
-    while current is not None and current in queues and current not in line:
-        line.append(current)
-        current = queues[current].parent
-    return line
 
 
 def past_limit(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,9 @@ from gpufrac.scheduler.tenants import Tenants
 # How long past its grace period a pod being deleted still counts as room on its way (the kubelet stopping
 # its containers and the API server hearing of it take seconds, not minutes), and how far ahead its grace
 # period may end: a pod's own terminationGracePeriodSeconds can be a year.
+# Per queue, the running pods any pod may evict, as (priority, when they started running): how long each
+# must have run depends on who would evict it (`Evictions._preemptible`, `Evictions._reclaim_pool`).
+Pool = dict[str, dict[str, tuple[int, float]]]
 STUCK_AFTER_SECONDS = 60.0
 LONGEST_WAIT_SECONDS = 600.0
 
@@ -55,7 +58,7 @@ class Evictions:
     ) -> None:
         self.cache, self.tenants, self.gangs, self.mover = cache, tenants, gangs, mover
         self.pending, self.config, self.fault_domain, self.clock = pending, settings, fault_domain, clock
-        self._evictable_at: tuple[float, dict[str, dict[str, int]], dict[str, BoundGang]] | None = None
+        self._evictable_at: tuple[float, Pool, dict[str, BoundGang]] | None = None
         self._books: tuple[float, dict[str, list[str]], Counter[str]] | None = None  # `_gang_books`
         self._gathered: dict[str, float] = {}  # pod group -> when its members were last planned for
 
@@ -127,7 +130,7 @@ class Evictions:
         tenant = self.tenants.tenant(pod)
         contested = self.tenants.reclaiming(tenant, asked) if reclaimable else set()
         pool, gangs = self._evictable()
-        reclaimed_gangs = _staying_apart(gangs, pool)
+        reclaimed_gangs = _staying_apart(gangs, self._reclaim_pool(pool, tenant, pool.keys() - {tenant}))
 
         def going_of(gangs: Mapping[str, BoundGang]) -> Callable[[Sequence[str]], list[str]]:
             """The victims with the members of their gangs that cannot run without them, which the mover
@@ -246,9 +249,9 @@ class Evictions:
         """The running pods `pod` may preempt (its queue's, of lower priority) and reclaim (of queues over
         their fair share, when its queue's use with it stays within its quota; only pods whose going leaves
         their queue at its fair share at least), by uid, with priorities.
-        Only pods this scheduler placed, below `protected_priority`, running `min_runtime` at least; and a
-        gang's member only if the members that would go with it (`BoundGang.leaving`) may go too, counted
-        together."""
+        Only pods this scheduler placed, below `protected_priority`, running long enough (`_preemptible`,
+        `_reclaim_pool`); and a gang's member only if the members that would go with it (`BoundGang.leaving`)
+        may go too, counted together."""
         tenant, priority = self._queue_of(pod), objects.priority(pod)
         over: set[str] = set()
         contested: set[Resource] = set()
@@ -260,13 +263,16 @@ class Evictions:
             if contested:
                 over = self.tenants.over_share() - {tenant}
         pool, gangs = self._evictable()
-        preemptible = {uid: theirs for uid, theirs in pool.get(tenant, {}).items() if theirs < priority}
+        preemptible = {
+            uid: theirs for uid, theirs in self._preemptible(pool, tenant).items() if theirs < priority
+        }
         placements = self.cache.state.placements
-        reclaimed_gangs = _staying_apart(gangs, pool)
+        reclaim_pool = self._reclaim_pool(pool, tenant, over)
+        reclaimed_gangs = _staying_apart(gangs, reclaim_pool)
         reclaimable = {
             uid: theirs
-            for queue in over
-            for uid, theirs in pool.get(queue, {}).items()
+            for queue, candidates in reclaim_pool.items()
+            for uid, theirs in candidates.items()
             if uid in placements
             and self.tenants.surplus_covers(
                 queue,
@@ -276,15 +282,37 @@ class Evictions:
         }
         return able_to_leave(preemptible, gangs), able_to_leave(reclaimable, reclaimed_gangs)
 
-    def _evictable(self) -> tuple[dict[str, dict[str, int]], dict[str, BoundGang]]:
-        """The running pods any pod may evict at all, by queue, with priorities: this scheduler's, below
-        `protected_priority`, running `min_runtime` at least; and each bound gang member's gang. A pass over
-        every bound pod, so kept a second: a burst of pods that fit nowhere must not each pay it."""
+    def _preemptible(self, pool: Pool, tenant: str) -> dict[str, int]:
+        """The pods of `pool` a pod of `tenant` may preempt (its own queue's) by how long they ran: the
+        queue's `preemptMinRuntime` (`queues.preempt_min_runtime`), else `--min-runtime`."""
+        runtime = queues.preempt_min_runtime(self._queue_specs(), tenant, self.config.min_runtime)
+        return _running_for(pool.get(tenant, {}), self.mover.wall_clock() - runtime)
+
+    def _reclaim_pool(self, pool: Pool, tenant: str, others: Iterable[str]) -> dict[str, dict[str, int]]:
+        """Per queue of `others`, the pods of `pool` a pod of `tenant` may reclaim by how long they ran: the
+        `reclaimMinRuntime` the two queues' places in the tree give (`queues.reclaim_min_runtime`), else
+        `--min-runtime`."""
+        specs, now, default = self._queue_specs(), self.mover.wall_clock(), self.config.min_runtime
+        return {
+            queue: _running_for(
+                pool.get(queue, {}), now - queues.reclaim_min_runtime(specs, tenant, queue, default)
+            )
+            for queue in others
+        }
+
+    def _queue_specs(self) -> Mapping[str, queues.QueueSpec]:
+        """The queues whose rules apply: none without `--queues`, where every pod is in one."""
+        return self.tenants.specs if self.config.queues else {}
+
+    def _evictable(self) -> tuple[Pool, dict[str, BoundGang]]:
+        """The running pods any pod may evict at all (how long they ran aside), by queue, with priorities
+        and when they started: this scheduler's, below `protected_priority`; and each bound gang member's
+        gang. A pass over every bound pod, so kept a second: a burst of pods that fit nowhere must not each
+        pay it."""
         now = self.clock()
         if self._evictable_at is not None and now - self._evictable_at[0] < 1.0:
             return self._evictable_at[1], _without(self._evictable_at[2], self.mover.in_flight()[1])
-        oldest = self.mover.wall_clock() - self.config.min_runtime
-        pool: dict[str, dict[str, int]] = {}
+        pool: Pool = {}
         by_group: dict[str, BoundGang] = {}
         gangs: dict[str, BoundGang] = {}
         for uid, victim in self.cache.bound.items():
@@ -304,10 +332,9 @@ class Evictions:
                 objects.scheduler_name(victim) == self.config.name
                 and theirs < self.config.protected_priority
                 and since is not None
-                and since <= oldest
                 and uid in self.cache.state.placements
             ):
-                pool.setdefault(self._queue_of(victim), {})[uid] = theirs
+                pool.setdefault(self._queue_of(victim), {})[uid] = (theirs, since)
         self._evictable_at = (now, pool, gangs)
         return pool, _without(gangs, self.mover.in_flight()[1])
 
@@ -332,6 +359,11 @@ class BoundGang:
         if len(self.members) + self.staying - len(chosen) >= self.min_member:
             return [member for member in self.members if member in chosen]
         return list(self.members)
+
+
+def _running_for(candidates: Mapping[str, tuple[int, float]], since: float) -> dict[str, int]:
+    """The candidates (priority, when they started) running since `since` at least, with their priorities."""
+    return {uid: theirs for uid, (theirs, started) in candidates.items() if started <= since}
 
 
 def leaving_with(victims: Sequence[str], gangs: Mapping[str, BoundGang]) -> list[str]:

@@ -298,11 +298,16 @@ def _node(name: str, spec: Node) -> dict[str, Any]:
     )
 
 
+# A scenario's queue fields that are the Queue's spec's own; the others are its resources.
+QUEUE_SPEC_FIELDS = ("parentQueue", "priority", "preemptMinRuntime", "reclaimMinRuntime")
+
+
 def _queue(name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-    """A Queue: `parentQueue` and the resources (gpus, gpuMemory, cpu, memory) as its spec has them."""
-    body = {key: value for key, value in spec.items() if key != "parentQueue"}
-    parent = {"parentQueue": spec["parentQueue"]} if "parentQueue" in spec else {}
-    return {"kind": queues.KIND, "metadata": {"name": name}, "spec": {**parent, "resources": body}}
+    """A Queue: its own fields (`QUEUE_SPEC_FIELDS`) and the resources (gpus, gpuMemory, cpu, memory) as its
+    spec has them."""
+    own = {key: value for key, value in spec.items() if key in QUEUE_SPEC_FIELDS}
+    body = {key: value for key, value in spec.items() if key not in QUEUE_SPEC_FIELDS}
+    return {"kind": queues.KIND, "metadata": {"name": name}, "spec": {**own, "resources": body}}
 
 
 def _pod_group(name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
