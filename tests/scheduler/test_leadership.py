@@ -8,10 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufrac.contract import keys
+from gpufrac.scheduler.leader import LeaseTiming
+from gpufrac.scheduler.serve import run_replica
 
 from ..kubeapi.apiobjects import bound, inventory, key, node, pod
 from ..kubeapi.fakeapi import RecordingClient, until
 from .schedulers import scheduler
+from .test_leader import Clock, LeaseApi, replica
 
 
 def share(name: str) -> dict[str, Any]:
@@ -90,3 +93,34 @@ async def test_at_loss_of_leadership_binds_get_the_grace_and_the_rest_are_cancel
     assert made.cache.assumed == {}
     assert key("landed") in made.cache.state.placements  # what the API server holds, counted
     assert key("cut") not in made.cache.state.placements
+
+
+async def test_a_leader_stopped_mid_bind_keeps_renewing_its_lease_so_no_standby_binds_beside_it() -> None:
+    """SIGTERM lets the binds in flight finish; the Lease must stay this replica's meanwhile. Left to run
+    out, a standby takes over while the stopped leader still binds (a bind waits up to ten minutes for its
+    volumes), and both write the same pod's ConfigMaps and Binding."""
+    client = RecordingClient(gate=asyncio.Event())
+    made = scheduler(client)
+    made.on_nodes_listed([node("n1", agent=inventory("n1", 2))])
+    made.on_pods_listed([share("p")])
+    made.run = made.scheduling_loop  # type: ignore[method-assign]  # no watches against this client
+    api, timing = LeaseApi(), LeaseTiming(lease_seconds=15, renew_deadline=10, retry_seconds=0)
+    a_clock, b_clock = Clock(), Clock()
+    a, b = replica(api, a_clock, "a", timing), replica(api, b_clock, "b", timing)
+    stop = asyncio.Event()
+    running = asyncio.create_task(run_replica(made, a, stop=stop))
+    await until(lambda: len(client.held) == 1)  # p's Binding waits at the gate
+    stop.set()  # SIGTERM
+    for _ in range(50):  # run_replica stops watching and scheduling, and waits for p's bind
+        await asyncio.sleep(0)
+    assert not running.done()
+    assert not await b.try_acquire_or_renew()  # b sees a's Lease
+    for _ in range(50):  # a goes on renewing while p's bind is in flight
+        await asyncio.sleep(0)
+    b_clock.advance(16)
+    assert not await b.try_acquire_or_renew(), "b took the Lease while a was still binding"
+    assert client.gate is not None
+    client.gate.set()
+    assert await running is False
+    assert [call.name for call in client.made("create", "Binding")] == ["p"]
+    assert api.spec["holderIdentity"] == ""  # released once nothing was in flight

@@ -93,8 +93,10 @@ async def run_replica(scheduler: Scheduler, elector: LeaderElector | None, *, st
         _lead(scheduler, lambda: True)
     waiters = [asyncio.create_task(lost.wait()), asyncio.create_task(stop.wait())]
     done, _ = await asyncio.wait([*tasks, *waiters], return_when=asyncio.FIRST_COMPLETED)
-    for task in [*tasks, *waiters, *([leading] if leading else [])]:
+    for task in [tasks[0], *waiters, *([leading] if leading else [])]:
         task.cancel()
+    if elector is not None:
+        await _renew_while_binding(scheduler, tasks[1])
     if lost.is_set() and elector is not None:  # another replica may bind once the lease runs out
         await scheduler.step_down(grace=elector.timing.lease_seconds - elector.timing.renew_deadline)
     await scheduler.wait_for_binds()  # binds in flight finish (or roll back) before the process ends
@@ -104,6 +106,19 @@ async def run_replica(scheduler: Scheduler, elector: LeaderElector | None, *, st
         if task in tasks and not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
     return lost.is_set()
+
+
+async def _renew_while_binding(scheduler: Scheduler, electing: asyncio.Task[object]) -> None:
+    """Stopped while leading, the replica keeps renewing its Lease until its binds in flight settle: left to
+    run out, a standby would take over and bind while this one still binds (a bind may wait ten minutes for
+    its volumes), both writing the same pods' ConfigMaps and Bindings. Should the Lease be lost meanwhile,
+    `step_down` resolves the binds in the time left."""
+    if not electing.done():
+        # Not cancelled if the Lease goes first: cancelling it would cancel the binds before their grace.
+        binding = asyncio.create_task(scheduler.wait_for_binds())
+        await asyncio.wait([binding, electing], return_when=asyncio.FIRST_COMPLETED)
+    electing.cancel()
+    await asyncio.gather(electing, return_exceptions=True)
 
 
 async def _lead_once_elected(scheduler: Scheduler, elector: LeaderElector) -> None:
