@@ -305,6 +305,8 @@ class Listing:
 
 
 Step = tuple[str, Mapping[str, Any]] | Exception
+# A step after which the stream neither ends nor sends another byte: a connection that died without a word.
+SILENT: Step = ("SILENT", {})
 
 
 class ScriptedWatchClient:
@@ -340,6 +342,8 @@ class ScriptedWatchClient:
         for step in steps:
             if isinstance(step, Exception):
                 raise step
+            if step is SILENT:
+                await asyncio.Event().wait()
             event, body = step
             yield event, Item(body)
 

@@ -17,7 +17,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from gpufrac.kubeapi import reflector
 
 from .apiobjects import node, pod
-from .fakeapi import ScriptedWatchClient, Step, api_error, transport_error
+from .fakeapi import SILENT, ScriptedWatchClient, Step, api_error, transport_error
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
         recorded.append(seconds)
         await real_sleep(0)
 
-    monkeypatch.setattr(reflector, "asyncio", types.SimpleNamespace(sleep=sleep))
+    monkeypatch.setattr(reflector, "asyncio", types.SimpleNamespace(sleep=sleep, timeout=asyncio.timeout))
     yield recorded
 
 
@@ -57,6 +57,7 @@ async def play(
     *,
     resource: type[Any] = Pod,
     max_backoff: float = 30.0,
+    watch_seconds: float = reflector.WATCH_SECONDS,
 ) -> tuple[ScriptedWatchClient, Recorder]:
     """Run the reflector through the script, then cancel it as the scheduler does on shutdown."""
     client = ScriptedWatchClient(lists, watches)
@@ -69,6 +70,7 @@ async def play(
             on_event=seen.on_event,
             namespaced=resource is Pod,
             max_backoff=max_backoff,
+            watch_seconds=watch_seconds,
         )
     )
     done = asyncio.create_task(client.done.wait())
@@ -94,6 +96,22 @@ async def test_lists_then_watches_from_the_lists_version_and_passes_dicts(sleeps
     assert all(type(body) is dict for _, body in seen.events)
     # The stream ended (as the apiserver ends watches): the next one resumes where the last event left off.
     assert client.watch_versions[:2] == ["list-1", "13"]
+
+
+async def test_a_watch_gone_silent_is_cut_and_made_again_from_its_last_version(sleeps: list[float]) -> None:
+    """A connection that died without a word (lightkube reads a watch with no timeout) must not keep the
+    cache stale for ever: the event sent after it is seen on the next watch."""
+    client, seen = await play(
+        [[pod("a")]],
+        [[("ADDED", versioned(pod("b"), "5")), SILENT], [("DELETED", versioned(pod("a"), "6"))]],
+        watch_seconds=0.01,
+    )
+    assert client.watch_versions[:2] == ["list-1", "5"]
+    assert len(client.list_calls) == 1  # nothing was lost: no need to list again
+    assert [(event, body["metadata"]["name"]) for event, body in seen.events] == [
+        ("ADDED", "b"),
+        ("DELETED", "a"),
+    ]
 
 
 async def test_cluster_scoped_resources_are_listed_without_namespace(sleeps: list[float]) -> None:

@@ -22,6 +22,12 @@ from gpufrac.kubeapi.client import TRANSPORT_ERRORS, UNREADABLE_ANSWERS
 
 log = logging.getLogger("gpufrac.reflector")
 
+# The longest one watch request is trusted, after which it is cut and made again from the last version seen
+# (client-go's reflector asks for 5 to 10 minutes). lightkube waits on a watch with no read timeout and
+# turns no TCP keepalive on, so a connection that died without a word (a load balancer that forgot it, an
+# API server host gone) would otherwise be read for ever, and the cache would go stale without a warning.
+WATCH_SECONDS = 300.0
+
 Handler = Callable[[str, dict[str, Any]], None]
 
 
@@ -33,6 +39,7 @@ async def reflect(
     on_event: Handler,
     namespaced: bool,
     max_backoff: float = 30.0,
+    watch_seconds: float = WATCH_SECONDS,
 ) -> None:
     """Run until cancelled. `on_list` gets the full set after every (re)list; `on_event` each change."""
     namespace = lightkube.ALL_NS if namespaced else None
@@ -54,7 +61,7 @@ async def reflect(
                 AsyncGenerator[tuple[str, Any]],
                 client.watch(resource, namespace=namespace, resource_version=version),
             )
-            async with contextlib.aclosing(stream):
+            async with asyncio.timeout(watch_seconds), contextlib.aclosing(stream):
                 async for event, item in stream:
                     body = item.to_dict()
                     version = body.get("metadata", {}).get("resourceVersion", version)
@@ -65,6 +72,9 @@ async def reflect(
                         version = None
                         failures += 1
                         break
+        except TimeoutError:
+            log.debug("%s watch: cut after %gs; watching again from %s", kind, watch_seconds, version)
+            continue
         except ApiError as error:
             if error.status.code == 410:
                 log.info("%s watch expired (410 Gone); relisting", kind)
