@@ -91,3 +91,30 @@ def test_a_bad_log_level_is_one_line(command: list[str], tmp_path: Path) -> None
     result = gpufrac(*command, "--kubeconfig", str(tmp_path / "absent"), "--log-level", "loud")
     assert result.returncode == 2
     assert result.stderr.strip() == "gpufrac: --log-level loud: choose debug, info, warning or error"
+
+
+UNAUTHORIZED = (
+    401,
+    "application/json",
+    b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized",'
+    b'"reason":"Unauthorized","code":401}',
+)
+
+
+@pytest.mark.parametrize("not_kubernetes", [UNAUTHORIZED], indirect=True, ids=["401"])
+@pytest.mark.parametrize("command", ["scheduler", "top"])
+def test_credentials_the_api_server_refuses_are_one_line_naming_the_kubeconfig(
+    command: str, not_kubernetes: str, tmp_path: Path
+) -> None:
+    """An expired token: the scheduler took the 401 of its start-up check as proof the server was there,
+    then retried its watches for ever, never ready, with no word of the token."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE.replace("https://127.0.0.1:1", not_kubernetes))
+    result = gpufrac(command, "--kubeconfig", str(kubeconfig))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"gpufrac: the Kubernetes API server at {not_kubernetes} does not accept the credentials of the "
+        f"kubeconfig {kubeconfig} (401 Unauthorized"
+    )
+    assert last.endswith("log in again, or fix the user there")

@@ -281,7 +281,7 @@ def run(
         except kube_client.NO_API_SERVER as error:
             raise kube_client.unreachable(error, config) from None
         except lightkube.ApiError as error:
-            raise UserError(f"the API server refused: {error.status.message}") from None
+            raise kube_client.refused(error, config, "install the certificates") from None
 
     asyncio.run(main())
 

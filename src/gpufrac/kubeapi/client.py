@@ -239,6 +239,25 @@ def unreachable(error: Exception, config: lightkube.KubeConfig) -> UserError:
     )
 
 
+def refused(error: lightkube.ApiError, config: lightkube.KubeConfig, what: str) -> UserError:
+    """The message for a request the API server refused (`what` it was asked to do). Credentials it does
+    not accept (401: a token expired or revoked, a certificate it does not trust) are named with their
+    source and the fix: a long-running program would otherwise retry them for ever, never ready."""
+    if error.status.code != 401:
+        return UserError(f"the API server refused to {what}: {error.status.message}")
+    single = config.get()
+    server = f" at {single.cluster.server}" if single is not None else ""
+    source = (
+        f"the kubeconfig {config.fname}"
+        if config.fname
+        else f"the service account under {SERVICE_ACCOUNT_DIR}"
+    )
+    return UserError(
+        f"the Kubernetes API server{server} does not accept the credentials of {source} (401 Unauthorized: "
+        "a token expired or revoked, or a certificate it does not trust); log in again, or fix the user there"
+    )
+
+
 @contextlib.asynccontextmanager
 async def answered_within(config: lightkube.KubeConfig, seconds: float | None = None) -> AsyncIterator[None]:
     """Whatever the block asks of the API server done within `seconds` (default `ONE_SHOT_SECONDS`), or
@@ -282,7 +301,7 @@ async def list_nodes_and_pods(kubeconfig: Path | None) -> tuple[list[dict[str, A
     except NO_API_SERVER as error:
         raise unreachable(error, config) from None
     except lightkube.ApiError as error:
-        raise UserError(f"the API server refused to list nodes and pods: {error.status.message}") from None
+        raise refused(error, config, "list nodes and pods") from None
     finally:
         await client.close()
     return nodes, pods
@@ -304,7 +323,7 @@ async def list_objects(kubeconfig: Path | None, resource: type[Any]) -> list[dic
             raise UserError(
                 f"the API server does not serve {name}: install the gpufrac chart's CRDs"
             ) from None
-        raise UserError(f"the API server refused to list {name}: {error.status.message}") from None
+        raise refused(error, config, f"list {name}") from None
     finally:
         await client.close()
 
