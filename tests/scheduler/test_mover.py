@@ -208,3 +208,15 @@ async def test_a_pod_may_move_to_another_gpu_of_its_node_though_it_binds_a_host_
     made.on_pods_listed(pods)
     await made.schedule_pending()
     assert client.evicted == ["a"]
+
+
+async def test_an_eviction_names_its_pod_by_uid_so_a_pod_recreated_under_its_name_is_left_alone() -> None:
+    """A StatefulSet recreates its pod under the same name; until the watch tells of it, the cache still
+    holds the first. The API server refuses an eviction whose UID is not the pod's
+    (tests/integration/test_eviction.py); by name alone, it evicted the second, which no plan chose."""
+    client, clock = EvictingApi(early=False), FakeClock()
+    made = two_gpus(client, clock)
+    await made.schedule_pending()
+    sent = [call.body.to_dict() for call in client.calls if call.kind == "Eviction"]
+    assert len(sent) == 2  # asked (a dry run), then done
+    assert all(body.get("deleteOptions") == {"preconditions": {"uid": key("a")}} for body in sent)

@@ -34,14 +34,20 @@ _EVICTIONS = {version: _subresource(version) for version in _VERSIONS}
 _preferred: list[str] = list(_VERSIONS)
 
 
-async def evict(client: lightkube.AsyncClient, name: str, *, namespace: str, dry_run: bool = False) -> None:
+async def evict(
+    client: lightkube.AsyncClient, name: str, *, namespace: str, uid: str | None = None, dry_run: bool = False
+) -> None:
     """Evict the pod (with `dry_run`, only ask whether it may be: a disruption budget is checked, nothing
-    is evicted); raises `lightkube.ApiError` when refused (429 while a disruption budget forbids it)."""
+    is evicted); raises `lightkube.ApiError` when refused (429 while a disruption budget forbids it). With
+    `uid`, only that very pod: should the name belong to another pod by now (a StatefulSet's, recreated
+    under it), the API server answers 409 Conflict and evicts nothing."""
+    options = {"deleteOptions": {"preconditions": {"uid": uid}}} if uid else {}
     for version in list(_preferred):
         body = _EVICTIONS[version](
             apiVersion=f"policy/{version}",
             kind="Eviction",
             metadata=ObjectMeta(name=name, namespace=namespace),
+            **options,
         )
         try:
             await client.create(body, name, namespace=namespace, dry_run=dry_run)

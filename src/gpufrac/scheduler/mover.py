@@ -338,7 +338,13 @@ class Mover:
                 break
             meta = objects.meta(victim)
             try:
-                await evict(self.client, meta["name"], namespace=meta["namespace"], dry_run=dry_run)
+                await evict(
+                    self.client,
+                    meta["name"],
+                    namespace=meta["namespace"],
+                    uid=meta.get("uid"),
+                    dry_run=dry_run,
+                )
             except lightkube.ApiError as error:
                 if error.status.code == 404:
                     leaving.add(name)
