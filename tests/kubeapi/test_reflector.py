@@ -143,6 +143,19 @@ async def test_errors_are_retried_from_the_last_version_and_410_relists(sleeps: 
     assert sleeps == [0.2, 0.4, 0.8, 1.6]
 
 
+async def test_a_watch_expired_straight_after_its_list_backs_off_before_listing_again(
+    sleeps: list[float],
+) -> None:
+    """A server whose watch cache lags its lists answers 410 to the list's own version: relisting at once
+    each time would pull every object in a loop."""
+    client, _ = await play(
+        [[pod("a")], [pod("a")], [pod("a")]],
+        [[api_error(410, "Expired")], [api_error(410, "Expired")], [("ADDED", versioned(pod("b"), "9"))]],
+    )
+    assert len(client.list_calls) == 3
+    assert sleeps[:2] == [0.4, 0.8]  # as any error in a row
+
+
 async def test_a_failed_list_is_retried(sleeps: list[float]) -> None:
     client, seen = await play([transport_error(), api_error(503, "ServiceUnavailable"), [pod("a")]], [[]])
     assert len(client.list_calls) == 3

@@ -46,6 +46,7 @@ async def reflect(
     kind = resource.__name__
     version: str | None = None
     failures = 0
+    listed_only = False
     while True:
         try:
             if version is None:
@@ -56,6 +57,7 @@ async def reflect(
                     await asyncio.sleep(retrying.doubling(failures, first=0.2, ceiling=max_backoff))
                     continue  # list again: the handler rebuilds everything from a full list
                 version = listing.resourceVersion
+                listed_only = True  # no event since this list: a 410 now would come straight back
             # An async generator (lightkube's is): closed at once when a failed event breaks out of it.
             stream = cast(
                 AsyncGenerator[tuple[str, Any]],
@@ -65,7 +67,7 @@ async def reflect(
                 async for event, item in stream:
                     body = item.to_dict()
                     version = body.get("metadata", {}).get("resourceVersion", version)
-                    failures = 0
+                    failures, listed_only = 0, False
                     if not _deliver(on_event, kind, event, body):
                         # Skipping the event would lose what it said for good (a DELETED event, the memory
                         # of a pod gone); a full list states everything again, and the handler rebuilds.
@@ -79,7 +81,10 @@ async def reflect(
             if error.status.code == 410:
                 log.info("%s watch expired (410 Gone); relisting", kind)
                 version = None
-                continue
+                if not listed_only:
+                    continue
+                # Expired at once from a fresh list (a server whose watch cache lags its lists): relisting
+                # at once again would pull every object in a loop, so it backs off as other errors do.
             failures += 1
             log.warning("%s watch: API error %s %s", kind, error.status.code, error.status.message)
         except TRANSPORT_ERRORS as error:
