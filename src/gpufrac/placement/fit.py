@@ -131,19 +131,25 @@ def find_fit(
 
 
 def _judge(candidates: Candidates, shape: Hashed) -> np.ndarray:
-    """Per candidate node, the index of the first filter that rejects it (`PASSED` if none). The filters
-    run last to first, so that the first one to reject a node writes its verdict last."""
-    verdicts = np.full(len(candidates.rows), PASSED, np.int64)
-    for index, node_filter in _applying(shape):
-        verdicts[~node_filter.passes(candidates)] = index
-    return verdicts
+    """Per candidate node, the index of the first filter that rejects it (`PASSED` if none).
+
+    The filters' verdicts are stacked (filter, node) above a row that fails every node, so that each node's
+    first failing row is its verdict's position in `_applying`'s order: a fixed handful of numpy calls per
+    decision rather than a masked write per filter, since a decision judges only the few nodes that changed
+    and numpy's per-call costs dominate."""
+    order, filters = _applying(shape)
+    passes = [node_filter.passes(candidates) for node_filter in filters]
+    return order[np.array([*passes, np.zeros(len(candidates.rows), bool)]).argmin(axis=0)]
 
 
 @functools.lru_cache(maxsize=4096)
-def _applying(shape: Hashed) -> tuple[tuple[int, Filter], ...]:
-    """The filters that apply to pods of `shape`, last to first, with their indices: which apply depends on
-    the pod alone, and every decision with nodes to judge asks."""
+def _applying(shape: Hashed) -> tuple[np.ndarray, tuple[Filter, ...]]:
+    """The filters that apply to pods of `shape`, in order, and their indices in `FILTERS` followed by
+    `PASSED` (the verdict of a node none of them rejects): which apply depends on the pod alone, and every
+    decision with nodes to judge asks."""
     pod = shape.value
     assert isinstance(pod, PodDemand)
-    applying = [(index, node_filter) for index, node_filter in enumerate(FILTERS) if node_filter.applies(pod)]
-    return tuple(reversed(applying))
+    applying = [index for index, node_filter in enumerate(FILTERS) if node_filter.applies(pod)]
+    order = np.array([*applying, PASSED], np.int64)
+    order.flags.writeable = False  # shared by every decision for the shape
+    return order, tuple(FILTERS[index] for index in applying)
