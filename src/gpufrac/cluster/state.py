@@ -25,6 +25,12 @@ NO_POD_BOUND = 2**62  # `pods_free` of a node without a bound on its pods: more 
 _serials = itertools.count()
 
 
+def take_rows(array: np.ndarray, rows: np.ndarray | slice | int) -> np.ndarray:
+    """`array[rows]` (a view for a slice, else a copy), by `take` for an index: for the few rows a decision
+    reads, numpy's fancy indexing of a 2-D array costs several times what `take` does."""
+    return array[rows] if isinstance(rows, slice) else array.take(rows, axis=0)
+
+
 class PlacementRefused(ValueError):
     """An operation would break a placement invariant; nothing was changed."""
 
@@ -404,7 +410,7 @@ class ClusterState:
 
     def open_gpus(self, rows: np.ndarray | slice | int = slice(None)) -> np.ndarray:
         """Healthy GPUs not held whole: where a new tenant could go (all False past a node's GPU count)."""
-        return self.gpu_healthy[rows] & ~self.gpu_whole[rows]
+        return take_rows(self.gpu_healthy, rows) & ~take_rows(self.gpu_whole, rows)
 
     def free_milli(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         """Unrequested share of each GPU in thousandths (0 for missing GPUs), for fragmentation and scores."""

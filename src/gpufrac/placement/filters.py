@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpufrac.cluster.model import FULL_COMPUTE, PodDemand, compute_claim
-from gpufrac.cluster.state import DOMAIN_NONE, MODE_CODE, MODE_NONE, MODE_OF_CODE, ClusterState
+from gpufrac.cluster.state import DOMAIN_NONE, MODE_CODE, MODE_NONE, MODE_OF_CODE, ClusterState, take_rows
 from gpufrac.contract import portion_mib
 from gpufrac.contract.model import ComputeMode, Mebibytes, MemoryAmount
 
@@ -68,7 +68,7 @@ class Candidates:
 
     def __init__(self, state: ClusterState, pod: PodDemand, rows: np.ndarray) -> None:
         self.state, self.pod, self.rows = state, pod, rows
-        self.gpu_mem = state.gpu_mem[rows]
+        self.gpu_mem = take_rows(state.gpu_mem, rows)
 
     @_lazy
     def open_gpus(self) -> np.ndarray:
@@ -77,7 +77,7 @@ class Candidates:
 
     @_lazy
     def empty(self) -> np.ndarray:
-        return self.open_gpus & (self.state.gpu_tenants[self.rows] == 0) & (self.gpu_mem > 0)
+        return self.open_gpus & (take_rows(self.state.gpu_tenants, self.rows) == 0) & (self.gpu_mem > 0)
 
     @_lazy
     def request_mib(self) -> np.ndarray:
@@ -94,7 +94,7 @@ class Candidates:
     @_lazy
     def memory_ok(self) -> np.ndarray:
         """GPUs with room for the share's request and enough memory for its limit."""
-        room = self.state.gpu_free[self.rows] >= self.request_mib
+        room = take_rows(self.state.gpu_free, self.rows) >= self.request_mib
         return self.open_gpus & (self.request_mib >= 1) & room & (self.gpu_mem >= self.limit_mib)
 
     @_lazy
@@ -102,7 +102,7 @@ class Candidates:
         """`memory_ok` GPUs whose compute mode is unset or the share's own."""
         if not _simple_share(self.pod):
             return np.zeros_like(self.empty)
-        modes = self.state.gpu_mode[self.rows]
+        modes = take_rows(self.state.gpu_mode, self.rows)
         same = (modes == MODE_NONE) | (modes == MODE_CODE[self.pod.shares[0].mode])
         return self.memory_ok & same
 
@@ -114,7 +114,7 @@ class Candidates:
         guaranteed = self.state.compute_guarantee[self.rows]
         if not claim or not guaranteed.any():
             return self.domain_ok
-        room = self.state.gpu_compute[self.rows] + claim <= FULL_COMPUTE
+        room = take_rows(self.state.gpu_compute, self.rows) + claim <= FULL_COMPUTE
         return self.domain_ok & (room | ~guaranteed[..., None])
 
     @property
@@ -132,7 +132,7 @@ class Candidates:
         if not (self.pod.shares and self.pod.shares[0].mode is ComputeMode.SM_SHARING):
             return self.mode_ok
         domain = self.state.domains.get(self.pod.fault_domain, -1)
-        domains = self.state.gpu_domain[self.rows]
+        domains = take_rows(self.state.gpu_domain, self.rows)
         return self.mode_ok & ((domains == DOMAIN_NONE) | (domains == domain))
 
 
@@ -200,7 +200,7 @@ FILTERS: tuple[Filter, ...] = (
         GPU_MODEL_NOT_ALLOWED,
         lambda pod: pod.wants_gpu and pod.models is not None,
     ),
-    Filter("gpu-health", lambda c: np.any(c.open_gpus, axis=1), "no healthy free GPU"),
+    Filter("gpu-health", lambda c: np.logical_or.reduce(c.open_gpus, axis=1), "no healthy free GPU"),
     Filter(
         "whole-gpus",
         lambda c: c.empty.sum(axis=1) >= c.pod.whole_gpus,
