@@ -13,6 +13,7 @@ from gpufrac.contract.model import Mebibytes, ShareRequest
 from gpufrac.placement.fragmentation import (
     cluster_fragmentation,
     fragmentation_after_share,
+    growth_after_share,
     node_fragmentation,
     usable_free_milli,
 )
@@ -232,6 +233,34 @@ def test_fragmentation_after_share_is_that_of_each_hypothetical_node(
     hypothetical[:, diagonal, diagonal] -= needs[:, None]
     expected = node_fragmentation(hypothetical, cpu_free[:, None], allowed[:, None, :], target)
     assert np.array_equal(fragmentation_after_share(nodes, cpu_free, allowed, needs, target), expected)
+
+
+@given(
+    free=st.lists(st.lists(st.integers(0, 1000), min_size=4, max_size=4), min_size=1, max_size=6),
+    need=st.integers(1, 1000),
+    cpu=st.integers(0, 16_000),
+    pod_cpu=st.integers(0, 16_000),
+    model_ok=st.booleans(),
+)
+def test_growth_after_share_is_the_hypothetical_nodes_measure_less_the_nodes_own(
+    free: list[list[int]], need: int, cpu: int, pod_cpu: int, model_ok: bool
+) -> None:
+    """FGD's Δ for a share, bit for bit: the node as it is is measured from the sums the shortcut starts
+    from, and must equal `node_fragmentation` of the node, however many nodes are measured with it."""
+    target = workload((CPU_ONLY, 0.2), (HALF, 0.3), (WHOLE, 0.4), (TWO_WHOLE, 0.1))
+    nodes = np.array(free)
+    needs = np.full(len(nodes), need)
+    cpu_free = np.full(len(nodes), cpu)
+    allowed = np.full((len(nodes), len(target.shapes)), model_ok)
+    after = fragmentation_after_share(nodes, cpu_free - pod_cpu, allowed, needs, target)
+    before = np.array(
+        [
+            node_fragmentation(n[None], c[None], a[None], target)[0]
+            for n, c, a in zip(nodes, cpu_free, allowed, strict=True)
+        ]
+    )
+    growth = growth_after_share(nodes, cpu_free, cpu_free - pod_cpu, allowed, needs, target)
+    assert np.array_equal(growth, after - before[:, None])
 
 
 def test_a_workload_keeps_at_most_max_shapes_the_most_common_first() -> None:

@@ -43,14 +43,41 @@ def fragmentation_after_share(
     Equal to `node_fragmentation` of every such hypothetical node, but built from the node's own sums by
     taking out the one GPU that changes, so FGD scores all candidate GPUs at the cost of one node each.
     """
+    _, after = _sums_around_share(free, need, workload)
+    return _weighed(*after, cpu_free[:, None], model_ok[:, None, :], workload)
+
+
+def growth_after_share(
+    free: np.ndarray,
+    cpu_free: np.ndarray,
+    cpu_after: np.ndarray,
+    model_ok: np.ndarray,
+    need: np.ndarray,
+    workload: Workload,
+) -> np.ndarray:
+    """(nodes, GPUs): `fragmentation_after_share` (with `cpu_after` free) less the nodes' own F_n(M) as
+    `node_fragmentation` measures them (with `cpu_free`), to the last bit. The node's own sums, which the
+    hypothetical nodes are built from, give the latter without measuring the nodes again."""
+    now, after = _sums_around_share(free, need, workload)
+    before = _weighed(*now, cpu_free, model_ok, workload)
+    return _weighed(*after, cpu_after[:, None], model_ok[:, None, :], workload) - before[:, None]
+
+
+Sums = tuple[np.ndarray, np.ndarray, np.ndarray]  # `_weighed`'s free share, stranded share, GPUs with room
+
+
+def _sums_around_share(free: np.ndarray, need: np.ndarray, workload: Workload) -> tuple[Sums, Sums]:
+    """The sums `_weighed` takes of the nodes as they are (as `node_fragmentation` makes them), and of the
+    nodes once a share of `need` lands on each GPU in turn (nodes, GPU, shapes)."""
     milli = workload.milli
-    before = free[:, :, None]  # (nodes, GPU that takes the share, shapes)
-    after = before - need[:, None, None]
-    below, below_after = before < milli, after < milli
-    stranded = (free[:, :, None] * below).sum(axis=1)[:, None, :] - before * below + after * below_after
-    roomy = (~below).sum(axis=1)[:, None, :] - ~below + ~below_after
-    total = (free.sum(axis=1) - need)[:, None]
-    return _weighed(total, stranded, roomy, cpu_free[:, None], model_ok[:, None, :], workload)
+    now = free[:, :, None]  # (nodes, GPU that takes the share, shapes)
+    then = now - need[:, None, None]
+    below, below_after = now < milli, then < milli
+    stranded_on = now * below  # per GPU, its free share if too small for the shape
+    stranded, roomy, total = stranded_on.sum(axis=1), (~below).sum(axis=1), free.sum(axis=1)
+    stranded_after = stranded[:, None, :] - stranded_on + then * below_after
+    roomy_after = roomy[:, None, :] - ~below + ~below_after
+    return (total, stranded, roomy), ((total - need)[:, None], stranded_after, roomy_after)
 
 
 def _weighed(

@@ -16,13 +16,7 @@ import numpy as np
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.cache import NodeMemo
 from gpufrac.placement.fit import Fit
-from gpufrac.placement.fragmentation import (
-    fragmentation_after_share,
-    fragmentation_memo,
-    fragmentation_of,
-    node_fragmentation,
-    usable_free_milli,
-)
+from gpufrac.placement.fragmentation import growth_after_share, node_fragmentation, usable_free_milli
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext, PolicyKind
 from gpufrac.placement.pickers import lowest_empty
 from gpufrac.placement.workload import Workload
@@ -57,8 +51,6 @@ class Fgd:
 
     workload: Workload
     memo: NodeMemo = field(default_factory=lambda: NodeMemo("score", "gpu"))
-    # F_n(M) before the pod, per node: it does not depend on the pod, so every shape's scores share it.
-    measured: NodeMemo = field(default_factory=fragmentation_memo)
 
     def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
         entry, stale = self.memo.lookup(state, fit.shape, fit.rows)
@@ -151,9 +143,7 @@ class Fgd:
         one GPU's sums per candidate instead of measuring nodes x GPUs x GPUs."""
         model_ok = self.workload.model_ok(state.models)[state.model_id[rows]]
         cpu = state.cpu_free[rows]
-        before = fragmentation_of(state, self.workload, rows, self.measured)
-        after = fragmentation_after_share(free, cpu - fit.pod.cpu_milli, model_ok, need, self.workload)
-        return after - before[:, None]
+        return growth_after_share(free, cpu, cpu - fit.pod.cpu_milli, model_ok, need, self.workload)
 
     def _node_score(
         self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, after_free: np.ndarray
@@ -165,11 +155,17 @@ class Fgd:
     def _growth(
         self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, after_free: np.ndarray
     ) -> np.ndarray:
-        """Δ per node: the growth of F_n(M) in milli-GPU as free shares go from `free` to `after_free`."""
+        """Δ per node: the growth of F_n(M) in milli-GPU as free shares go from `free` to `after_free`.
+
+        Both sides are measured in one batch (a node measures the same in any batch). Measuring the nodes
+        as they are afresh costs less than keeping their measure: nearly every node scored has changed
+        since it was last measured."""
         model_ok = self.workload.model_ok(state.models)[state.model_id[rows]]
-        cpu_after = state.cpu_free[rows] - fit.pod.cpu_milli
-        after = node_fragmentation(after_free, cpu_after, model_ok, self.workload)
-        return after - fragmentation_of(state, self.workload, rows, self.measured)
+        cpu = state.cpu_free[rows]
+        before, after = node_fragmentation(
+            np.array((free, after_free)), np.array((cpu, cpu - fit.pod.cpu_milli)), model_ok, self.workload
+        )
+        return after - before
 
     @staticmethod
     def _multi_device_choice(state: ClusterState, fit: Fit, positions: np.ndarray) -> np.ndarray:
