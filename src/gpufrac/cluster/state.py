@@ -414,8 +414,8 @@ class ClusterState:
 
     def free_milli(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         """Unrequested share of each GPU in thousandths (0 for missing GPUs), for fragmentation and scores."""
-        memory = self.gpu_mem[rows]
-        return np.where(memory > 0, self.gpu_free[rows] * 1000 // np.maximum(memory, 1), 0)
+        memory = take_rows(self.gpu_mem, rows)
+        return np.where(memory > 0, take_rows(self.gpu_free, rows) * 1000 // np.maximum(memory, 1), 0)
 
     def usable_free_milli(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         """`free_milli` on `open_gpus`, 0 elsewhere: what every scorer and the fragmentation measure read.
@@ -427,5 +427,5 @@ class ClusterState:
         if stale.size:
             self._usable[stale] = np.where(self.open_gpus(stale), self.free_milli(stale), 0)
             self._usable_version[stale] = self.version[stale]
-        usable = self._usable[rows]
+        usable = take_rows(self._usable, rows)
         return usable.copy() if isinstance(rows, slice) else usable  # a view would let callers edit the memo

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpufrac.cluster.state import ClusterState
+from gpufrac.cluster.state import ClusterState, take_rows
 from gpufrac.placement.cache import NodeMemo
 from gpufrac.placement.workload import Workload
 
@@ -123,5 +123,5 @@ def fragmentation_memo() -> NodeMemo:
 
 
 def _measured(state: ClusterState, rows: np.ndarray, workload: Workload) -> np.ndarray:
-    model_ok = workload.model_ok(state.models)[state.model_id[rows]]
+    model_ok = take_rows(workload.model_ok(state.models), state.model_id[rows])
     return node_fragmentation(usable_free_milli(state, rows), state.cpu_free[rows], model_ok, workload)

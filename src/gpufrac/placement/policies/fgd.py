@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpufrac.cluster.state import ClusterState
+from gpufrac.cluster.state import ClusterState, take_rows
 from gpufrac.placement.cache import NodeMemo
 from gpufrac.placement.fit import Fit
 from gpufrac.placement.fragmentation import growth_after_share, node_fragmentation, usable_free_milli
@@ -119,7 +119,7 @@ class Fgd:
             share_ok = fit.usable(positions)
             scores = np.where(share_ok, self._share_scores(state, fit, rows, free, need), -1)
             best = scores.max(axis=1)
-            return best, np.argmax(scores == best[:, None], axis=1)
+            return best, (scores == best[:, None]).argmax(axis=1)
         if fit.pod.shares:
             taken = self._multi_device_choice(state, fit, positions)
         elif fit.pod.whole_gpus:
@@ -141,7 +141,7 @@ class Fgd:
     ) -> np.ndarray:
         """(nodes, candidate GPU): Δ for a one-GPU share on each GPU of `rows`. FGD's own shortcut changes
         one GPU's sums per candidate instead of measuring nodes x GPUs x GPUs."""
-        model_ok = self.workload.model_ok(state.models)[state.model_id[rows]]
+        model_ok = take_rows(self.workload.model_ok(state.models), state.model_id[rows])
         cpu = state.cpu_free[rows]
         return growth_after_share(free, cpu, cpu - fit.pod.cpu_milli, model_ok, need, self.workload)
 
@@ -160,7 +160,7 @@ class Fgd:
         Both sides are measured in one batch (a node measures the same in any batch). Measuring the nodes
         as they are afresh costs less than keeping their measure: nearly every node scored has changed
         since it was last measured."""
-        model_ok = self.workload.model_ok(state.models)[state.model_id[rows]]
+        model_ok = take_rows(self.workload.model_ok(state.models), state.model_id[rows])
         cpu = state.cpu_free[rows]
         before, after = node_fragmentation(
             np.array((free, after_free)), np.array((cpu, cpu - fit.pod.cpu_milli)), model_ok, self.workload
