@@ -39,6 +39,7 @@ class ClusterState:
     def __init__(self, nodes: Iterable[NodeSpec] = ()) -> None:
         self.serial = next(_serials)  # with `version`, identifies a node's state for plugin caches
         self.node_changes = 0  # counts nodes added, redefined or removed: what the cluster's capacity is
+        self._active_rows = (-1, np.zeros(0, np.int64))  # `active_rows`, and the node_changes it was made at
         self.names: list[str] = []
         self.index: dict[str, int] = {}
         self.models: list[str] = [""]
@@ -407,6 +408,16 @@ class ClusterState:
             max_pods=None if self.pods_cap[row] < 0 else int(self.pods_cap[row]),
             scalars=tuple((name, int(cap[row])) for name, cap in sorted(self.scalar_cap.items()) if cap[row]),
         )
+
+    def active_rows(self) -> np.ndarray:
+        """The rows of the nodes in the cluster, ascending (read-only). Kept until a node joins, changes or
+        leaves, since every decision starts from them."""
+        made_at, rows = self._active_rows
+        if made_at != self.node_changes:
+            rows = self.active.nonzero()[0]
+            rows.flags.writeable = False
+            self._active_rows = (self.node_changes, rows)
+        return rows
 
     def open_gpus(self, rows: np.ndarray | slice | int = slice(None)) -> np.ndarray:
         """Healthy GPUs not held whole: where a new tenant could go (all False past a node's GPU count)."""

@@ -40,7 +40,7 @@ def decide(
 def best(state: ClusterState, fit: Fit, scores: np.ndarray) -> int:
     """The position of the highest score; among equals, the node with the lowest tie rank."""
     tied = (scores == scores.max()).nonzero()[0]
-    return int(tied[np.argmin(state.tie_rank[fit.rows[tied]])])
+    return int(tied[state.tie_rank[fit.rows[tied]].argmin()])
 
 
 def placement_for(state: ClusterState, fit: Fit, at: int, gpus: tuple[int, ...]) -> Placement:
@@ -49,7 +49,6 @@ def placement_for(state: ClusterState, fit: Fit, at: int, gpus: tuple[int, ...])
     assignments: tuple[Assignment, ...] = ()
     if pod.shares:
         share = pod.shares[0]
-        chosen = list(gpus)
         on_node = fit.on(at)
         # On a node whose GPUs differ in size a portion resolves differently per GPU; the smallest
         # resolution is the one every chosen GPU can guarantee.
@@ -57,8 +56,8 @@ def placement_for(state: ClusterState, fit: Fit, at: int, gpus: tuple[int, ...])
             Assignment(
                 container=share.container,
                 gpus=gpus,
-                request_mib=int(on_node.request_mib[chosen].min()),
-                limit_mib=int(on_node.limit_mib[chosen].min()),
+                request_mib=min(int(on_node.request_mib[gpu]) for gpu in gpus),
+                limit_mib=min(int(on_node.limit_mib[gpu]) for gpu in gpus),
                 mode=share.mode,
                 compute_percent=share.compute_percent,
             ),

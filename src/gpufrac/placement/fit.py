@@ -113,7 +113,7 @@ def find_fit(
     costs more than a decision's memo lookups, and the memos find a key they hold faster when it is the
     same object (the simulator replays thousands of pods of a few hundred kinds).
     """
-    rows = state.active.nonzero()[0] if rows is None else rows
+    rows = state.active_rows() if rows is None else rows
     shape = shape or Hashed(shape_key(pod))
     if memo is None:
         verdicts = _judge(Candidates(state, pod, rows), shape)

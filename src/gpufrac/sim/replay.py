@@ -238,8 +238,10 @@ class _Mover:
 
     def make_room(self, demand: PodDemand, *, arrivals: int) -> Placement | None:
         allowed = min(int(self.budget * arrivals / 100) - self.moves, MAX_MOVES_PER_POD)
+        if allowed < 1:  # before the shape key, which costs more than a decision's memo lookups
+            return None
         shape = shape_key(demand)
-        if allowed < 1 or shape in self.hopeless:
+        if shape in self.hopeless:
             return None
         room = self.planner.plan_room(self.state, demand, movable=self.movable, max_moves=allowed)
         if room is None:

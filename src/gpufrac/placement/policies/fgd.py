@@ -50,7 +50,10 @@ class Fgd:
     """Both the node scorer and the GPU picker: scoring already finds each node's best GPU."""
 
     workload: Workload
-    memo: NodeMemo = field(default_factory=lambda: NodeMemo("score", "gpu"))
+    # Scores are whole numbers (`fgd_score`), kept as such so that a decision reads them without a cast.
+    memo: NodeMemo = field(
+        default_factory=lambda: NodeMemo("score", "gpu", dtypes={"score": np.int64, "gpu": np.int64})
+    )
 
     def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
         entry, stale = self.memo.lookup(state, fit.shape, fit.rows)
@@ -58,7 +61,7 @@ class Fgd:
             rows = fit.rows[stale]
             entry["score"][rows], entry["gpu"][rows] = self._evaluate_alike(state, fit, stale)
             self.memo.stamp(state, entry, rows)
-        return entry["score"][fit.rows].astype(np.int64)
+        return entry["score"][fit.rows]
 
     def _evaluate_alike(
         self, state: ClusterState, fit: Fit, positions: np.ndarray
