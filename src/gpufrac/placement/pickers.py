@@ -6,6 +6,7 @@ in where a share lands.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,12 +20,13 @@ def lowest_empty(fit: Fit, at: int) -> tuple[int, ...]:
     return tuple(int(g) for g in fit.usable(at).nonzero()[0][: fit.pod.whole_gpus])
 
 
-def ranked(fit: Fit, at: int, order_key: np.ndarray) -> tuple[int, ...]:
-    """Whole GPUs, or the share's devices taken by ascending `order_key` (stable: lower index first)."""
+def ranked(fit: Fit, at: int, order_key: Callable[[], np.ndarray]) -> tuple[int, ...]:
+    """Whole GPUs, or the share's devices taken by ascending `order_key()` (stable: lower index first),
+    made only for a share: whole GPUs do not need it."""
     if not fit.pod.shares:
         return lowest_empty(fit, at)
     candidates = fit.usable(at).nonzero()[0]
-    chosen = candidates[np.argsort(order_key[candidates], kind="stable")][: gpus_wanted(fit.pod)]
+    chosen = candidates[order_key()[candidates].argsort(kind="stable")][: gpus_wanted(fit.pod)]
     return tuple(sorted(int(g) for g in chosen))
 
 
@@ -33,7 +35,7 @@ class BestFitGpu:
     """The share goes where it leaves the least unrequested memory: fills partly used GPUs first."""
 
     def pick(self, state: ClusterState, fit: Fit, at: int) -> tuple[int, ...]:
-        return ranked(fit, at, state.gpu_free[fit.rows[at]] - fit.on(at).request_mib)
+        return ranked(fit, at, lambda: state.gpu_free[fit.rows[at]] - fit.on(at).request_mib)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +43,7 @@ class WorstFitGpu:
     """The share goes where the most memory is left: spreads tenants, fewer noisy neighbours."""
 
     def pick(self, state: ClusterState, fit: Fit, at: int) -> tuple[int, ...]:
-        return ranked(fit, at, -state.gpu_free[fit.rows[at]])
+        return ranked(fit, at, lambda: -state.gpu_free[fit.rows[at]])
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,5 +52,5 @@ class RandomGpu:
 
     def pick(self, state: ClusterState, fit: Fit, at: int) -> tuple[int, ...]:
         pool = fit.usable(at)
-        chosen = self.rng.choice(np.flatnonzero(pool), size=gpus_wanted(fit.pod), replace=False)
+        chosen = self.rng.choice(pool.nonzero()[0], size=gpus_wanted(fit.pod), replace=False)
         return tuple(sorted(int(g) for g in chosen))
