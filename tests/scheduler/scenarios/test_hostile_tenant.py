@@ -20,6 +20,26 @@ A_OWED_TWO = {"a": {"gpus": {"quota": 2}}, "b": {"gpus": {"quota": 1}}}
 B_WITHIN_QUOTA = {"b0": Run("n3:0", queue="b", priority=100)}
 A_ASKS_TWO = {"a1": Ask(gpus=1, queue="a"), "a2": Ask(gpus=1, queue="a")}
 
+
+def shielded(what: str, shield: Run) -> Scenario:
+    """A borrowed gang with a pod without GPUs that no eviction may take: it must not shield the rest."""
+    return Scenario(
+        f"a {what} pod without GPUs in a borrowed gang does not shield its members from reclaim",
+        nodes=THREE_NODES,
+        queues=A_OWED_TWO,
+        groups={"train": {"minMember": 3, "queue": "b"}},
+        running={
+            **B_WITHIN_QUOTA,
+            "w1": Run("n1:0", group="train"),
+            "w2": Run("n2:0", group="train"),
+            "shield": shield,
+        },
+        pending=A_ASKS_TWO,
+        binds={"a1": ANY, "a2": ANY},
+        evicted={"w1": RECLAIMED, "w2": RECLAIMED},
+    )
+
+
 SCENARIOS = [
     Scenario(
         "a borrowed gang is reclaimed whole (the control for the shields below)",
@@ -31,36 +51,8 @@ SCENARIOS = [
         binds={"a1": ANY, "a2": ANY},
         evicted={"w1": RECLAIMED, "w2": RECLAIMED},
     ),
-    Scenario(
-        "a protected pod without GPUs in a borrowed gang does not shield its members from reclaim",
-        nodes=THREE_NODES,
-        queues=A_OWED_TWO,
-        groups={"train": {"minMember": 3, "queue": "b"}},
-        running={
-            **B_WITHIN_QUOTA,
-            "w1": Run("n1:0", group="train"),
-            "w2": Run("n2:0", group="train"),
-            "shield": Run("n1", group="train", priority=100),
-        },
-        pending=A_ASKS_TWO,
-        binds={"a1": ANY, "a2": ANY},
-        evicted={"w1": RECLAIMED, "w2": RECLAIMED},
-    ),
-    Scenario(
-        "a young pod without GPUs in a borrowed gang does not shield its members from reclaim",
-        nodes=THREE_NODES,
-        queues=A_OWED_TWO,
-        groups={"train": {"minMember": 3, "queue": "b"}},
-        running={
-            **B_WITHIN_QUOTA,
-            "w1": Run("n1:0", group="train"),
-            "w2": Run("n2:0", group="train"),
-            "shield": Run("n1", group="train", age=0),
-        },
-        pending=A_ASKS_TWO,
-        binds={"a1": ANY, "a2": ANY},
-        evicted={"w1": RECLAIMED, "w2": RECLAIMED},
-    ),
+    shielded("protected", Run("n1", group="train", priority=100)),
+    shielded("young", Run("n1", group="train", age=0)),
     Scenario(
         "a gang one of whose members can never fit holds no room from another queue",
         nodes={"n1": Node()},
