@@ -122,6 +122,11 @@ def fragmentation_memo() -> NodeMemo:
     return NodeMemo("fragmentation")
 
 
+def model_ok_of(state: ClusterState, workload: Workload, rows: np.ndarray) -> np.ndarray:
+    """(nodes at `rows`, shapes): whether each node's GPU model can host each of the workload's shapes."""
+    return take_rows(workload.model_ok(state.models), state.model_id[rows])
+
+
 def _measured(state: ClusterState, rows: np.ndarray, workload: Workload) -> np.ndarray:
-    model_ok = take_rows(workload.model_ok(state.models), state.model_id[rows])
+    model_ok = model_ok_of(state, workload, rows)
     return node_fragmentation(usable_free_milli(state, rows), state.cpu_free[rows], model_ok, workload)

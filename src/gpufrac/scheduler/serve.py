@@ -47,9 +47,8 @@ async def serve(
     try:
         async with kube_client.answered_within(kube):
             await client.get(Node, "gpufrac-connectivity-check")
-    except (
-        ApiError
-    ) as error:  # answered: reachable (404 or 403 both prove it), but not with credentials refused
+    except ApiError as error:
+        # Answered: reachable (404 or 403 both prove it), but not with credentials it refuses.
         if error.status.code == 401:
             raise kube_client.refused(error, kube, "read nodes") from None
     except kube_client.NO_API_SERVER as error:

@@ -13,10 +13,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpufrac.cluster.state import ClusterState, take_rows
+from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.cache import NodeMemo
 from gpufrac.placement.fit import Fit
-from gpufrac.placement.fragmentation import growth_after_share, node_fragmentation, usable_free_milli
+from gpufrac.placement.fragmentation import (
+    growth_after_share,
+    model_ok_of,
+    node_fragmentation,
+    usable_free_milli,
+)
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext, PolicyKind
 from gpufrac.placement.pickers import lowest_empty
 from gpufrac.placement.workload import Workload
@@ -144,7 +149,7 @@ class Fgd:
     ) -> np.ndarray:
         """(nodes, candidate GPU): Δ for a one-GPU share on each GPU of `rows`. FGD's own shortcut changes
         one GPU's sums per candidate instead of measuring nodes x GPUs x GPUs."""
-        model_ok = take_rows(self.workload.model_ok(state.models), state.model_id[rows])
+        model_ok = model_ok_of(state, self.workload, rows)
         cpu = state.cpu_free[rows]
         return growth_after_share(free, cpu, cpu - fit.pod.cpu_milli, model_ok, need, self.workload)
 
@@ -163,7 +168,7 @@ class Fgd:
         Both sides are measured in one batch (a node measures the same in any batch). Measuring the nodes
         as they are afresh costs less than keeping their measure: nearly every node scored has changed
         since it was last measured."""
-        model_ok = take_rows(self.workload.model_ok(state.models), state.model_id[rows])
+        model_ok = model_ok_of(state, self.workload, rows)
         cpu = state.cpu_free[rows]
         before, after = node_fragmentation(
             np.array((free, after_free)), np.array((cpu, cpu - fit.pod.cpu_milli)), model_ok, self.workload
