@@ -376,3 +376,48 @@ async def test_a_whole_gpu_the_kubelet_picked_is_freed_by_its_pods_preemption() 
     made.on_pods_listed([low, high])
     await settle(made, clock)
     assert [call.name for call in client.made("create", "Eviction")] == ["low"]
+
+
+def nominated(name: str, gpus: int, node: str = "n1") -> dict[str, Any]:
+    """A pod kube-scheduler preempted for and nominated `node` for, asking the kubelet for `gpus`."""
+    made = pod(name, scheduler="default-scheduler", whole=gpus, priority=1000)
+    made["status"]["nominatedNodeName"] = node
+    return made
+
+
+async def test_gpus_freed_for_a_nominated_pod_are_left_to_it() -> None:
+    """kube-scheduler evicted pods on n1 for `urgent`'s two GPUs: a whole-GPU pod of gpufrac's bound there
+    would get one of them from the kubelet, and kube-scheduler would preempt again."""
+    nodes = [dp_node("n1"), dp_node("n2", gpus=1)]
+    made, _, _ = setup(nodes, [nominated("urgent", 2), pod("w", whole=1)])
+    await settle(made)
+    assert pod_nodes(made)[key("w")] == "n2"
+
+
+async def test_a_nominated_pod_leaves_the_free_gpus_it_does_not_ask_for() -> None:
+    made, _, _ = setup([dp_node("n1")], [nominated("urgent", 1), pod("w", whole=1)])
+    await settle(made)
+    assert pod_nodes(made)[key("w")] == "n1"
+
+
+async def test_no_reservation_takes_a_gpu_freed_for_a_nominated_pod() -> None:
+    made, client, clock = setup([dp_node("n1", gpus=1)], [nominated("urgent", 1), share_pod("p")])
+    for _ in range(2):
+        await settle(made, clock)
+    assert reservation_pods(client) == [] and key("p") not in pod_nodes(made)
+    made.on_pod_event("MODIFIED", pod("urgent", scheduler="default-scheduler", whole=1, priority=1000))
+    await settle(made, clock)
+    assert len(reservation_pods(client)) == 1  # nominated no more: the GPU is anyone's
+
+
+async def test_shares_on_a_reserved_gpu_are_not_kept_off_for_a_nominated_pods_gpus() -> None:
+    """Its GPUs not free yet (the victims still going), `urgent` keeps GPU pods off n1; a share on the GPU
+    gpufrac already reserved takes nothing the kubelet would give it."""
+    reservation = reservations.manifest("n1", namespace=NAMESPACE, image="pause")
+    reservation["metadata"]["uid"] = "uid-reservation"
+    reservation["status"] = {"phase": "Running"}
+    node = dp_node(holders={0: holder(reservation), 1: "ml/victim"})
+    made, client, _ = setup([node], [reservation, nominated("urgent", 1), share_pod("p"), pod("w", whole=1)])
+    client.put(reservation)
+    await settle(made)
+    assert pod_nodes(made)[key("p")] == "n1" and key("w") not in pod_nodes(made)

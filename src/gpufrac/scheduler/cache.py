@@ -16,7 +16,7 @@ import gc
 import logging
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -33,6 +33,14 @@ from gpufrac.scheduler.problems import NOT_ACCOUNTED, Problem
 log = logging.getLogger("gpufrac.scheduler")
 
 Obj = Mapping[str, Any]
+
+
+class Nominated(NamedTuple):
+    """An unbound pod another scheduler nominated a node for: what it would hold there."""
+
+    priority: int
+    placement: Placement  # its CPU, memory, pod slot and other resources on the node
+    gpus: int  # the `nvidia.com/gpu` it asks the kubelet for
 
 
 class SchedulerCache:
@@ -81,7 +89,7 @@ class SchedulerCache:
         self.kept_rooms: dict[str, Placement] = {}  # pending pod uid -> room its moved pods left
         # Unbound pods a scheduler nominated a node for (kube-scheduler, once it preempted for them): uid ->
         # their priority and what they would hold there (`nominated_view`).
-        self.nominated: dict[str, tuple[int, Placement]] = {}
+        self.nominated: dict[str, Nominated] = {}
 
     def snapshot(self) -> ClusterState:
         """The state the engine decides on. Not a copy: decisions run on the event loop between awaits, so
@@ -473,32 +481,54 @@ class SchedulerCache:
         placement = Placement(
             f"nominated:{uid}", node, demand.cpu_milli, demand.memory_mib, scalars=demand.scalars
         )
-        self.nominated[uid] = (objects.priority(pod), placement)
+        self.nominated[uid] = Nominated(objects.priority(pod), placement, objects.gpu_resource_count(pod))
 
     @contextlib.contextmanager
-    def nominated_view(self, uid: str, priority: int) -> Iterator[np.ndarray]:
+    def nominated_view(self, uid: str, priority: int, *, device_gpus: bool = False) -> Iterator[np.ndarray]:
         """Within the block, the pods nominated to a node with `priority` or more hold their CPU, memory, pod
         slot and other resources there, as kube-scheduler counts them for a pod of lower or equal priority:
         the room it freed by preemption is theirs, and taken, it would preempt again. Yields the rows of
         nodes where they do not fit even now (their victims still going), which such a pod must not take
-        either. Their GPUs are left out: on a device-plugin node, a free GPU kube-scheduler counted on for one
-        may still go to a whole-GPU pod of gpufrac's (a gap the README names)."""
+        either.
+
+        With `device_gpus` (the decision may take GPUs a device plugin has free: a whole-GPU pod, or a
+        reservation for shares) they also hold the `nvidia.com/gpu` they ask for among the free GPUs of a
+        device-plugin node, since the kubelet hands any free GPU to whichever pod comes first; a node with
+        fewer free than they ask for is kept from such a decision. Shares on GPUs already reserved take
+        nothing the device plugin has, so they are not kept off for it."""
+        state = self.state
         applied: list[str] = []
         full: list[int] = []
-        for other, (theirs, placement) in self.nominated.items():
-            row = self.state.index.get(placement.node)
-            if other == uid or theirs < priority or row is None or not self.state.active[row]:
+        taken: dict[int, list[int]] = {}  # row -> the free GPUs the nominated pods there hold, by index
+        for other, nominated in self.nominated.items():
+            row = state.index.get(nominated.placement.node)
+            if other == uid or nominated.priority < priority or row is None or not state.active[row]:
                 continue
             try:
-                self.state.apply(placement)
-                applied.append(placement.pod)
+                state.apply(nominated.placement)
+                applied.append(nominated.placement.pod)
             except PlacementRefused:
                 full.append(row)
+                continue
+            view = self.devices.get(nominated.placement.node)
+            if device_gpus and nominated.gpus and view is not None:
+                held = taken.setdefault(row, [])
+                free = [gpu for gpu, hold in enumerate(view.holds) if hold is Hold.FREE and gpu not in held]
+                if len(free) < nominated.gpus:
+                    full.append(row)
+                held.extend(free[: nominated.gpus])
+        saved = {row: state.gpu_healthy[row].copy() for row, held in taken.items() if held}
         try:
+            for row in saved:
+                state.gpu_healthy[row, taken[row]] = False
+                state.version[row] += 1
             yield np.array(full, np.int64)
         finally:
             for pod in applied:
-                self.state.release(pod)
+                state.release(pod)
+            for row, healthy in saved.items():
+                state.gpu_healthy[row] = healthy
+                state.version[row] += 1
 
     # ---- device-plugin nodes ------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import Counter
@@ -449,7 +450,8 @@ class Scheduler:
         # Shares only on GPUs gpufrac reserved, whole GPUs only on GPUs the device plugin still has free.
         usable = (Hold.RESERVED,) if demand.shares else (Hold.FREE,) if demand.whole else ()
         try:
-            with self.cache.device_view(*usable), self.cache.nominated_view(uid, _priority(pod)) as theirs:
+            nominated = functools.partial(self.cache.nominated_view, uid, _priority(pod))
+            with self.cache.device_view(*usable), nominated(device_gpus=Hold.FREE in usable) as theirs:
                 if theirs.size:
                     kept_for = np.isin(rows, theirs)
                     reason = "node(s) kept for a pod of no lower priority nominated there"
@@ -477,8 +479,11 @@ class Scheduler:
                     past, outcome = past_as_placed, Unschedulable(uid, {})
             if isinstance(outcome, Unschedulable) and demand.shares and self.cache.devices and past is None:
                 # Would it fit with more GPUs reserved? Then reserve them, and decide again once they are.
-                with self.cache.device_view(Hold.RESERVED, Hold.PENDING, Hold.FREE):
-                    trial = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
+                # The GPUs a nominated pod asks the kubelet for are among those a reservation would take.
+                reserving = self.cache.device_view(Hold.RESERVED, Hold.PENDING, Hold.FREE)
+                with reserving, nominated(device_gpus=True) as theirs:
+                    left = rows[~np.isin(rows, theirs)]
+                    trial = decide(self.cache.snapshot(), demand, self.policy, rows=left)
                 if not isinstance(trial, Unschedulable) and await self._reserve_for(uid, pod, trial):
                     self.queue.park(uid, **self._order(pod))
                     return
