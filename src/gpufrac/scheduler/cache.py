@@ -513,7 +513,8 @@ class SchedulerCache:
             view = self.devices.get(nominated.placement.node)
             if device_gpus and nominated.gpus and view is not None:
                 held = taken.setdefault(row, [])
-                free = [gpu for gpu, hold in enumerate(view.holds) if hold is Hold.FREE and gpu not in held]
+                holds = enumerate(view.holds[: state.width])
+                free = [gpu for gpu, hold in holds if hold is Hold.FREE and gpu not in held]
                 if len(free) < nominated.gpus:
                     full.append(row)
                 held.extend(free[: nominated.gpus])
