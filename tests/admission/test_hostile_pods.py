@@ -418,6 +418,59 @@ def test_the_bound_uid_marker_may_not_be_added_changed_or_removed_after_create(s
         assert keys.BOUND_UID_ANNOTATION in denial(after, "contract-change", **fields)
 
 
+# Bindings: the apiserver merges a Binding's annotations into its pod's, with no pod UPDATE to review.
+
+
+def binding(annotations: dict[str, str]) -> dict[str, Any]:
+    """A Binding as `pods/binding` and `bindings` receive it: the pod's name, a node, annotations."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "p", "namespace": "team", "annotations": annotations},
+        "target": {"kind": "Node", "name": "node-1"},
+    }
+
+
+BINDINGS = [{"sub_resource": "binding"}, {"resource": "bindings"}]
+
+
+@pytest.mark.parametrize("route", BINDINGS)
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {f"{N}app.gpus.devices": "GPU-1"},
+        {f"{N}app.gpu-memory.limit": "80Gi"},
+        {"gpu-fraction": "0.9"},
+        {keys.ENV_CONFIGMAP_ANNOTATION: "gpufrac-env-0123456789abcdef"},
+        {keys.FAULT_DOMAIN_ANNOTATION: "other-team"},
+    ],
+)
+def test_a_binding_may_not_write_the_contract(route: dict[str, str], annotations: dict[str, str]) -> None:
+    """A tenant RBAC lets bind its own pod (`pods/*`) would otherwise write the devices and limits the pod
+    UPDATE rules keep from it: the watchdog takes the annotations for a grant."""
+    key = next(iter(annotations))
+    assert denial(binding(annotations), "contract-change", **route).startswith(f"{key}: ")
+    assert allowed(binding(annotations), user=SCHEDULER, **route)
+
+
+@pytest.mark.parametrize("route", BINDINGS)
+def test_a_binding_may_not_add_cdi_devices_or_make_its_pod_unreadable(route: dict[str, str]) -> None:
+    assert "cdi.k8s.io/gpu" in denial(
+        binding({"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}), "device-annotation", **route
+    )
+    assert denial(binding({keys.MOVABLE_ANNOTATION: "maybe"}), "contract", **route).startswith(
+        f'{keys.MOVABLE_ANNOTATION}="maybe"'
+    )
+    assert allowed(binding({}), user="system:kube-scheduler", **route)  # kube-scheduler's, as it sends them
+    assert allowed(binding({"note": "x", keys.MOVABLE_ANNOTATION: "true"}), **route)
+
+
+@pytest.mark.parametrize("route", BINDINGS)
+def test_a_binding_without_its_object_is_denied(route: dict[str, str]) -> None:
+    decision = validate(None, **route)
+    assert not decision.allowed and decision.rule == "malformed"
+
+
 # Missing and malformed objects: denied, never let through.
 
 

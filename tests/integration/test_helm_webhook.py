@@ -93,9 +93,10 @@ def test_every_webhook_fails_closed_outside_the_exempt_namespaces() -> None:
         ],
     )
     assert rules["pods-trusted.validate.gpufrac.io"][0] == "/validate/trusted"
-    path, [pods] = rules["pods-untrusted.validate.gpufrac.io"]
+    path, [pods, bindings] = rules["pods-untrusted.validate.gpufrac.io"]
     assert path == "/validate" and pods["operations"] == ["CREATE", "UPDATE"]
     assert pods["resources"] == ["pods", "pods/ephemeralcontainers", "pods/status"]
+    assert bindings["operations"] == ["CREATE"] and bindings["resources"] == ["bindings", "pods/binding"]
     path, [configmaps] = rules["configmaps.validate.gpufrac.io"]
     assert path == "/validate" and configmaps["operations"] == ["CREATE", "UPDATE", "DELETE"]
     assert "objectSelector" not in next(h for h in validating if h["name"].startswith("configmaps"))

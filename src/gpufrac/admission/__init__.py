@@ -61,12 +61,13 @@ def validate(
     """
     if request.namespace in policy.exempt_namespaces:
         return exchange.ALLOW
-    guarded = request.resource == "pods" or (request.resource == "configmaps" and not request.sub_resource)
+    pods = request.resource in ("pods", pod_guards.BINDINGS)
+    guarded = pods or (request.resource == "configmaps" and not request.sub_resource)
     if guarded and (missing := exchange.missing_object(request)):
         return exchange.malformed(exchange.MalformedReview(f'"request.{missing}" is missing', request.uid))
     if request.resource == "configmaps" and not request.sub_resource:
         return configmap_guards.validate(request, policy)
-    if request.resource == "pods":
+    if pods:
         return pod_guards.validate(request, policy, trusted_namespace=trusted_namespace, queues=queues)
     if request.resource == QUEUES:  # `known` queues: the server's watch of them, when it runs one
         return queue_guards.validate(request, queues or {})

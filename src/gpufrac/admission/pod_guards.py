@@ -2,7 +2,8 @@
 guards of the threat model.
 
 The guards, each on every kind of container (`containers`, `initContainers`, `ephemeralContainers`):
-- scheduler-owned keys, and contract keys changed after create (by `pods/status` too);
+- scheduler-owned keys, and contract keys changed after create (by `pods/status` too, and by a Binding,
+  whose annotations the apiserver merges into the pod's);
 - GPU variables by any route the webhook can see (`gpu_env`), and CDI device annotations, which a runtime
   may honour as it honours the variables;
 - privilege in a pod that holds GPUs from gpufrac: `privileged`, the `SYS_ADMIN` capability, `hostPID`,
@@ -35,6 +36,8 @@ from gpufrac.contract.queues import QueueSpec
 from gpufrac.kubeapi import fields
 
 ALL_KINDS = ("containers", "initContainers", "ephemeralContainers")
+# The resource `POST /api/v1/namespaces/<ns>/bindings` reviews as, beside the `pods/binding` subresource.
+BINDINGS = "bindings"
 # The NVIDIA runtime reads a volume mounted below this path in a container as a request for the GPU the
 # mount is named after (`accept-nvidia-visible-devices-as-volume-mounts`); `host_paths.canonical` form. It
 # matches the path as a string prefix, not a directory (`strings.HasPrefix`), so `...-devicesall` asks for
@@ -99,6 +102,8 @@ def validate(
     except shapes.Malformed as error:
         return exchange.deny("malformed", f"{error}: gpufrac refuses a pod it cannot read whole")
     trusted = policy.is_scheduler(request.user)
+    if request.resource == BINDINGS or request.sub_resource == "binding":
+        return exchange.ALLOW if trusted else _validate_binding(obj, request.user, policy)
     if request.sub_resource == "ephemeralcontainers":
         return exchange.ALLOW if trusted else _validate_ephemeral(obj, policy)
     if request.sub_resource == "status" or (not request.sub_resource and request.operation == "UPDATE"):
@@ -271,15 +276,39 @@ def _validate_pod_update(
         key = changed[0]
         before = "absent" if key not in old else json.dumps(_text(old[key]))
         after = "removed" if key not in new else json.dumps(_text(new[key]))
-        return exchange.deny(
-            "contract-change",
-            f"{brief(key)}: {before} -> {after}: GPU contract annotations cannot change once the pod "
-            f"exists; only the gpufrac scheduler ({policy.scheduler_identity}) may write them, not "
-            f"{exchange.who(request.user)}; delete the pod and create it with the keys it needs",
-        )
+        return _contract_change(f"{brief(key)}: {before} -> {after}", request.user, policy)
     assert request.object is not None
     checked = _contract(request.object, placement=True)
     return checked if isinstance(checked, exchange.Decision) else exchange.ALLOW
+
+
+def _contract_change(change: str, user: str, policy: settings.Policy) -> exchange.Decision:
+    return exchange.deny(
+        "contract-change",
+        f"{change}: GPU contract annotations cannot change once the pod exists; only the gpufrac scheduler "
+        f"({policy.scheduler_identity}) may write them, not {exchange.who(user)}; delete the pod and create "
+        "it with the keys it needs",
+    )
+
+
+def _validate_binding(binding: Mapping[str, Any], user: str, policy: settings.Policy) -> exchange.Decision:
+    """A Binding from anyone but the scheduler (`pods/binding`, or `bindings`: who may bind pods, as RBAC
+    on `pods/*` allows). The apiserver merges a Binding's annotations into its pod's in storage, with no pod
+    UPDATE for the rules above to see, so it may carry none that they freeze or refuse: no contract key (the
+    devices and limits the watchdog takes for a grant), no CDI device, nothing that leaves the pod
+    unreadable."""
+    guarded = _guarded_annotations(binding)
+    if guarded:
+        key = min(guarded)
+        return _contract_change(
+            f"{brief(key)}: set to {json.dumps(_text(guarded[key]))} by a Binding", user, policy
+        )
+    readable = _contract(binding, placement=False)
+    return (
+        _device_annotations(binding, None)
+        or (readable if isinstance(readable, exchange.Decision) else None)
+        or exchange.ALLOW
+    )
 
 
 def _made_unreadable(request: exchange.Request) -> exchange.Decision | None:
