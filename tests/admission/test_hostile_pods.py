@@ -239,11 +239,23 @@ def test_an_ephemeral_container_may_not_join_an_sm_sharing_shares_processes(shap
 # Devices asked of the container runtime by annotation.
 
 
-@pytest.mark.parametrize("key", ["cdi.k8s.io/gpu", "cdi.k8s.io/nvidia_devices0"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "cdi.k8s.io/gpu",
+        "cdi.k8s.io/nvidia_devices0",
+        "nvidia.cdi.k8s.io/container.app",  # NVIDIA's NRI plugin (GPU Operator, cdi.nriPluginEnabled)
+        "nvidia.cdi.k8s.io/pod",
+        "vendor.cdi.k8s.io/x",
+    ],
+)
 def test_a_cdi_device_annotation_is_denied_on_create_and_on_update(key: str) -> None:
     """Runtimes that pass `cdi.k8s.io/*` pod annotations through (Kata's NVIDIA GPU runtime classes,
     containerd with `pod_annotations`) inject the CDI devices they name: a GPU by annotation, as by
-    NVIDIA_VISIBLE_DEVICES."""
+    NVIDIA_VISIBLE_DEVICES. So does NVIDIA's own NRI plugin, for `nvidia.cdi.k8s.io/container.<c>` (the GPU
+    Operator also sets the runtime's CDI annotation prefix to `nvidia.cdi.k8s.io/`): with
+    `management.nvidia.com/gpu=all` or `nvidia.com/gpu=all` it hands a container every GPU of its node,
+    whatever the toolkit does with NVIDIA_VISIBLE_DEVICES. Every subdomain of CDI's is a CDI prefix."""
     for base in (pod({}), mutated(pod({"gpu-fraction": "0.5"}))):
         asking = copy.deepcopy(base)
         asking["metadata"]["annotations"][key] = "nvidia.com/gpu=all"
@@ -252,6 +264,11 @@ def test_a_cdi_device_annotation_is_denied_on_create_and_on_update(key: str) -> 
             update: dict[str, Any] = {"operation": "UPDATE", "sub_resource": sub_resource, "old": base}
             assert denial(asking, "device-annotation", **update)
         assert allowed(asking, operation="UPDATE", old=asking)  # a pod from before the webhook may be updated
+
+
+@pytest.mark.parametrize("key", ["notcdi.k8s.io/x", "cdi.k8s.io.example.com/x", "example.com/cdi.k8s.io"])
+def test_annotations_only_named_like_cdi_are_not_device_annotations(key: str) -> None:
+    assert allowed(pod({key: "nvidia.com/gpu=all"}))
 
 
 # Host paths and the MPS volume.

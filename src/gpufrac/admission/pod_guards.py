@@ -43,10 +43,12 @@ BINDINGS = "bindings"
 # matches the path as a string prefix, not a directory (`strings.HasPrefix`), so `...-devicesall` asks for
 # "all" just as `.../all` does: the rule compares the same way.
 DEVICE_REQUEST_PATH = "/run/nvidia-container-devices"
-# The pod annotations that ask the container runtime for devices, CDI's: a runtime that passes them through
-# (Kata's NVIDIA GPU runtime classes set containerd's `pod_annotations` to `cdi.k8s.io/*`) injects the devices
-# they name, GPUs included, whatever gpufrac gave the pod.
-CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
+# The pod annotations that ask the container runtime for devices: CDI's domain and every subdomain of it.
+# A runtime that passes `cdi.k8s.io/*` through (Kata's NVIDIA GPU runtime classes set containerd's
+# `pod_annotations` to it) injects the devices they name, and NVIDIA's NRI plugin (the GPU Operator's, with
+# `cdi.nriPluginEnabled`) those of `nvidia.cdi.k8s.io/container.<c>`, where `management.nvidia.com/gpu=all`
+# is every GPU of the node, whatever gpufrac gave the pod. Vendors name their prefixes below CDI's domain.
+CDI_DOMAIN = "cdi.k8s.io"
 # The capabilities a container of a GPU pod may add: Pod Security's "baseline" list. Any other can reach
 # past the device rules that keep the node's other GPUs out (SYS_ADMIN remounts the cgroup filesystem,
 # SYS_MODULE loads kernel code, SYS_RAWIO and DAC_READ_SEARCH read the host), so the rule is an allowlist:
@@ -370,12 +372,12 @@ def _scheduler_owned(pod: Mapping[str, Any], user: str, policy: settings.Policy)
 def _device_annotations(
     pod: Mapping[str, Any] | None, old: Mapping[str, Any] | None
 ) -> exchange.Decision | None:
-    """A CDI annotation (`CDI_ANNOTATION_PREFIX`) set or changed since `old`: it can grant GPUs as
+    """A CDI annotation (`_is_cdi_annotation`) set or changed since `old`: it can grant GPUs as
     NVIDIA_VISIBLE_DEVICES can, by a route the webhook sees. One the pod already had (made before the
     webhook) is the watchdog's, as an image's variables are; removing one only narrows."""
     before = shapes.annotations_of(old)
     for key, value in shapes.annotations_of(pod).items():
-        if isinstance(key, str) and key.startswith(CDI_ANNOTATION_PREFIX) and before.get(key) != value:
+        if isinstance(key, str) and _is_cdi_annotation(key) and before.get(key) != value:
             return exchange.deny(
                 "device-annotation",
                 f"{brief(key)}={json.dumps(_text(value))}: asks the container runtime for CDI devices, "
@@ -384,6 +386,12 @@ def _device_annotations(
                 f"{keys.GPU_RESOURCE}",
             )
     return None
+
+
+def _is_cdi_annotation(key: str) -> bool:
+    """Whether annotation `key` is under `CDI_DOMAIN` or a subdomain of it (`nvidia.cdi.k8s.io/...`)."""
+    domain, slash, _ = key.partition("/")
+    return bool(slash) and (domain == CDI_DOMAIN or domain.endswith("." + CDI_DOMAIN))
 
 
 def _reserved_env(pod: Mapping[str, Any], kinds: Collection[str]) -> exchange.Decision | None:
