@@ -550,3 +550,35 @@ async def test_sm_sharing_is_refused_in_a_namespace_outside_the_trusted_tier(
         assert time_slicing["spec"]["schedulerName"] == "gpufrac"
     finally:
         await admin_client.patch(Namespace, namespace, {"metadata": {"labels": {LABEL: None}}})
+
+
+async def test_a_binding_may_not_write_the_contract(
+    control_plane: controlplane.ControlPlane, admin_client: lightkube.AsyncClient, guarded: str
+) -> None:
+    """The apiserver merges a Binding's annotations into its pod's, with no pod UPDATE for the webhook to
+    see: through pods/binding, anyone RBAC lets bind (admin here) but the scheduler could grant devices."""
+    waiting = pod("bound-by-hand", {"gpu-fraction": "0.5"})
+    waiting["spec"]["schedulerName"] = "nobody"
+    await create(admin_client, waiting, guarded)
+    url = f"{control_plane.url}/api/v1/namespaces/{guarded}/pods/bound-by-hand/binding"
+    headers = {"Authorization": f"Bearer {control_plane.identities['admin'].token}"}
+    context = ssl.create_default_context(cafile=str(control_plane.ca_file))
+
+    async def bind(annotations: dict[str, str]) -> httpx2.Response:
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "bound-by-hand", "annotations": annotations},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "node-by-hand"},
+        }
+        async with httpx2.AsyncClient(verify=context, trust_env=False) as http:
+            return await http.post(url, json=binding, headers=headers)
+
+    forged = await bind({f"{N}main.gpus.devices": "GPU-0", f"{N}main.gpu-memory.limit": "80Gi"})
+    assert forged.status_code == 403, forged.text
+    assert "GPU contract annotations cannot change" in forged.json()["message"], forged.text
+    plain = await bind({})  # as kube-scheduler binds: no annotations
+    assert plain.status_code == 201, plain.text
+    stored = (await admin_client.get(Pod, "bound-by-hand", namespace=guarded)).to_dict()
+    assert stored["spec"]["nodeName"] == "node-by-hand"
+    assert f"{N}main.gpus.devices" not in stored["metadata"]["annotations"]
