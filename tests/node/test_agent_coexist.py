@@ -446,6 +446,23 @@ async def test_a_kubelet_answer_that_leaves_out_a_running_gpu_container_is_not_a
     assert report.problems == [] and published(r.client)[0].holder == ""
 
 
+async def test_a_pod_asking_for_a_gpu_resource_the_node_lacks_does_not_blind_the_watchdog(
+    host: FakeHost,
+) -> None:
+    """A tenant may name the node itself (`spec.nodeName`) and ask for one of NVIDIA's resources that no
+    device plugin there advertises: the kubelet ignores an extended resource it does not know, runs the
+    container and grants it nothing. Taken for a kubelet still syncing, that pod stopped the watchdog judging
+    anything on the node, and kept the node not Ready, for as long as it ran."""
+    r = rig(host, node(allocatable={GPU: "2"}), mode=Mode.KILL)
+    r.client.pods = [plugin_pod("squatter", "nvidia.com/mig-1g.5gb")]
+    host.add_process(100, container=container_id(1))
+    host.write({0: [(100, 3000)]})
+    for _ in range(2):
+        report = await r.agent.tick()
+    assert report.problems == [] and report.ready is not None and report.ready.ready
+    assert r.killer.calls == [100]  # its own process, on a GPU nothing gave it
+
+
 async def test_a_container_without_a_contract_cannot_dodge_the_second_look_with_new_processes(
     host: FakeHost,
 ) -> None:

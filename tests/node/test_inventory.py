@@ -73,8 +73,20 @@ def test_a_running_container_asking_any_nvidia_gpu_resource_must_be_granted() ->
         }
 
     for resource in (GPU_RESOURCE, "nvidia.com/gpu.shared", "nvidia.com/mig-3g.40gb"):
-        assert inventory.ungranted([pod(resource)], {}) == ["ml/a/app"], resource
-    assert inventory.ungranted([pod("example.com/fpga")], {}) == []
+        assert inventory.ungranted([pod(resource)], {}, {resource: "4"}) == ["ml/a/app"], resource
+        assert inventory.ungranted([pod(resource)], {}, None) == ["ml/a/app"], resource  # Node unread
+    assert inventory.ungranted([pod("example.com/fpga")], {}, {"example.com/fpga": "1"}) == []
+
+
+def test_a_gpu_resource_the_node_does_not_have_need_not_be_granted() -> None:
+    """The kubelet runs a container asking for an extended resource no device plugin of the node advertises,
+    and grants it nothing: a tenant naming the node itself must not make every answer look incomplete."""
+    pod = {
+        "metadata": {"namespace": "evil", "name": "squatter"},
+        "spec": {"containers": [{"name": "app", "resources": {"limits": {"nvidia.com/mig-1g.5gb": "1"}}}]},
+        "status": {"containerStatuses": [{"name": "app", "state": {"running": {}}}]},
+    }
+    assert inventory.ungranted([pod], {}, {GPU_RESOURCE: "2"}) == []
 
 
 @pytest.mark.parametrize(

@@ -295,7 +295,8 @@ class Agent:
         if node is not None:
             self.watchdog_mode = inventory.watchdog_mode(self.settings.mode, labels)
         pods = await self._pods(report.problems)
-        grants, grants_error = await self._grants(report, pods)
+        allocatable = None if node is None else status.get("allocatable") or {}
+        grants, grants_error = await self._grants(report, pods, allocatable)
         facts = None
         if node is not None and self._mode is not None:
             kubelet_gpus = inventory.kubelet_gpus(status.get("allocatable"))
@@ -454,12 +455,12 @@ class Agent:
     # --- the kubelet ---------------------------------------------------------------------------------
 
     async def _grants(
-        self, report: TickReport, pods: list[dict[str, Any]] | None
+        self, report: TickReport, pods: list[dict[str, Any]] | None, allocatable: Mapping[str, Any] | None
     ) -> tuple[dict[inventory.ContainerKey, tuple[str, ...]] | None, str]:
         """The `nvidia.com/gpu` devices the kubelet gave each container, and why they could not be read
         (empty when they were), or could not be trusted: an answer that leaves out a running container of
-        the node's `pods` asking for them (`inventory.ungranted`). ({}, "") where no device plugin runs
-        (mode none)."""
+        the node's `pods` asking for them among the Node's `allocatable` resources (`inventory.ungranted`;
+        None: the Node was not read). ({}, "") where no device plugin runs (mode none)."""
         if self._mode is DevicePluginMode.NONE or self.settings.device_plugin == DevicePluginMode.NONE:
             return {}, ""
         assert self._pod_resources is not None  # checked in __init__
@@ -476,7 +477,7 @@ class Agent:
                 for device in devices
             )
         grants = inventory.gpu_grants(listing)
-        missing = inventory.ungranted(pods or (), grants)
+        missing = inventory.ungranted(pods or (), grants, allocatable)
         if missing:
             return _untrusted(
                 report,

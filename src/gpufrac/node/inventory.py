@@ -118,12 +118,21 @@ def gpu_grants(listing: Iterable[Granted]) -> dict[ContainerKey, tuple[str, ...]
     return {key: tuple(devices) for key, devices in found.items()}
 
 
-def ungranted(pods: Iterable[Mapping[str, Any]], grants: Mapping[ContainerKey, Sequence[str]]) -> list[str]:
+def ungranted(
+    pods: Iterable[Mapping[str, Any]],
+    grants: Mapping[ContainerKey, Sequence[str]],
+    allocatable: Mapping[str, Any] | None,
+) -> list[str]:
     """The running containers (`namespace/pod/container`) that ask for GPUs under one of NVIDIA's names and
     that the kubelet's PodResources answer lists no device for. The kubelet allocates devices before a
     container starts, so a running one missing means an answer from a kubelet that restarted and has not yet
     synced its pods: its GPUs would look held by nobody (a share could be placed on them) and its processes
-    would look contract-less (kill mode would kill them), so such an answer is not used."""
+    would look contract-less (kill mode would kill them), so such an answer is not used.
+
+    Only resources in the Node's `allocatable` count (all of them where the Node was not read): the kubelet
+    runs a container asking for an extended resource it does not know and grants it nothing, so any tenant
+    naming the node itself could otherwise keep every answer unused, and the watchdog blind, at will."""
+    known = None if allocatable is None else set(allocatable)
     missing: list[str] = []
     for pod in pods:
         metadata, spec, status = (as_mapping(pod.get(part)) for part in ("metadata", "spec", "status"))
@@ -136,7 +145,9 @@ def ungranted(pods: Iterable[Mapping[str, Any]], grants: Mapping[ContainerKey, S
         for container in map(as_mapping, as_list(spec.get("containers"))):
             limits = as_mapping(as_mapping(container.get("resources")).get("limits"))
             asks = any(
-                nvidia_resources.names_gpus(str(resource)) and amount not in (0, "0")
+                nvidia_resources.names_gpus(str(resource))
+                and amount not in (0, "0")
+                and (known is None or resource in known)
                 for resource, amount in limits.items()
             )
             container_name = container.get("name")
