@@ -1,5 +1,6 @@
-"""A GPU process without a contract is acted on once its container has been seen running one in two of
-the last three intervals: on any GPU, by any of its processes, with one interval's gap allowed."""
+"""A GPU process without a contract in no pod on the node is acted on once its container has been seen
+running one in two of the last three intervals: on any GPU, by any of its processes, with one interval's
+gap allowed. One in a pod's container is acted on at once."""
 
 from __future__ import annotations
 
@@ -66,14 +67,14 @@ Pattern = Callable[[int], Mapping[int, list[tuple[int, int]]]]
 async def test_a_process_without_a_contract_that_hops_or_pauses_is_acted_on(
     tmp_path: Path, pattern: Pattern
 ) -> None:
-    """Pod `rogue` has no GPU contract (its image sets NVIDIA_VISIBLE_DEVICES=all, a route the webhook
-    cannot see) and uses the GPUs anyway, never on one GPU two intervals in a row."""
+    """A container in no pod on the node (the runtime's, started beside the kubelet) uses the GPUs, never
+    on one GPU two intervals in a row."""
     host = FakeHost(tmp_path / "host")
     host.add_gpus(2, memory_mib=16384)
     for pid in (101, 102):
         host.add_process(pid, container=container_id(1))
     node: dict[str, Any] = {"metadata": {"name": "n1", "labels": {}, "annotations": {}}, "status": {}}
-    client = FakeNodeClient(node, [bound_pod("rogue", None, {"app": 1})])
+    client = FakeNodeClient(node, [])
     killer = RecordingKiller()
     settings = Settings(node_name="n1", mode=Mode.KILL, proc_root=host.proc)
     agent = Agent(settings, client=client, nvml=FakeBackend(host.nvml_file), killer=killer)
@@ -83,3 +84,21 @@ async def test_a_process_without_a_contract_that_hops_or_pauses_is_acted_on(
         host.write(pattern(tick))
         await agent.tick()
     assert killer.calls and len(client.events) == len(killer.calls)  # by the third interval
+
+
+async def test_a_container_of_a_pod_on_the_node_is_acted_on_without_waiting(tmp_path: Path) -> None:
+    """The wait is for containers the kubelet has not reported yet; one a pod's status names has nothing to
+    wait for. Made to wait, a tenant whose pod has no contract and that uses a GPU one interval in three,
+    never two of the last three, ran without a contract for ever, not even reported."""
+    host = FakeHost(tmp_path / "host")
+    host.add_gpus(1, memory_mib=16384)
+    host.add_process(101, container=container_id(1))
+    node: dict[str, Any] = {"metadata": {"name": "n1", "labels": {}, "annotations": {}}, "status": {}}
+    client = FakeNodeClient(node, [bound_pod("rogue", None, {"app": 1})])
+    killer = RecordingKiller()
+    settings = Settings(node_name="n1", mode=Mode.KILL, proc_root=host.proc)
+    agent = Agent(settings, client=client, nvml=FakeBackend(host.nvml_file), killer=killer)
+    for tick in range(6):
+        host.write({0: [(101, 12000)]} if tick % 3 == 0 else {})
+        await agent.tick()
+    assert killer.calls == [101, 101]

@@ -27,9 +27,9 @@ and refuses to while another device plugin advertises it. Each tick ends by sett
 `gpufrac.io/Ready` condition (`inventory.readiness`), written when it changes and refreshed at least every
 `HEARTBEAT_SECONDS`, so that the scheduler can tell a dead agent's condition from a live one's.
 
-A process without a contract is handled only once its container (or, for one in no container, the host)
-is seen running one, on any GPU, in two of the last three intervals (`suspects`): a container that just
-started may run before the kubelet reports its ID in the pod's status.
+A process without a contract in no pod on the node is handled only once its container (or, for one in no
+container, the host) is seen running one, on any GPU, in two of the last three intervals (`suspects`): a
+container that just started may run before the kubelet reports its ID in the pod's status.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from gpufrac.node.kubelet.device_plugin import DevicePluginError
 from gpufrac.node.kubelet.podresources import PodResourcesError
 from gpufrac.node.mps import Supervisor
 from gpufrac.node.nvml import MIB, Backend, Snapshot
-from gpufrac.node.watchdog import Finding, Kind, Mode
+from gpufrac.node.watchdog import Finding, Mode
 
 log = logging.getLogger(__name__)
 
@@ -349,10 +349,10 @@ class Agent:
         # Forget what is no longer found: memory stays bounded, and should it come back, its Event says.
         self._done &= {self._key(finding) for finding in assessment.findings}
         waited = self._suspects.ready(
-            suspects.key(finding) for finding in assessment.findings if finding.kind is Kind.NO_CONTRACT
+            suspects.key(finding) for finding in assessment.findings if suspects.waits(finding)
         )
         for finding in assessment.findings:
-            if finding.kind is Kind.NO_CONTRACT and suspects.key(finding) not in waited:
+            if suspects.waits(finding) and suspects.key(finding) not in waited:
                 continue  # its container may be too new for the kubelet to have reported it
             try:
                 handled = await self._handle(finding)

@@ -1,9 +1,10 @@
 """When a GPU process without a contract has waited long enough to be acted on.
 
 The wait is for the kubelet: a container that just started may run before the kubelet reports its ID in
-the pod's status, and until then its processes look like processes in no pod. So a process without a
-contract is acted on only once its container (or, for processes in no container, the host) has been seen
-running one in `SEEN` of the last `WINDOW` intervals.
+the pod's status, and until then its processes look like processes in no pod. So a process in no pod on the
+node is acted on only once its container (or, for processes in no container, the host) has been seen
+running one in `SEEN` of the last `WINDOW` intervals. One in a container a pod's status names waits for
+nothing: its contract is known, and a wait would let a tenant run one interval in `WINDOW` for ever.
 
 What waits is the container, not the process nor the GPU: the kubelet's delay does not change with either,
 and a wait per process or per GPU would let a tenant run without a contract for ever by starting a new
@@ -15,11 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpufrac.node.watchdog import Finding
+from gpufrac.node.watchdog import Finding, Kind
 
 WINDOW = 3
 SEEN = 2
 HOST = "-"  # what waits for processes in no container
+
+
+def waits(finding: Finding) -> bool:
+    """Whether `finding` waits before it is acted on: a process without a contract in no pod on the node."""
+    return finding.kind is Kind.NO_CONTRACT and finding.container is None
 
 
 def key(finding: Finding) -> str:
