@@ -65,3 +65,18 @@ async def test_a_burst_into_a_guarantee_is_acted_on_once_by_mode(
     assert len(client.events) == (2 if mode is Mode.EVICT else 1)  # the eviction, then the Event
     assert (await agent.tick()).handled == []  # once per finding
     assert 'gpufrac_watchdog_breaches_total{reason="GPUBurstReclaimed"} 1.0' in agent.exporter.text()
+
+
+async def test_a_share_on_a_gpu_nvml_cannot_read_has_no_usage_rather_than_none_used(tmp_path: Path) -> None:
+    """A GPU whose calls fail (fallen off the bus) lists no processes: its shares' use is unknown, and
+    /metrics must not say they use nothing while the GPU's health says it cannot be read."""
+    agent, _, _ = burst(tmp_path, Mode.KILL)
+    host = FakeHost(tmp_path / "host")
+    host.add_gpus(1, memory_mib=16384)
+    host.write(errors={0: "GPU is lost"})
+    report = await agent.tick()
+    assert report.usages == () and agent.exporter.latest.usages == ()
+    assert "gpufrac_share_memory_used_bytes{" not in agent.exporter.text()
+    assert 'gpufrac_gpu_healthy{gpu="0",uuid="GPU-00000000-0000-4000-8000-000000000000"} 0.0' in (
+        agent.exporter.text()
+    )

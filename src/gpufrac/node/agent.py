@@ -341,7 +341,8 @@ class Agent:
             return report
         containers = watchdog.containers_on_node(pods, device_plugin=grants)
         self._log_broken_contracts(containers)
-        gpus = [watchdog.Gpu(gpu.index, gpu.uuid) for gpu in snapshot.gpus]
+        # A GPU NVML cannot read lists no process: its shares' use is unknown, not zero.
+        gpus = [watchdog.Gpu(gpu.index, gpu.uuid) for gpu in snapshot.gpus if gpu.healthy]
         processes = self._processes(snapshot)
         assessment = watchdog.assess(processes, containers, gpus=gpus)
         assessment = bursts.reclaim(assessment, processes, self._memory(snapshot))
