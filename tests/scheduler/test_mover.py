@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx2
 import pytest
 
 from gpufrac.contract import keys
@@ -110,6 +111,38 @@ async def test_a_moved_share_gone_while_the_watch_was_broken_leaves_its_room_at_
     await made.schedule_pending()
     await made.wait_for_binds()
     assert client.stored("Pod", "w")["spec"]["nodeName"] == "n0"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("lost", ["reply", "request"])
+async def test_an_eviction_whose_answer_is_lost_is_counted_on_by_its_plan(lost: str) -> None:
+    """Done or not, nobody can tell: the plan waits for the pod (the room then kept for the pod it was moved
+    for) rather than leaving it to whoever comes first, or evicting another in its place; should it stay,
+    the plan's timeout gives up on it."""
+    client, clock = EvictingApi(early=False), FakeClock()
+    client.lose.append(("create Eviction", lost))
+    made = two_gpus(client, clock)
+    await made.schedule_pending()
+    assert made.mover.waits(key("w"))
+    made.on_pod_event("DELETED", client.stored("Pod", "a") or {})
+    assert key("w") in made.cache.kept_rooms
+
+
+class UnreachableOnEviction(EvictingApi):
+    """The dry run answered; the connection for the eviction itself is refused."""
+
+    async def create(
+        self, obj: Any, name: str | None = None, *, namespace: str | None = None, dry_run: bool = False
+    ) -> Any:
+        if obj.kind == "Eviction" and not dry_run:
+            raise httpx2.ConnectError("connection refused")
+        return await super().create(obj, name, namespace=namespace, dry_run=dry_run)
+
+
+async def test_an_eviction_never_sent_is_not_counted_on() -> None:
+    client, clock = UnreachableOnEviction(early=False), FakeClock()
+    made = two_gpus(client, clock)
+    await made.schedule_pending()
+    assert not made.mover.waits(key("w")) and made.mover.plans == {}
 
 
 async def test_a_refused_eviction_is_not_tried_again_while_it_would_be_refused() -> None:

@@ -273,6 +273,10 @@ async def answered_within(config: lightkube.KubeConfig, seconds: float | None = 
 # What a dropped or refused connection raises through lightkube's transport; and a credential plugin that
 # fails when a request needs a token (an expired cloud login: lightkube runs it then, not at load).
 TRANSPORT_ERRORS = (httpx2.TransportError, ConfigError)
+# The transport errors by which a request certainly never reached the API server (no connection made, or
+# its credential never obtained); after any other, a request that changes something may have been done, the
+# answer alone lost.
+NOT_SENT = (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout, ConfigError)
 # The most a command that reads the cluster once waits for the API server in all: lightkube's 10 s limit is
 # per read, so an answer trickled a byte at a time, or a credential plugin that never ends, would hold it
 # for ever.

@@ -29,7 +29,7 @@ from prometheus_client import Counter as PromCounter
 from gpufrac import contract
 from gpufrac.cluster.model import Placement, PodDemand
 from gpufrac.kubeapi import events
-from gpufrac.kubeapi.client import API_ERRORS
+from gpufrac.kubeapi.client import API_ERRORS, NOT_SENT
 from gpufrac.kubeapi.eviction import evict
 from gpufrac.placement.defrag import Planner
 from gpufrac.placement.framework import Policy
@@ -359,6 +359,10 @@ class Mover:
             except API_ERRORS as error:
                 self.evictions.labels(why.verb, "failed").inc()
                 log.error("cannot evict pod %s: %s", objects.pod_key(victim), error)
+                if not dry_run and not isinstance(error, NOT_SENT):
+                    # Maybe evicted, the answer lost: counted as leaving, so that the plan waits for it (up
+                    # to its timeout) rather than evicting another in its place.
+                    leaving.add(name)
                 break
             leaving.add(name)
             if not dry_run:
