@@ -27,7 +27,7 @@ from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.config import SchedulerConfig
 from gpufrac.scheduler.devices import Hold
 from gpufrac.scheduler.gangs import Gangs, members_of
-from gpufrac.scheduler.mover import PREEMPT, RECLAIM, Mover
+from gpufrac.scheduler.mover import PREEMPT, RECLAIM, Allow, Mover
 from gpufrac.scheduler.tenants import Tenants
 
 # How long past its grace period a pod being deleted still counts as room on its way (the kubelet stopping
@@ -117,9 +117,12 @@ class Evictions:
         members = self._still_needed(uid, pod, demand, open_rows)
         if not members:  # a gang whose members could not all run even then: nothing is evicted for it
             return False
+        # Pods moved or reclaimed free nothing of the pod's queue: only where it goes may take it past a
+        # limit, which for a portion on a GPU larger than the median is more than it was judged by.
+        as_placed = self._within_as_placed(pod, demand)
         if not capped and len(members) == 1:
             with self.cache.device_view(Hold.RESERVED):
-                if await self.mover.make_room(uid, pod, demand, policy, rows):
+                if await self.mover.make_room(uid, pod, demand, policy, rows, as_placed):
                     return True
         if not self.config.preemption or objects.never_preempts(pod):
             return False
@@ -139,20 +142,25 @@ class Evictions:
 
         going, reclaimed_going = going_of(gangs), going_of(reclaimed_gangs)
 
-        def within_limit(victims: Sequence[str]) -> bool:
-            return (
-                not capped
-                or self.tenants.past_limit(tenant, asked, [placements[v] for v in going(victims)]) is None
-            )
+        def within_limit(victims: Sequence[str], placed: Placement | None = None) -> bool:
+            """Within its queue's limits with `victims` gone: as asked while the plan is sought (a pod within
+            them so needs no victim for them), then as `placed`, which for a portion may be more."""
+            if not capped and placed is None:
+                return True
+            freeing = [placements[v] for v in going(victims)]
+            return self.tenants.past_limit(tenant, asked, freeing, placed=placed) is None
 
-        def within_surplus(victims: Sequence[str]) -> bool:
+        def within_surplus(victims: Sequence[str], placed: Placement | None = None) -> bool:
             """Each victim was offered alone (`victims`): together they must leave every queue its share."""
             taken: dict[str, list[Placement]] = {}
             for victim in reclaimed_going(victims):
                 taken.setdefault(self.tenants.tenant(self.cache.bound.get(victim, {})), []).append(
                     placements[victim]
                 )
-            return all(self.tenants.surplus_covers(queue, held, contested) for queue, held in taken.items())
+            covered = all(
+                self.tenants.surplus_covers(queue, held, contested) for queue, held in taken.items()
+            )
+            return covered and as_placed(victims, placed)
 
         lost = self._work_lost([*preemptible, *reclaimable], placements)
         # Reclaim first, as KAI Scheduler's actions run (reclaim, then preempt): a queue owed its quota takes
@@ -179,6 +187,17 @@ class Evictions:
                 going,
             )
         )
+
+    def _within_as_placed(self, pod: Mapping[str, Any], demand: PodDemand) -> Allow:
+        """Whether a room other queues' pods leave (moved, or reclaimed) keeps the pod's queue within its
+        limits with the pod as placed (always, while a plan is sought: it was judged as asked)."""
+        tenant = self.tenants.tenant(pod)
+
+        def allowed(victims: Sequence[str], placed: Placement | None = None) -> bool:
+            queued = self.config.queues and placed is not None
+            return not queued or self.tenants.past_limit(tenant, demand, placed=placed) is None
+
+        return allowed
 
     def _work_lost(self, victims: list[str], placements: Mapping[str, Placement]) -> dict[str, float]:
         """The GPU-seconds each victim has run, which its eviction throws away: among victims otherwise
@@ -417,14 +436,14 @@ def able_to_leave(victims: Mapping[str, int], gangs: Mapping[str, BoundGang]) ->
     }
 
 
-def _only_of(
-    victims: Mapping[str, int],
-    going: Callable[[Sequence[str]], list[str]],
-    allow: Callable[[Sequence[str]], bool],
-) -> Callable[[Sequence[str]], bool]:
-    """`allow`, for sets of victims whose going takes no pod that is not a victim itself: taking more of a
-    gang than it can spare takes all of it, and some of its members may not be evictable."""
-    return lambda chosen: all(member in victims for member in going(chosen)) and allow(chosen)
+def _only_of(pool: Mapping[str, int], going: Callable[[Sequence[str]], list[str]], allow: Allow) -> Allow:
+    """`allow`, for sets of victims whose going takes no pod that is not in `pool` (the victims offered):
+    taking more of a gang than it can spare takes all of it, and some of its members may not be evictable."""
+
+    def allowed(victims: Sequence[str], placed: Placement | None = None) -> bool:
+        return all(member in pool for member in going(victims)) and allow(victims, placed)
+
+    return allowed
 
 
 def together(demands: list[PodDemand]) -> PodDemand:

@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import lightkube
 import numpy as np
@@ -63,6 +63,17 @@ class _Plan:
     placement: Placement
     leaving: set[str]
     deadline: float
+
+
+class Allow(Protocol):
+    """Whether a plan may evict `victims` (uids) for a pod, which will take `placed` (None: not known yet,
+    while a plan is sought; a fraction is then judged on the median GPU)."""
+
+    def __call__(self, victims: Sequence[str], placed: Placement | None = None) -> bool: ...
+
+
+def allow_any(victims: Sequence[str], placed: Placement | None = None) -> bool:
+    return True
 
 
 class Mover:
@@ -184,10 +195,16 @@ class Mover:
         return kept
 
     async def make_room(
-        self, uid: str, pod: Mapping[str, Any], demand: PodDemand, policy: Policy, rows: np.ndarray
+        self,
+        uid: str,
+        pod: Mapping[str, Any],
+        demand: PodDemand,
+        policy: Policy,
+        rows: np.ndarray,
+        allow: Allow = allow_any,
     ) -> bool:
-        """Plan and start the moves that let `pod` in among `rows`; True when pods are on their way out and
-        the pod should wait for them."""
+        """Plan and start the moves that let `pod` in among `rows`, if `allow` accepts the room they open;
+        True when pods are on their way out and the pod should wait for them."""
         movable = self.movable()
         if uid in self.plans or not movable:
             return False
@@ -204,7 +221,9 @@ class Mover:
         if room is None:
             return False
         victims = [move.source.pod for move in room.moves]
-        return await self._start([(uid, pod, room.placement)], victims, MOVE)
+        return allow(victims, room.placement) and await self._start(
+            [(uid, pod, room.placement)], victims, MOVE
+        )
 
     def _where(self, uid: str, demand: PodDemand) -> np.ndarray | None:
         """The nodes a moved pod may be placed again on: those its controller's new pod may go to (the pod's
@@ -219,7 +238,7 @@ class Mover:
         policy: Policy,
         victims: Mapping[str, int],
         why: Why,
-        allow: Callable[[Sequence[str]], bool] = lambda _: True,
+        allow: Allow = allow_any,
         lost: Mapping[str, float] | None = None,
         going: Callable[[Sequence[str]], list[str]] = list,
     ) -> bool:
@@ -244,9 +263,11 @@ class Mover:
         )
         if plan is None:
             return False
+        rooms = [(uid, pod, plan.placements[demand.name]) for uid, pod, demand, _ in members]
+        if len(rooms) == 1 and not allow(list(plan.victims), rooms[0][2]):
+            return False  # judged as placed, the pod's room would not let it in: none evicted for nothing
         # A gang is evicted whole: its other members could not run without the one evicted.
         evicted = going(list(plan.victims))
-        rooms = [(uid, pod, plan.placements[demand.name]) for uid, pod, demand, _ in members]
         return await self._start(rooms, evicted, why)
 
     async def preempt_to_limit(
@@ -254,14 +275,15 @@ class Mover:
         member: tuple[str, Mapping[str, Any], PodDemand, np.ndarray],
         policy: Policy,
         victims: Mapping[str, int],
-        allow: Callable[[Sequence[str]], bool],
+        allow: Allow,
         lost: Mapping[str, float],
         going: Callable[[Sequence[str]], list[str]],
     ) -> bool:
         """For a pod that fits as things are (among `member`'s rows: where the rules of the pods placed let
         it in now) but would take its queue past a limit: evict the fewest of `victims` (its queue's lower
         priorities, wherever they run; the lowest first, then those that lose least work) whose going `allow`
-        accepts (the queue back within), at most `max_moves`; the pod keeps the room it fits in now. The
+        accepts with the pod where it goes (the queue back within, as placed), at most `max_moves`; the pod
+        keeps the room it fits in now. The
         room plans of `preempt` look for is not what is short here, so they found no victim to take. True
         when pods are on their way out."""
         uid, pod, demand, rows = member
@@ -273,7 +295,7 @@ class Mover:
             return False
         offered.sort(key=lambda victim: (victims[victim], lost.get(victim, 0.0), victim))
         for count in range(1, min(self.max_moves, len(offered)) + 1):
-            if allow(offered[:count]):
+            if allow(offered[:count], placement):
                 return await self._start([(uid, pod, placement)], going(offered[:count]), PREEMPT)
         return False
 

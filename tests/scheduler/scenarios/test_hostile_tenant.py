@@ -106,6 +106,53 @@ AS_PLACED = [
         pending={"big": Ask(mib=9000, queue="a", priority=100)},
         waiting={"big": "queue a's pods never evicted would pass its gpuMemory quota"},
     ),
+    Scenario(
+        "a portion still past its queue's gpuMemory limit as placed evicts none of its queue's pods",
+        nodes=SMALL_AND_BIG,
+        queues={"a": {"gpuMemory": {"limit": "10000Mi"}}, "b": {}},
+        running={**SMALL_ONES_FULL, "a0": Run("n4:0", mib=5000, queue="a")},
+        pending={"big": Ask(mib=9000, queue="a", priority=10)},
+        waiting={"big": "queue a would pass its gpuMemory limit (10000 MiB)"},
+    ),
+    Scenario(
+        "a portion that fits only where its queue's lower priority runs evicts it only if within the limit "
+        "as placed",
+        nodes=SMALL_AND_BIG,
+        queues={"a": {"gpuMemory": {"limit": "10000Mi"}}, "b": {}},
+        running={
+            **SMALL_ONES_FULL,
+            "a0": Run("n4:0", mib=1000, queue="a"),
+            "b4": Run("n4:0", mib=7500, queue="b", priority=100),
+        },
+        pending={"big": Ask(mib=9000, queue="a", priority=10)},
+        waiting={"big": ""},
+    ),
+    Scenario(
+        "a portion is not given room by moves where it would pass its queue's gpuMemory limit",
+        nodes=SMALL_AND_BIG,
+        queues={"a": {"gpuMemory": {"limit": "10000Mi"}}, "b": {}},
+        running={
+            "b1": Run("n1:0", mib=5000, queue="b"),
+            **{name: SMALL_ONES_FULL[name] for name in ("b2", "b3")},
+            "m": Run("n4:0", mib=5000, queue="b", movable=True),
+            "x": Run("n4:0", mib=4000, queue="b"),
+        },
+        pending={"big": Ask(mib=9000, queue="a")},
+        waiting={"big": ""},
+    ),
+    Scenario(
+        "a portion reclaims no room where it would pass its queue's gpuMemory limit",
+        nodes={"n1": Node(), "n2": Node(), "n3": Node(mib=80_000)},
+        queues={"a": {"gpus": {"quota": 1}, "gpuMemory": {"limit": "10000Mi"}}, "b": {"gpus": {"quota": 1}}},
+        running={
+            "b1": Run("n1:0", queue="b", age=0),  # too young to be reclaimed
+            "b2": Run("n2:0", queue="b", age=0),
+            "b3": Run("n3:0", queue="b"),
+        },
+        # a2 fits on no node, but asks: queue a's fair share, with it, leaves b over its own.
+        pending={"big": Ask(mib=9000, queue="a"), "a2": Ask(gpus=2, queue="a")},
+        waiting={"big": "", "a2": ""},
+    ),
 ]
 
 
