@@ -151,7 +151,8 @@ class Evictions:
             return self.tenants.past_limit(tenant, asked, freeing, placed=placed) is None
 
         def within_surplus(victims: Sequence[str], placed: Placement | None = None) -> bool:
-            """Each victim was offered alone (`victims`): together they must leave every queue its share."""
+            """Each victim was offered alone (`victims`): together they must leave every queue its share; and
+            with the pod where the plan puts it, its queue must stay within its quota and limits."""
             taken: dict[str, list[Placement]] = {}
             for victim in reclaimed_going(victims):
                 taken.setdefault(self.tenants.tenant(self.cache.bound.get(victim, {})), []).append(
@@ -160,7 +161,8 @@ class Evictions:
             covered = all(
                 self.tenants.surplus_covers(queue, held, contested) for queue, held in taken.items()
             )
-            return covered and as_placed(victims, placed)
+            quota_kept = placed is None or bool(self.tenants.reclaiming(tenant, asked, placed=placed))
+            return covered and quota_kept and as_placed(victims, placed)
 
         lost = self._work_lost([*preemptible, *reclaimable], placements)
         # Reclaim first, as KAI Scheduler's actions run (reclaim, then preempt): a queue owed its quota takes

@@ -231,12 +231,13 @@ class Tenants:
         """Whether a pod of `priority` is never evicted, and so held to its queue's quota."""
         return self.protected_priority is not None and priority >= self.protected_priority
 
-    def reclaiming(self, tenant: str, demand: PodDemand) -> set[Resource]:
-        """The resources the pod asks for that its queue may reclaim (`tenancy.reclaiming`)."""
+    def reclaiming(self, tenant: str, demand: PodDemand, *, placed: Placement | None = None) -> set[Resource]:
+        """The resources the pod asks for that its queue may reclaim (`tenancy.reclaiming`): asked as a
+        fraction, on the cluster's median GPU until it is `placed` (see `past_limit`)."""
         spec = self.specs.get(tenant)
         if spec is None:
             return set()
-        wanted = tenancy.asked(demand, self._reference)
+        wanted = tenancy.asked(demand, self._reference) if placed is None else self._held(placed)
         return tenancy.reclaiming(spec, self.usage.get(tenant, {}), wanted, self.contested)
 
     def surplus_covers(self, tenant: str, placements: Iterable[Placement], resources: set[Resource]) -> bool:

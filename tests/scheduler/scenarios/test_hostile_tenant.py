@@ -153,6 +153,18 @@ AS_PLACED = [
         pending={"big": Ask(mib=9000, queue="a"), "a2": Ask(gpus=2, queue="a")},
         waiting={"big": "", "a2": ""},
     ),
+    Scenario(
+        "a portion reclaims no room where it would pass its queue's gpuMemory quota",
+        nodes={"n1": Node(), "n2": Node(), "n3": Node(mib=80_000)},
+        queues={"a": {"gpus": {"quota": 1}, "gpuMemory": {"quota": "10000Mi"}}, "b": {"gpus": {"quota": 1}}},
+        running={
+            "b1": Run("n1:0", queue="b", age=0),
+            "b2": Run("n2:0", queue="b", age=0),
+            "b3": Run("n3:0", queue="b"),
+        },
+        pending={"big": Ask(mib=9000, queue="a"), "a2": Ask(gpus=2, queue="a")},
+        waiting={"big": "", "a2": ""},
+    ),
 ]
 
 
