@@ -8,6 +8,7 @@ The program is run as `gpufrac` runs it (`cli.main`), in this process: stderr is
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -244,6 +245,24 @@ def test_a_bad_certificate_file_is_one_line(
     path = str(files[kind])
     code, err = run(capsys, "webhook", "--tls-cert", path, "--tls-key", path, "--port", "0")
     assert_one_line(code, err, f"--tls-cert {path}", "cannot load them")
+
+
+def test_a_certificate_that_is_a_pipe_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """OpenSSL opens the files it loads blocking: a pipe (a process substitution, a FIFO) for --tls-cert or
+    --tls-key waited for a writer for ever, in the event loop and deaf to SIGTERM. Run apart, so that the
+    wait, should it come back, fails this test instead of hanging the run."""
+    pipe = tmp_path / "tls.pipe"
+    os.mkfifo(pipe)
+    for cert in (str(pipe), "absent.crt"):
+        flags = ("--tls-cert", cert, "--tls-key", str(pipe))
+        done = subprocess.run(
+            [sys.executable, "-m", "gpufrac.cli", "webhook", *flags, "--port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "cannot load them" in done.stderr and "not a file" in done.stderr
 
 
 @pytest.mark.parametrize(("level", "quiet"), [("info", True), ("warning", True), ("debug", False)])

@@ -275,13 +275,23 @@ def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
-        context.load_cert_chain(cert, key)
+        _load_chain(context, cert, key)
     except (OSError, ssl.SSLError) as error:
         raise UserError(
             f"--tls-cert {cert} / --tls-key {key}: cannot load them ({error}); pass a PEM certificate and "
             "the PEM key it was made for"
         ) from None
     return context
+
+
+def _load_chain(context: ssl.SSLContext, cert: Path, key: Path) -> None:
+    """The certificate and key into `context`; a path there that is not a file is refused first, since
+    OpenSSL opens it blocking: a pipe (a FIFO, a process substitution) waited for a writer for ever, on the
+    event loop and deaf to SIGTERM."""
+    for path in (cert, key):
+        if path.exists() and not path.is_file():  # a missing one is OpenSSL's to name
+            raise OSError(f"{path} is not a file")
+    context.load_cert_chain(cert, key)
 
 
 async def _reload_certificates(context: ssl.SSLContext, cert: Path, key: Path) -> None:
@@ -297,7 +307,7 @@ async def _reload_certificates(context: ssl.SSLContext, cert: Path, key: Path) -
         try:
             now = stamp()
             if now != seen:
-                context.load_cert_chain(cert, key)
+                _load_chain(context, cert, key)
                 seen = now
                 log.info("reloaded the TLS certificate from %s", cert)
         except (OSError, ssl.SSLError) as error:  # half-written during a renewal: try again next round
