@@ -93,3 +93,13 @@ def test_absolute_memory_too_large_for_the_gpu_is_refused(tmp_path: Path) -> Non
         "strategies"
     ]["mig"]
     assert row["allocated_gpus"] == 0.5  # 28,800 MiB of 80,000 rounds up to 3g.40gb
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_a_workload_that_asks_for_no_gpu_is_refused(tmp_path: Path, gpus: int) -> None:
+    """The plan counts the GPUs a workload needs: for a pod list with no GPU pod on GPU-less nodes it divided
+    by the whole-GPU baseline's 0 GPUs (a traceback), and on GPU nodes it reported the GPUs of the one node
+    the CPU pods took, as if they were needed."""
+    files = traces.write(tmp_path, [traces.cpu_only("a"), traces.cpu_only("b")], gpus=gpus)
+    with pytest.raises(UserError, match="the pod list pods has no pod that asks for a GPU"):
+        traces.plan(files, timed=False)

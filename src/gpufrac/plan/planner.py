@@ -105,6 +105,11 @@ def prepare(trace: Trace, settings: Settings) -> Inputs:
     """Check the settings and the trace against each other and build the jobs' inputs; every bad input
     is refused here, before any long work."""
     settings.check()
+    if not any(pod.num_gpu for pod in trace.pods):  # else every strategy needs 0 GPUs, or the GPUs of a node
+        raise UserError(
+            f"the pod list {trace.name} has no pod that asks for a GPU, so there are no GPUs to plan; give "
+            "one with GPU pods (num_gpu above 0)"
+        )
     if settings.timed:
         timed.require_times(trace.pods)
     nodes = tuple(inputs.retarget(trace.nodes, settings.gpu_model))
