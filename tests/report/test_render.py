@@ -74,3 +74,14 @@ def test_a_gpu_name_a_tenant_wrote_opens_as_text_in_a_spreadsheet_and_draws_as_t
     with (tmp_path / "gpus.csv").open() as rows:
         assert [row["gpu"] for row in csv.DictReader(rows)] == [f"'{formula}", tex]
     assert render.inert("-1+1") == "'-1+1" and render.inert("4096") == "4096"
+
+
+def test_a_share_larger_than_any_gpu_is_set_aside_and_the_report_still_renders(tmp_path: Path) -> None:
+    """A bound pod's gpu-memory.request and .limit are the scheduler's to write, but anyone who may annotate
+    a pod can write 10^23 MiB there: the memory chart took it and matplotlib overflowed (a traceback, and no
+    report written)."""
+    forged = pod("forged", share=("0",), request_mib=10**23, limit_mib=10**23)
+    figures = analysis.figures([node("n1")], [forged, pod("ok", share=("1",))], analysis.Usage())
+    assert [name for name, _ in figures.skipped] == ["ml/forged"]
+    assert "larger than any GPU" in figures.skipped[0][1]
+    assert "memory.png" in [path.name for path in render.write(tmp_path / "out", figures)]

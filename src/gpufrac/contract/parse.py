@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TypeVar
 
-from gpufrac.contract import keys, quantity
+from gpufrac.contract import keys, node_inventory, quantity
 from gpufrac.contract.errors import ContractError, brief
 from gpufrac.contract.model import (
     FULL_COMPUTE,
@@ -107,6 +107,7 @@ def parse_placement(pod: Mapping[str, object]) -> PodPlacement | None:
         if memory is None:
             key = keys.container_key(share.container, keys.MEMORY_REQUEST)
             raise ContractError(key, "", "is missing: a bound share needs the memory the scheduler resolved")
+        _within_a_gpu(share.container, own, limit_mib=memory[1])
         shares.append(SharePlacement(share.container, devices, *memory, share.mode, share.compute_percent))
     whole = [
         WholeGpuPlacement(
@@ -119,6 +120,15 @@ def parse_placement(pod: Mapping[str, object]) -> PodPlacement | None:
         key = keys.container_key(container, keys.DEVICES)
         raise ContractError(key, ",".join(devices), f'container "{container}" asks for no GPU')
     return PodPlacement(tuple(shares), tuple(whole))
+
+
+def _within_a_gpu(container: str, own: Mapping[str, str], *, limit_mib: int) -> None:
+    """A bound share's memory was resolved on a GPU, so no GPU holding less is possible: one larger than any
+    (anyone who may annotate a pod can write 10^23 MiB) is an error here, not a size every reader of bound
+    pods must survive (the report's charts overflowed on it)."""
+    if limit_mib > node_inventory.MAX_GPU_MEMORY_MIB:
+        suffix = keys.MEMORY_LIMIT if keys.MEMORY_LIMIT in own else keys.MEMORY_REQUEST
+        raise ContractError(keys.container_key(container, suffix), own[suffix], "is larger than any GPU")
 
 
 def _request(view: _Pod) -> PodGpuRequest:
