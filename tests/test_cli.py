@@ -118,6 +118,13 @@ def test_a_bad_file_is_one_line(
         (("validate",), "Missing argument"),
         (("agent",), "--node-name"),
         (("no-such-command",), "No such command"),
+        # Accepted, each made a scheduler that waited for ever on pods or nodes no object can match: a Node or
+        # Namespace label has Kubernetes' syntax, and an empty schedulerName is defaulted to kube-scheduler's.
+        (("scheduler", "--node-selector", "gpu = true"), "'gpu ' is not a label key"),
+        (("scheduler", "--node-selector", "gpu=a b"), "'a b' is not a label value"),
+        (("scheduler", "--fault-domain-label", "team name"), "'team name' is not a label key"),
+        (("scheduler", "--scheduler-name", " "), "--scheduler-name"),
+        (("webhook", "--scheduler-name", ""), "--scheduler-name"),
         (("validate", "--no-such-flag", "."), "No such option"),
     ],
 )

@@ -109,6 +109,14 @@ def validate(
     raise typer.Exit(validation.run(paths, output_format=output_format, strict=strict))
 
 
+def _scheduler_name(text: str) -> str:
+    """A schedulerName a pod can carry: the API server gives a pod whose schedulerName is empty
+    kube-scheduler's, so a scheduler of that name would wait for ever and a webhook write it for nothing."""
+    if not text.strip():
+        raise typer.BadParameter("empty; name the spec.schedulerName of the pods (default gpufrac)")
+    return text
+
+
 def PortOption(help: str) -> Any:
     """A TCP port option: Click refuses anything outside 0-65535 before the command runs."""
     return typer.Option(min=0, max=65535, help=help)
@@ -253,7 +261,7 @@ def plan(
 def scheduler(
     kubeconfig: Annotated[Path | None, typer.Option(help=KUBECONFIG_HELP)] = None,
     scheduler_name: Annotated[
-        str, typer.Option(help="Schedule pods with this spec.schedulerName.")
+        str, typer.Option(parser=_scheduler_name, help="Schedule pods with this spec.schedulerName.")
     ] = "gpufrac",
     policy: Annotated[str, typer.Option(help="Placement policy (see `gpufrac simulate`).")] = DEFAULT_POLICY,
     node_selector: Annotated[str, typer.Option(help="Manage only nodes with these labels: k=v,k2=v2.")] = "",
@@ -350,6 +358,7 @@ def scheduler(
         raise UserError(f"--min-runtime {min_runtime}: must be 0 to 86400 seconds")
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
         raise UserError(f"--namespace {namespace!r}: not a namespace name (lowercase letters, digits, '-')")
+    domain_label = fault_domain_label.strip()
     setup_logging(log_level)
     config = SchedulerConfig(
         name=scheduler_name,
@@ -361,7 +370,7 @@ def scheduler(
         namespace=namespace,
         reservation_image=reservation_image,
         reservation_idle_seconds=reservation_idle_seconds,
-        fault_domain_label=fault_domain_label.strip(),
+        fault_domain_label=domain_label and label_key(domain_label, option="--fault-domain-label"),
         max_moves=max_moves,
         min_runtime=min_runtime,
         preemption=preemption,
@@ -424,8 +433,28 @@ def parse_labels(text: str, *, option: str) -> dict[str, str]:
         key, equals, value = item.partition("=")
         if not equals or not key:
             raise UserError(f'{option} "{text}": expected key=value pairs separated by commas')
+        key = label_key(key, option=option)
+        if not _LABEL_VALUE.fullmatch(value):
+            raise UserError(f"{option}: {value!r} is not a label value (at most 63 {_LABEL_CHARACTERS})")
         labels[key] = value
     return labels
+
+
+# Kubernetes' label syntax, as the chart's values.schema.json has it: a name, perhaps under a DNS subdomain
+# and "/"; a value is a name or empty. A Node or Namespace carries no other, so a selector outside it would
+# match nothing, and say nothing.
+_LABEL_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"
+_LABEL_KEY = re.compile(rf"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_LABEL_NAME}")
+_LABEL_VALUE = re.compile(f"({_LABEL_NAME})?")
+_LABEL_CHARACTERS = "letters, digits, '-', '_' and '.', first and last a letter or digit"
+
+
+def label_key(key: str, *, option: str) -> str:
+    """`key`, refused unless a label key (see `_LABEL_KEY`)."""
+    if not _LABEL_KEY.fullmatch(key):
+        rule = f"[PREFIX/]NAME, the NAME at most 63 {_LABEL_CHARACTERS}"
+        raise UserError(f"{option}: {key!r} is not a label key ({rule})")
+    return key
 
 
 # The HTTP client lightkube speaks through, and its transport: quiet below --log-level debug.
@@ -559,7 +588,7 @@ def webhook(
         str, typer.Option(help="The user that alone may write scheduler-owned keys and env ConfigMaps.")
     ] = admission_settings.DEFAULT_SCHEDULER_IDENTITY,
     scheduler_name: Annotated[
-        str, typer.Option(help="The schedulerName given to share pods.")
+        str, typer.Option(parser=_scheduler_name, help="The schedulerName given to share pods.")
     ] = admission_settings.DEFAULT_SCHEDULER_NAME,
     exempt_namespaces: Annotated[
         str, typer.Option(help="Comma-separated namespaces let through unchecked.")

@@ -78,6 +78,7 @@ def test_the_scheduler_deployment_runs_leader_elected_replicas() -> None:
         ("scheduler.replicas=-1", "scheduler.replicas"),
         ("scheduler.evictions.maxMoves=11", "scheduler.evictions.maxMoves"),
         ("scheduler.evictions.minRuntimeSeconds=-1", "scheduler.evictions.minRuntimeSeconds"),
+        ("scheduler.faultDomainLabel=team name", "scheduler.faultDomainLabel"),
         ("webhook.untrustedSmSharing=allow", "webhook.untrustedSmSharing"),
         ("webhook.failurePolicy=fail", "webhook.failurePolicy"),
         ("webhook.timeoutSeconds=31", "webhook.timeoutSeconds"),
