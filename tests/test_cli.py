@@ -367,6 +367,18 @@ def test_an_out_folder_that_cannot_be_written_is_refused_before_the_work(
     assert_one_line(code, err, "--out /proc/gpufrac-report: cannot write in /proc")
 
 
+@pytest.mark.parametrize("below", ["", "/sub"])
+def test_an_out_that_is_a_link_to_nothing_is_refused_before_the_work(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, below: str
+) -> None:
+    """A dangling link (a report folder moved away) passed the check, as nothing there, and the report's
+    folder could not be made there: 'cannot write the report (File exists)', after the whole run."""
+    link = tmp_path / "report"
+    link.symlink_to(tmp_path / "moved")
+    code, err = run(capsys, "simulate", "--seeds", "1", "--out", f"{link}{below}")
+    assert_one_line(code, err, f"--out {link}{below}: a link to nothing, not a folder")
+
+
 def test_a_certificate_file_the_kubeconfig_names_is_found_beside_it_or_named_missing(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

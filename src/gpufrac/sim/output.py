@@ -11,6 +11,7 @@ import base64
 import html
 import io
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
@@ -35,14 +36,16 @@ matplotlib.rcParams["text.parse_math"] = False
 
 
 def check_out(out: Path | None) -> None:
-    """Refuse an `--out` that can never be a folder (a file, or a path under one) before the long work that
-    would be thrown away when it came to be written, not after."""
+    """Refuse an `--out` that can never be a folder (a file or a link to nothing, or a path under one) before
+    the long work that would be thrown away when it came to be written, not after."""
     if out is None:
         return
-    existing = next((path for path in (out, *out.absolute().parents) if path.exists()), None)
+    # A link to nothing counts as there (`lexists`): no folder can be made where it is.
+    existing = next((path for path in (out, *out.absolute().parents) if os.path.lexists(path)), None)
     if existing is not None and not existing.is_dir():
-        where = "" if existing == out else f" ({existing} is a file)"
-        raise UserError(f"--out {out}: a file, not a folder{where}; pass a folder for the report")
+        what = "a file" if existing.exists() else "a link to nothing"
+        where = "" if existing == out else f" ({existing} is {what})"
+        raise UserError(f"--out {out}: {what}, not a folder{where}; pass a folder for the report")
     if existing is not None:
         try:  # a file made there and gone at once: what permissions, a read-only mount or /proc allow
             with tempfile.TemporaryFile(dir=existing):
