@@ -348,3 +348,15 @@ def test_documents_that_are_not_workloads_are_skipped(tmp_path: Path) -> None:
         'mixed.yaml:17: Pod/(unnamed): gpu-memory.limit="1Gi": needs gpu-memory, the guaranteed amount',
     ]
     assert result.stderr == "gpufrac validate: 2 pod templates in 1 file: 2 errors, 0 warnings\n"
+
+
+@pytest.mark.parametrize("template", ["", "template: [not, a, map]", "template: text"])
+def test_a_workload_without_a_pod_template_is_an_error(tmp_path: Path, template: str) -> None:
+    """Counted as checked and passed, it said "no problems" of a manifest the API server refuses."""
+    write(tmp_path, "job.yaml", f"kind: Job\nmetadata: {{name: train}}\nspec: {{{template}}}\n")
+    result = gpufrac("validate", "job.yaml", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        "job.yaml:1: Job/train: spec.template: missing or not a mapping; a Job needs its pod template there"
+    ]
+    assert result.stderr == "gpufrac validate: 1 pod template in 1 file: 1 error, 0 warnings\n"

@@ -149,9 +149,24 @@ def check_text(text: str, *, file: str) -> Iterator[list[Problem]]:
                 template_node = _child(template_node, step)
                 template = template.get(step) if isinstance(template, dict) else None
             if template_node is None or not isinstance(template, dict):
+                yield [_no_template(file, kind, manifest, object_node)]
                 continue
             located = _Locator(file=file, kind=kind, name=_name(manifest), template=template_node)
             yield [located.problem(error, severity) for error, severity in _findings(template)]
+
+
+def _no_template(file: str, kind: str, manifest: Mapping[str, object], node: yaml.Node) -> Problem:
+    """A workload without a pod template the API server would accept: counted as checked and passed, it
+    was a success that did not happen."""
+    path = ".".join(TEMPLATE_PATHS[kind])
+    return Problem(
+        file=file,
+        line=node.start_mark.line + 1,
+        kind=kind,
+        name=_name(manifest),
+        key=path,
+        message=f"{path}: missing or not a mapping; a {kind} needs its pod template there",
+    )
 
 
 def _findings(template: Mapping[str, object]) -> list[tuple[contract.ContractError, Severity]]:
