@@ -105,6 +105,8 @@ def test_a_bad_file_is_one_line(
         (("agent", "--node-name", "n", "--mps-pinned-limit-mib", "0"), "'--mps-pinned-limit-mib'"),
         (("agent", "--node-name", "n", "--interval", "nan"), "--interval nan"),
         (("agent", "--node-name", "n", "--interval", "1e300"), "at most 3600"),
+        (("agent", "--node-name", "n", "--cuda-context-mib", "999999999999"), "'--cuda-context-mib'"),
+        (("webhook", "--fraction-reference-mib", "99999999999999999999"), "'--fraction-reference-mib'"),
         (("simulate", "--seeds", "1-99999999999"), "more than 1000 seeds"),
         (("simulate", "--seeds", "9" * 5000), "expected numbers"),
         (("plan", "--seeds", "0-5000"), "more than 1000 seeds"),

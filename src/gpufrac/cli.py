@@ -477,10 +477,14 @@ def setup_logging(level: str) -> None:
 
 # One value for the webhook, which counts fractions in gpufrac.io/gpu-memory, and the agent, which advertises
 # each GPU as at least this much of it (`contract.memory_resource`).
+# No CUDA context takes more (a few hundred MiB on current GPUs); a larger reserve, a typo, left every GPU
+# of the node 1 MiB to share, and said nothing.
+MAX_CUDA_CONTEXT_MIB = 16 * 1024
 FractionReferenceOption = Annotated[
     int,
     typer.Option(
         min=1,
+        max=node_inventory.MAX_GPU_MEMORY_MIB,
         help="MiB of the reference GPU a gpu-fraction counts on in gpufrac.io/gpu-memory: the usable memory "
         "of the largest GPU model.",
     ),
@@ -513,7 +517,12 @@ def agent(
         Path, typer.Option(help="The kubelet's device-plugin folder (managed mode serves from it).")
     ] = Path("/var/lib/kubelet/device-plugins"),
     cuda_context_mib: Annotated[
-        int, typer.Option(min=0, help="MiB of each GPU kept for a CUDA context's own allocations.")
+        int,
+        typer.Option(
+            min=0,
+            max=MAX_CUDA_CONTEXT_MIB,
+            help="MiB of each GPU kept for a CUDA context's own allocations.",
+        ),
     ] = 512,
     native_label: Annotated[
         str, typer.Option(help="KEY=VALUE: the Node label that shows NVIDIA's operator enforces limits.")

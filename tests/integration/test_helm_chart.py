@@ -84,6 +84,8 @@ def test_the_scheduler_deployment_runs_leader_elected_replicas() -> None:
         ("webhook.timeoutSeconds=31", "webhook.timeoutSeconds"),
         ("webhook.replicas=0", "webhook.replicas"),
         ("gpuMemoryResource.fractionReferenceMiB=0", "gpuMemoryResource.fractionReferenceMiB"),
+        ("gpuMemoryResource.fractionReferenceMiB=1073741825", "gpuMemoryResource.fractionReferenceMiB"),
+        ("agent.cudaContextMiB=16385", "agent.cudaContextMiB"),
     ],
 )
 def test_a_bad_value_stops_the_release_with_its_name(value: str, named: str) -> None:
