@@ -117,16 +117,16 @@ class Evictions:
         members = self._still_needed(uid, pod, demand, open_rows)
         if not members:  # a gang whose members could not all run even then: nothing is evicted for it
             return False
-        # Pods moved or reclaimed free nothing of the pod's queue: only where it goes may take it past a
-        # limit, which for a portion on a GPU larger than the median is more than it was judged by.
-        as_placed = self._within_as_placed(pod, demand)
+        asked = together([wanted for *_, wanted, _ in members])
+        # Pods moved or reclaimed free nothing of the pod's queue: only where it (or its gang) goes may take
+        # it past a limit, which for a portion on a GPU larger than the median is more than it was judged by.
+        as_placed = self._within_as_placed(pod, asked)
         if not capped and len(members) == 1:
             with self.cache.device_view(Hold.RESERVED):
                 if await self.mover.make_room(uid, pod, demand, policy, rows, as_placed):
                     return True
         if not self.config.preemption or objects.never_preempts(pod):
             return False
-        asked = together([wanted for *_, wanted, _ in members])
         preemptible, reclaimable = self.victims(pod, asked)
         # As planned: a plan releases its victims from the state while it weighs them, and puts them back.
         placements = dict(self.cache.state.placements) if preemptible or reclaimable else {}
@@ -142,7 +142,7 @@ class Evictions:
 
         going, reclaimed_going = going_of(gangs), going_of(reclaimed_gangs)
 
-        def within_limit(victims: Sequence[str], placed: Placement | None = None) -> bool:
+        def within_limit(victims: Sequence[str], placed: Sequence[Placement] | None = None) -> bool:
             """Within its queue's limits with `victims` gone: as asked while the plan is sought (a pod within
             them so needs no victim for them), then as `placed`, which for a portion may be more."""
             if not capped and placed is None:
@@ -150,7 +150,7 @@ class Evictions:
             freeing = [placements[v] for v in going(victims)]
             return self.tenants.past_limit(tenant, asked, freeing, placed=placed) is None
 
-        def within_surplus(victims: Sequence[str], placed: Placement | None = None) -> bool:
+        def within_surplus(victims: Sequence[str], placed: Sequence[Placement] | None = None) -> bool:
             """Each victim was offered alone (`victims`): together they must leave every queue its share; and
             with the pod where the plan puts it, its queue must stay within its quota and limits."""
             taken: dict[str, list[Placement]] = {}
@@ -192,10 +192,11 @@ class Evictions:
 
     def _within_as_placed(self, pod: Mapping[str, Any], demand: PodDemand) -> Allow:
         """Whether a room other queues' pods leave (moved, or reclaimed) keeps the pod's queue within its
-        limits with the pod as placed (always, while a plan is sought: it was judged as asked)."""
+        limits with the pod (or its gang's members, which `demand` stands for) as placed (always, while a
+        plan is sought: it was judged as asked)."""
         tenant = self.tenants.tenant(pod)
 
-        def allowed(victims: Sequence[str], placed: Placement | None = None) -> bool:
+        def allowed(victims: Sequence[str], placed: Sequence[Placement] | None = None) -> bool:
             queued = self.config.queues and placed is not None
             return not queued or self.tenants.past_limit(tenant, demand, placed=placed) is None
 
@@ -442,7 +443,7 @@ def _only_of(pool: Mapping[str, int], going: Callable[[Sequence[str]], list[str]
     """`allow`, for sets of victims whose going takes no pod that is not in `pool` (the victims offered):
     taking more of a gang than it can spare takes all of it, and some of its members may not be evictable."""
 
-    def allowed(victims: Sequence[str], placed: Placement | None = None) -> bool:
+    def allowed(victims: Sequence[str], placed: Sequence[Placement] | None = None) -> bool:
         return all(member in pool for member in going(victims)) and allow(victims, placed)
 
     return allowed

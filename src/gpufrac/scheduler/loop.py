@@ -474,7 +474,7 @@ class Scheduler:
             if judged and isinstance(outcome, Placement):
                 # Judged again as placed: a portion counts on the median GPU until its GPU is chosen. Its
                 # queue's pods going would free what it was judged by, not what it takes: none are evicted.
-                past_as_placed = self.tenants.past_limit(self.tenants.tenant(pod), demand, placed=outcome)
+                past_as_placed = self.tenants.past_limit(self.tenants.tenant(pod), demand, placed=[outcome])
                 if past_as_placed is not None:
                     past, outcome = past_as_placed, Unschedulable(uid, {})
             if isinstance(outcome, Unschedulable) and demand.shares and self.cache.devices and past is None:

@@ -66,13 +66,13 @@ class _Plan:
 
 
 class Allow(Protocol):
-    """Whether a plan may evict `victims` (uids) for a pod, which will take `placed` (None: not known yet,
-    while a plan is sought; a fraction is then judged on the median GPU)."""
+    """Whether a plan may evict `victims` (uids) for a pod, or a gang's members, which will take `placed`
+    (None: not known yet, while a plan is sought; a fraction is then judged on the median GPU)."""
 
-    def __call__(self, victims: Sequence[str], placed: Placement | None = None) -> bool: ...
+    def __call__(self, victims: Sequence[str], placed: Sequence[Placement] | None = None) -> bool: ...
 
 
-def allow_any(victims: Sequence[str], placed: Placement | None = None) -> bool:
+def allow_any(victims: Sequence[str], placed: Sequence[Placement] | None = None) -> bool:
     return True
 
 
@@ -221,7 +221,7 @@ class Mover:
         if room is None:
             return False
         victims = [move.source.pod for move in room.moves]
-        return allow(victims, room.placement) and await self._start(
+        return allow(victims, [room.placement]) and await self._start(
             [(uid, pod, room.placement)], victims, MOVE
         )
 
@@ -264,8 +264,8 @@ class Mover:
         if plan is None:
             return False
         rooms = [(uid, pod, plan.placements[demand.name]) for uid, pod, demand, _ in members]
-        if len(rooms) == 1 and not allow(list(plan.victims), rooms[0][2]):
-            return False  # judged as placed, the pod's room would not let it in: none evicted for nothing
+        if not allow(list(plan.victims), [placement for *_, placement in rooms]):
+            return False  # judged as placed, the rooms would not let them in: none evicted for nothing
         # A gang is evicted whole: its other members could not run without the one evicted.
         evicted = going(list(plan.victims))
         return await self._start(rooms, evicted, why)
@@ -295,7 +295,7 @@ class Mover:
             return False
         offered.sort(key=lambda victim: (victims[victim], lost.get(victim, 0.0), victim))
         for count in range(1, min(self.max_moves, len(offered)) + 1):
-            if allow(offered[:count], placement):
+            if allow(offered[:count], [placement]):
                 return await self._start([(uid, pod, placement)], going(offered[:count]), PREEMPT)
         return False
 

@@ -189,19 +189,17 @@ class Tenants:
         demand: PodDemand,
         freeing: Iterable[Placement] = (),
         *,
-        placed: Placement | None = None,
+        placed: Iterable[Placement] | None = None,
     ) -> str | None:
         """Why the pod may not be placed: with it (and without the queue's pods `freeing`), its queue or one
         above it would pass a limit, or, for a pod never evicted, the queue's pods never evicted would pass
         its quota (`tenancy.unguaranteed`); None when it may. A share asked as a fraction counts on the
-        cluster's median GPU, as in fair shares, until it is `placed`: then as what it takes there, which on
-        a GPU larger than the median is more (a 0.9 portion judged as 9,000 MiB takes 72,000 of 80,000)."""
-        wanted = tenancy.asked(demand, self._reference) if placed is None else self._held(placed)
-        freed: Amounts = {}
-        for placement in freeing:
-            tenancy.add(freed, self._held(placement))
+        cluster's median GPU, as in fair shares, until it is `placed` (the pod's placement, or its gang's
+        members' that `demand` stands for): then as what it takes there, which on a GPU larger than the
+        median is more (a 0.9 portion judged as 9,000 MiB takes 72,000 of 80,000)."""
+        wanted = tenancy.asked(demand, self._reference) if placed is None else self._held_by(placed)
         asked = dict(wanted)
-        tenancy.add(asked, freed, -1.0)
+        tenancy.add(asked, self._held_by(freeing), -1.0)
         past = fairshare.past_limit(self.specs, self.held, tenant, asked)
         if past is not None:
             queue, over, limit = past
@@ -220,6 +218,13 @@ class Tenants:
             f"give queue {tenant} a larger quota, or the pod a priority below {self.protected_priority}"
         )
 
+    def _held_by(self, placements: Iterable[Placement]) -> Amounts:
+        """What the placements count against their queue in all (`_held`)."""
+        amounts: Amounts = {}
+        for placement in placements:
+            tenancy.add(amounts, self._held(placement))
+        return amounts
+
     def _held(self, placement: Placement) -> Amounts:
         """What a placement counts against its queue (`tenancy.held`), and the whole GPUs its pod asked the
         kubelet's device plugin for, which it does not name: used and freed alike."""
@@ -231,23 +236,22 @@ class Tenants:
         """Whether a pod of `priority` is never evicted, and so held to its queue's quota."""
         return self.protected_priority is not None and priority >= self.protected_priority
 
-    def reclaiming(self, tenant: str, demand: PodDemand, *, placed: Placement | None = None) -> set[Resource]:
+    def reclaiming(
+        self, tenant: str, demand: PodDemand, *, placed: Iterable[Placement] | None = None
+    ) -> set[Resource]:
         """The resources the pod asks for that its queue may reclaim (`tenancy.reclaiming`): asked as a
         fraction, on the cluster's median GPU until it is `placed` (see `past_limit`)."""
         spec = self.specs.get(tenant)
         if spec is None:
             return set()
-        wanted = tenancy.asked(demand, self._reference) if placed is None else self._held(placed)
+        wanted = tenancy.asked(demand, self._reference) if placed is None else self._held_by(placed)
         return tenancy.reclaiming(spec, self.usage.get(tenant, {}), wanted, self.contested)
 
     def surplus_covers(self, tenant: str, placements: Iterable[Placement], resources: set[Resource]) -> bool:
         """Whether the queue, without these placements (a pod, or a gang's), keeps its fair share of
         `resources` (`tenancy.surplus_covers`)."""
-        amounts: Amounts = {}
-        for placement in placements:
-            tenancy.add(amounts, self._held(placement))
         return tenancy.surplus_covers(
-            self.usage.get(tenant, {}), self.shares.get(tenant, {}), amounts, resources
+            self.usage.get(tenant, {}), self.shares.get(tenant, {}), self._held_by(placements), resources
         )
 
     def over_share(self) -> set[str]:

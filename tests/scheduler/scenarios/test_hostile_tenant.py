@@ -84,7 +84,7 @@ SCENARIOS = [
 
 # Pods named here ask with `gpu-fraction` instead of `gpu-memory`: a portion means nothing until a GPU is
 # chosen, so a queue's limits and quotas judge it on the cluster's median GPU before it is placed.
-FRACTIONS = {"big": "0.9"}
+FRACTIONS = {"big": "0.9", "g1": "0.9", "g2": "0.9"}
 # Three small GPUs, full, and one eight times their size, free: the median GPU is a small one.
 SMALL_AND_BIG = {"n1": Node(), "n2": Node(), "n3": Node(), "n4": Node(mib=80_000)}
 SMALL_ONES_FULL = {f"b{i}": Run(f"n{i}:0", mib=10_000, queue="b") for i in (1, 2, 3)}
@@ -164,6 +164,21 @@ AS_PLACED = [
         },
         pending={"big": Ask(mib=9000, queue="a"), "a2": Ask(gpus=2, queue="a")},
         waiting={"big": "", "a2": ""},
+    ),
+    Scenario(
+        "a gang of portions preempts its queue's pods only if within its limit with its members as placed",
+        nodes={**SMALL_AND_BIG, "n5": Node(mib=80_000)},
+        queues={"a": {"gpuMemory": {"limit": "20000Mi"}}, "b": {}},
+        groups={"pair": {"minMember": 2, "queue": "a"}},
+        running={
+            **SMALL_ONES_FULL,
+            "a4": Run("n4:0", mib=9000, queue="a"),
+            "a5": Run("n5:0", mib=1000, queue="a"),
+            **{f"b{i}": Run(f"n{i}:0", mib=8000, queue="b", priority=100) for i in (4, 5)},
+        },
+        # Judged as asked (2 x 9,000 MiB, for the 10,000 a4 and a5 free), the pair took 144,000 MiB.
+        pending=driver.pods("g", 2, mib=9000, group="pair", priority=10),
+        waiting={"g1": "", "g2": ""},
     ),
 ]
 
