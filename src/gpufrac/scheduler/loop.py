@@ -629,7 +629,9 @@ class Scheduler:
         nothing is evicted, and a gang that can never complete (a member no node can take) does not keep
         another queue's quota for its whole `scheduleTimeoutSeconds`, which is the tenant's to set. Only the
         gangs holding room on the node the pod would take, and only where their queue keeps its fair share
-        without it. Returns the gangs given back; the caller decides again."""
+        without it, and where its queue stays within its quota with the pod where it would go (a portion asked
+        within it on the median GPU may take far more on a larger one). Returns the gangs given back; the
+        caller decides again."""
         if not (self.config.queues and self.gangs.gangs):
             return []
         tenant = self.tenants.tenant(pod)
@@ -646,7 +648,7 @@ class Scheduler:
         }
         held = [uid for members in yielding.values() for uid, _, _ in members]
         trial = decide(self.cache.snapshot().without(held), demand, self.policy, rows=rows) if held else None
-        if not isinstance(trial, Placement):
+        if not isinstance(trial, Placement) or not self.tenants.reclaiming(tenant, demand, placed=[trial]):
             return []
         freed = []
         for key, members in yielding.items():

@@ -180,6 +180,23 @@ AS_PLACED = [
         pending=driver.pods("g", 2, mib=9000, group="pair", priority=10),
         waiting={"g1": "", "g2": ""},
     ),
+    Scenario(
+        "a portion takes no gang's held room where it would pass its queue's gpuMemory quota",
+        nodes={**{f"n{i}": Node() for i in range(1, 6)}, "n6": Node(mib=80_000)},
+        queues={"a": {"gpus": {"quota": 1}, "gpuMemory": {"quota": "10000Mi"}}, "c": {}},
+        groups={"hog": {"minMember": 2, "queue": "c", "scheduleTimeoutSeconds": 86400}},
+        # Queue c holds five small GPUs (too young to be reclaimed) and half the big one, held for its gang.
+        running={f"c{i}": Run(f"n{i}:0", queue="c", age=0) for i in range(1, 6)},
+        pending={
+            "h1": Ask(mib=40_000, group="hog"),
+            "h2": Ask(gpus=8, group="hog"),  # no node has eight GPUs
+            # Below queue a's quota as asked (9,000 MiB); given the held room, it took 72,000 MiB.
+            "big": Ask(mib=9000, queue="a", arrives=1),
+            "a2": Ask(gpus=2, queue="a", arrives=1),  # fits nowhere, but lifts queue a's fair share
+        },
+        rounds=6,
+        waiting={"h1": "held until the rest can", "h2": "", "big": "", "a2": ""},
+    ),
 ]
 
 
