@@ -77,7 +77,7 @@ def plan_eviction(
     out, where `rows` may hold nodes they rule out as things are (see the module), looked at within `looks`.
     `lost`: the work each victim would lose (its GPU-seconds run; absent: none). The state is left as it
     was found."""
-    lost = lost or {}
+    lost = {} if lost is None else lost
     looks = looks or Looks()
     placed = {name: priority for name, priority in victims.items() if name in state.placements}
 

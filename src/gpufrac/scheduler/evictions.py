@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,7 +164,7 @@ class Evictions:
             quota_kept = placed is None or bool(self.tenants.reclaiming(tenant, asked, placed=placed))
             return covered and quota_kept and as_placed(victims, placed)
 
-        lost = self._work_lost([*preemptible, *reclaimable], placements)
+        lost = _WorkLost(self.cache, placements, self.mover.wall_clock())
         # Reclaim first, as KAI Scheduler's actions run (reclaim, then preempt): a queue owed its quota takes
         # back what others borrowed before it evicts its own lower priorities.
         for victims, why, allow, goes in (
@@ -201,18 +201,6 @@ class Evictions:
             return not queued or self.tenants.past_limit(tenant, demand, placed=placed) is None
 
         return allowed
-
-    def _work_lost(self, victims: list[str], placements: Mapping[str, Placement]) -> dict[str, float]:
-        """The GPU-seconds each victim has run, which its eviction throws away: among victims otherwise
-        alike, the plan takes those that lose least."""
-        now, state = self.mover.wall_clock(), self.cache.state
-        lost = {}
-        for victim in victims:
-            since = objects.running_since(self.cache.bound.get(victim, {}))
-            if since is not None and victim in placements:
-                gpus = tenancy.held(placements[victim], state)[Resource.GPUS]
-                lost[victim] = max(0.0, now - since) * gpus
-        return lost
 
     def _still_needed(
         self, uid: str, pod: dict[str, Any], demand: PodDemand, rows: np.ndarray
@@ -437,6 +425,36 @@ def able_to_leave(victims: Mapping[str, int], gangs: Mapping[str, BoundGang]) ->
         for uid, theirs in victims.items()
         if all(m in victims for m in leaving_with([uid], gangs))
     }
+
+
+class _WorkLost(Mapping[str, float]):
+    """The GPU-seconds each victim has run, which its eviction throws away: among victims otherwise alike, a
+    plan takes those that lose least. Worked out for the victims a plan weighs, when it first weighs them:
+    for every victim at every plan, it was half the cost of a plan that found nothing, paid again by each
+    pending pod that fits nowhere."""
+
+    def __init__(self, cache: SchedulerCache, placements: Mapping[str, Placement], now: float) -> None:
+        self._cache, self._placements, self._now = cache, placements, now
+        self._known: dict[str, float | None] = {}  # None: no work to tell (no start time, or not placed)
+
+    def __getitem__(self, victim: str) -> float:
+        if victim not in self._known:
+            since = objects.running_since(self._cache.bound.get(victim, {}))
+            placement = self._placements.get(victim)
+            gpus = None if placement is None else tenancy.held(placement, self._cache.state)[Resource.GPUS]
+            self._known[victim] = (
+                None if since is None or gpus is None else max(0.0, self._now - since) * gpus
+            )
+        known = self._known[victim]
+        if known is None:
+            raise KeyError(victim)
+        return known
+
+    def __iter__(self) -> Iterator[str]:
+        return (victim for victim in self._placements if victim in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _only_of(pool: Mapping[str, int], going: Callable[[Sequence[str]], list[str]], allow: Allow) -> Allow:
