@@ -232,3 +232,33 @@ def test_a_missing_or_unreadable_file_is_a_user_error(tmp_path: Path) -> None:
     (tmp_path / "wide.csv").write_text("name," + "x" * 200_000 + "\n")
     with pytest.raises(UserError, match="cannot read it as CSV"):
         trace.load_pods(tmp_path / "wide.csv")
+
+
+def test_a_column_named_twice_in_the_header_is_refused(tmp_path: Path) -> None:
+    """csv.DictReader keeps the last of two columns of one name: `cpu_milli` given twice read the second
+    (here 5 milli-CPU instead of 1000) with no word, so a replay ran on numbers the file's first column
+    did not say. Columns of no name (a spreadsheet's trailing commas) are not read and stay allowed."""
+    pods = write(
+        tmp_path / "pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli,cpu_milli", "p,1000,1,1,500,5"
+    )
+    with pytest.raises(UserError) as raised:
+        trace.load_pods(pods)
+    assert str(raised.value).startswith(f"{pods}:1: column(s) cpu_milli named more than once")
+    write(pods, "name,cpu_milli,memory_mib,num_gpu,gpu_milli,,", "p,1000,1,1,500,,")
+    assert [pod.cpu_milli for pod in trace.load_pods(pods)] == [1000]
+
+
+def test_spaces_around_header_names_and_rows_of_empty_cells_are_read_as_spreadsheets_mean_them(
+    tmp_path: Path,
+) -> None:
+    """Cells are stripped, so `p, 1000` read, but a header `name, cpu_milli` said cpu_milli was missing; and a
+    spreadsheet's trailing rows of nothing but commas (or spaces) were `expected 5 fields` or `name must not
+    be empty`, though they hold no pod."""
+    pods = write(
+        tmp_path / "pods.csv",
+        "name, cpu_milli ,memory_mib,num_gpu,gpu_milli",
+        "p, 1000,1,1,500",
+        ",,,,",
+        "  ",
+    )
+    assert [(pod.name, pod.cpu_milli) for pod in trace.load_pods(pods)] == [("p", 1000)]

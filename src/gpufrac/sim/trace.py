@@ -197,18 +197,37 @@ def _rows(path: Path, required: Sequence[str]) -> list[tuple[int, dict[str, str]
     text = reading.read_text(path, limit=MAX_TRACE_BYTES)
     try:
         reader = csv.DictReader(io.StringIO(text, newline=""))
-        missing = [column for column in required if column not in (reader.fieldnames or ())]
-        if missing:
-            expected = ",".join(required)
-            raise UserError(f"{path}:1: missing column(s) {', '.join(missing)}; the header needs {expected}")
+        reader.fieldnames = _header(path, reader.fieldnames or (), required)
         rows = []
         for row in reader:
+            if _blank(row):
+                continue
             if None in row or any(value is None for value in row.values()):
                 raise UserError(f"{path}:{reader.line_num}: expected {len(reader.fieldnames or ())} fields")
             rows.append((reader.line_num, row))
         return rows
     except csv.Error as error:
         raise UserError(f"{path}: cannot read it as CSV ({error})") from None
+
+
+def _header(path: Path, names: Sequence[str], required: Sequence[str]) -> list[str]:
+    """The header's column names, stripped as cells are. Refused where a required one is missing, or where
+    a name is given twice: `csv.DictReader` would read the last of them without a word."""
+    names = [name.strip() for name in names]
+    missing = [column for column in required if column not in names]
+    if missing:
+        expected = ",".join(required)
+        raise UserError(f"{path}:1: missing column(s) {', '.join(missing)}; the header needs {expected}")
+    repeated = sorted({name for name in names if name and names.count(name) > 1})
+    if repeated:
+        raise UserError(f"{path}:1: column(s) {', '.join(repeated)} named more than once; give each once")
+    return names
+
+
+def _blank(row: dict[str | None, str | list[str] | None]) -> bool:
+    """A row of empty cells or spaces only, as a spreadsheet leaves below its last: no node or pod."""
+    cells = (cell for value in row.values() for cell in (value if isinstance(value, list) else [value]))
+    return not any(cell and cell.strip() for cell in cells)
 
 
 T = TypeVar("T")
