@@ -280,6 +280,20 @@ def test_the_bound_of_a_full_cluster_is_100_percent_not_more() -> None:
     assert summary["policies"]["bestfit"]["gap_to_bound"] >= 0
 
 
+def test_the_bounds_mean_is_rounded_up_once_not_past_a_hundredth_it_already_is(tiny: trace.Trace) -> None:
+    """The per-seed bounds are rounded up to hundredths, then their mean up again: in floats 100 × 81.9 is
+    8190.000000000001, so a bound of 81.90 on every seed was reported as 81.91 (and every gap 0.01 wider)."""
+    base = replay.replay(tiny, policy="fgd", seed=1)
+    milli = 0.819 * tiny.gpus * bound.MILLI
+    found = {seed: bound.Bound(milli, tiny.gpus * bound.MILLI, 12, 1, 1, 0.0) for seed in (1, 2)}
+    runs = [dataclasses.replace(base, seed=seed) for seed in (1, 2)]
+    summary = experiment.summarize(tiny, [1, 2], runs, found)["bound"]
+    assert summary["per_seed"] == {"1": 81.9, "2": 81.9}
+    assert summary["allocation_at_100"] == 81.9
+    found[2] = dataclasses.replace(found[2], milli=0.8191 * tiny.gpus * bound.MILLI)
+    assert experiment.summarize(tiny, [1, 2], runs, found)["bound"]["allocation_at_100"] == 81.91
+
+
 def test_the_bound_is_above_every_policy_on_every_seed() -> None:
     """Short replays of every policy on a mixed trace (shares of every size, whole and multi-GPU pods, CPU
     heavy pods, two GPU models, pods tied to one): no run allocates more than its seed's bound."""
