@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpufrac.cluster.invariants import violations
+from gpufrac.cluster.model import GpuSpec, NodeSpec
 from gpufrac.errors import UserError
 from gpufrac.plan import inputs, planner, search
 from gpufrac.plan.engine_packer import EnginePacker
@@ -103,3 +104,38 @@ def test_a_workload_that_asks_for_no_gpu_is_refused(tmp_path: Path, gpus: int) -
     files = traces.write(tmp_path, [traces.cpu_only("a"), traces.cpu_only("b")], gpus=gpus)
     with pytest.raises(UserError, match="the pod list pods has no pod that asks for a GPU"):
         traces.plan(files, timed=False)
+
+
+def mixed_cluster(seed: int, nodes: int = 8, pods: int = 40) -> trace.Trace:
+    """Nodes of four kinds (cores per GPU from 4,000 to 64,000; two models) and pods of five shapes, some
+    tied to A10 and some CPU-heavy: clusters whose prefixes differ in CPU per GPU and in models."""
+    rng = random.Random(seed)
+    kinds = [(8_000, 2, "T4"), (96_000, 4, "T4"), (32_000, 8, "A10"), (64_000, 1, "A10")]
+    specs = []
+    for i in range(nodes):
+        cpu, gpus, model = kinds[i] if i < len(kinds) else rng.choice(kinds)
+        devices = tuple(GpuSpec(g, f"n{i}-{g}", model, 16_000) for g in range(gpus))
+        specs.append(NodeSpec(f"n{i}", cpu, 256_000, devices))
+    a10 = frozenset({"A10"})
+    shapes = [(30_000, 1, 500, None), (4_000, 1, 1000, a10), (1_000, 2, 1000, None), (8_000, 1, 250, None)]
+    shapes.append((60_000, 1, 1000, None))
+    chosen = [
+        trace.TracePod(f"p{i}", cpu, 1_000, gpus, milli, models)
+        for i, (cpu, gpus, milli, models) in enumerate(rng.choices(shapes, k=pods))
+    ]
+    return trace.Trace("mixed", tuple(specs), tuple(chosen))
+
+
+@pytest.mark.parametrize("seed", [4, 25])
+def test_with_a_policy_that_reads_the_whole_cluster_the_answer_is_probed(seed: int) -> None:
+    """fgd-stranding's scores read the whole cluster's CPU per GPU and its GPUs per model, so dropping the
+    nodes a passing probe left empty changes its decisions: the search took that shorter prefix as passing
+    unprobed, and the plan reported a cluster on which the pods do not all place."""
+    prepared = planner.prepare(
+        mixed_cluster(seed),
+        Settings(policy="fgd-stranding", strategies=("whole-gpu",), timed=False, workers=1),
+    )
+    run = planner.run_static(prepared, "whole-gpu", 42)
+    strategy = prepared.strategy("whole-gpu", 42)
+    cluster = inputs.NodeSequence(prepared.nodes, 42).prefix(run.needed.nodes)
+    assert search.probe(strategy, cluster, inputs.pod_order(prepared.pods, 42))[0].passed

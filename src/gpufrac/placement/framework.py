@@ -74,13 +74,16 @@ class PolicyKind:
     Its needs are declared here so that callers ask them instead of naming policies. `needs_workload`: its
     scores measure fragmentation against the target workload, so a caller without a trace (the live
     scheduler) must gather one. `deterministic`: it draws nothing from `context.rng`, so the same cluster
-    and pod always get the same placement, which the planner's search relies on.
+    and pod always get the same placement, which the planner's search relies on. `scores_alone`: a node's
+    score reads that node and the pod only, nothing of the whole cluster, so nodes no pod was put on can be
+    dropped without changing a decision (the planner's search then trims a passing cluster unprobed).
     """
 
     name: str
     build: Callable[[PolicyContext], Policy]
     needs_workload: bool = False
     deterministic: bool = True
+    scores_alone: bool = True
 
     def __call__(self, context: PolicyContext) -> Policy:
         """`POLICIES[name](context)`: callers build a policy without knowing how it is made."""

@@ -155,7 +155,12 @@ def run_static(prepared: Inputs, strategy_name: str, seed: int) -> StaticRun:
     started, cpu = time.perf_counter(), time.process_time()
     strategy = prepared.strategy(strategy_name, seed)
     sequence = inputs.NodeSequence(prepared.nodes, seed)
-    needed, packer = search.gpus_needed(strategy, sequence, inputs.pod_order(prepared.pods, seed))
+    needed, packer = search.gpus_needed(
+        strategy,
+        sequence,
+        inputs.pod_order(prepared.pods, seed),
+        trim=POLICIES[prepared.settings.policy].scores_alone,
+    )
     bought = {
         (node.name, gpu.index): gpu.memory_mib for node in sequence.prefix(needed.nodes) for gpu in node.gpus
     }

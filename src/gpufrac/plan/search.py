@@ -6,15 +6,16 @@ the first that fits nowhere. The search brackets the answer and then bisects it:
   prefix can pass; a pod's GPUs are what the strategy allocates to it when placed alone on an empty
   cluster (whole GPUs for `whole-gpu`, the profile for `mig`, and so on);
 - after a failed probe it grows n in proportion to the part of the workload left over, plus a margin of
-  1% that doubles with every failure in a row; after a passing one it shrinks n to the last node that
-  received a pod: the packers score nodes one by one and break ties by position, so dropping nodes that
-  were never chosen changes no decision, and that shorter prefix passes too;
+  1% that doubles with every failure in a row; after a passing one, with `trim`, it shrinks n to the last
+  node that received a pod: a packer whose nodes' scores read each node alone (`PolicyKind.scores_alone`)
+  and that breaks ties by position makes the same decisions without the nodes never chosen, so that
+  shorter prefix passes too; without `trim` (a policy that reads the whole cluster: fewer nodes change
+  every score) the probed n is the passing count;
 - bisection then narrows (failing n, passing n) down to adjacent counts.
 One node fewer than the answer fails, probed; the answer passes, probed or as the used prefix of a
-passing probe. Only policies that score each node on its own state qualify; the planner admits only
-`deterministic` ones, which all do. Greedy placement is not perfectly monotone in n (a larger cluster can
-lead a heuristic astray), so a yet shorter prefix may exist; the search reports the frontier it found,
-and the probes it made.
+passing probe. The planner admits only `deterministic` policies. Greedy placement is not perfectly
+monotone in n (a larger cluster can lead a heuristic astray), so a yet shorter prefix may exist; the
+search reports the frontier it found, and the probes it made.
 
 What ran out at one node fewer says whether the workload is GPU- or CPU-bound there.
 """
@@ -78,6 +79,7 @@ def gpus_needed(
     sequence: NodeSequence,
     pods: Sequence[PodDemand],
     *,
+    trim: bool = True,
     on_probe: Callable[[Probe], None] | None = None,
 ) -> tuple[Needed, Packer]:
     """The search above; returns the answer and the packer holding the workload on that cluster."""
@@ -100,7 +102,7 @@ def gpus_needed(
         if on_probe is not None:
             on_probe(result)
         if result.passed:
-            hi, best = used, packer
+            hi, best = (used if trim else n), packer
         else:
             lo = max(lo, n)
         if hi and hi - lo <= 1:

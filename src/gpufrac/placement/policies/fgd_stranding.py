@@ -212,4 +212,5 @@ def _build(context: PolicyContext) -> Policy:
     return Policy(policy, policy)
 
 
-POLICIES.register(PolicyKind("fgd-stranding", _build, needs_workload=True))
+# `feed_rate` and `model_need` read the whole cluster's CPU and GPUs.
+POLICIES.register(PolicyKind("fgd-stranding", _build, needs_workload=True, scores_alone=False))
