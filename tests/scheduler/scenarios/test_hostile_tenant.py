@@ -89,6 +89,25 @@ FRACTIONS = {"big": "0.9", "g1": "0.9", "g2": "0.9"}
 SMALL_AND_BIG = {"n1": Node(), "n2": Node(), "n3": Node(), "n4": Node(mib=80_000)}
 SMALL_ONES_FULL = {f"b{i}": Run(f"n{i}:0", mib=10_000, queue="b") for i in (1, 2, 3)}
 
+
+def reclaiming_past(bound: str) -> Scenario:
+    """A portion below its queue's gpuMemory `bound` as asked, the only room reclaim could open an 80,000 MiB
+    GPU: as placed there, it would pass the bound."""
+    return Scenario(
+        f"a portion reclaims no room where it would pass its queue's gpuMemory {bound}",
+        nodes={"n1": Node(), "n2": Node(), "n3": Node(mib=80_000)},
+        queues={"a": {"gpus": {"quota": 1}, "gpuMemory": {bound: "10000Mi"}}, "b": {"gpus": {"quota": 1}}},
+        running={
+            "b1": Run("n1:0", queue="b", age=0),  # too young to be reclaimed
+            "b2": Run("n2:0", queue="b", age=0),
+            "b3": Run("n3:0", queue="b"),
+        },
+        # a2 fits on no node, but asks: queue a's fair share, with it, leaves b over its own.
+        pending={"big": Ask(mib=9000, queue="a"), "a2": Ask(gpus=2, queue="a")},
+        waiting={"big": "", "a2": ""},
+    )
+
+
 AS_PLACED = [
     Scenario(
         "a portion that would take its queue past its gpuMemory limit on the GPU it gets waits",
@@ -140,31 +159,8 @@ AS_PLACED = [
         pending={"big": Ask(mib=9000, queue="a")},
         waiting={"big": ""},
     ),
-    Scenario(
-        "a portion reclaims no room where it would pass its queue's gpuMemory limit",
-        nodes={"n1": Node(), "n2": Node(), "n3": Node(mib=80_000)},
-        queues={"a": {"gpus": {"quota": 1}, "gpuMemory": {"limit": "10000Mi"}}, "b": {"gpus": {"quota": 1}}},
-        running={
-            "b1": Run("n1:0", queue="b", age=0),  # too young to be reclaimed
-            "b2": Run("n2:0", queue="b", age=0),
-            "b3": Run("n3:0", queue="b"),
-        },
-        # a2 fits on no node, but asks: queue a's fair share, with it, leaves b over its own.
-        pending={"big": Ask(mib=9000, queue="a"), "a2": Ask(gpus=2, queue="a")},
-        waiting={"big": "", "a2": ""},
-    ),
-    Scenario(
-        "a portion reclaims no room where it would pass its queue's gpuMemory quota",
-        nodes={"n1": Node(), "n2": Node(), "n3": Node(mib=80_000)},
-        queues={"a": {"gpus": {"quota": 1}, "gpuMemory": {"quota": "10000Mi"}}, "b": {"gpus": {"quota": 1}}},
-        running={
-            "b1": Run("n1:0", queue="b", age=0),
-            "b2": Run("n2:0", queue="b", age=0),
-            "b3": Run("n3:0", queue="b"),
-        },
-        pending={"big": Ask(mib=9000, queue="a"), "a2": Ask(gpus=2, queue="a")},
-        waiting={"big": "", "a2": ""},
-    ),
+    reclaiming_past("limit"),
+    reclaiming_past("quota"),
     Scenario(
         "a gang of portions preempts its queue's pods only if within its limit with its members as placed",
         nodes={**SMALL_AND_BIG, "n5": Node(mib=80_000)},
