@@ -283,9 +283,8 @@ class Mover:
         it in now) but would take its queue past a limit: evict the fewest of `victims` (its queue's lower
         priorities, wherever they run; the lowest first, then those that lose least work) whose going `allow`
         accepts with the pod where it goes (the queue back within, as placed), at most `max_moves`; the pod
-        keeps the room it fits in now. The
-        room plans of `preempt` look for is not what is short here, so they found no victim to take. True
-        when pods are on their way out."""
+        keeps the room it fits in now. The room plans of `preempt` look for is not what is short here, so
+        they found no victim to take. True when pods are on their way out."""
         uid, pod, demand, rows = member
         offered = self._offered(victims)
         if not offered or uid in self.plans:
