@@ -7,10 +7,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from gpufrac.cluster.model import Assignment, Placement
 from gpufrac.contract import queues
 from gpufrac.contract.queues import Entitlement, QueueSpec, Resource
-from gpufrac.scheduler import objects
+from gpufrac.scheduler import mover, objects
 from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.loop import Scheduler
 from gpufrac.scheduler.tenants import Tenants, tenant_of
@@ -112,3 +114,44 @@ def test_a_pending_pod_that_will_not_be_placed_as_it_is_takes_no_fair_share() ->
     tenants.outdated()
     tenants.rank(cache, {objects.pod_uid(apart): apart})
     assert Resource.GPUS in tenants.contested  # 4 GPUs asked of 2
+
+
+def replicas_that_fit_nowhere(count: int) -> tuple[Scheduler, FakeApi, list[dict[str, Any]]]:
+    """Queue a runs a preemptible 1-GPU pod on each of 20 one-GPU nodes; `count` alike pods of a higher
+    priority ask for two GPUs, which no eviction can give them."""
+    client, clock = FakeApi(), FakeClock()
+    nodes = [node(f"n{i}", agent=inventory(f"n{i}", 1)) for i in range(20)]
+    pods = [bound(pod(f"r{i}", whole=1, priority=1), f"n{i}", {}) for i in range(20)]
+    pods += [pod(f"p{i}", whole=2, priority=10) for i in range(count)]
+    for body in pods:
+        body["metadata"]["labels"] = {queues.QUEUE_LABEL: "a"}
+        client.put(body)
+    made = scheduler(client, clock, queues=True, min_runtime=0)
+    made.clock = clock
+    made.on_queues_listed([{"kind": queues.KIND, "metadata": {"name": "a"}, "spec": {}}])
+    made.on_nodes_listed(nodes)
+    made.on_pods_listed(pods)
+    return made, client, pods
+
+
+async def test_alike_pods_no_eviction_can_help_pay_for_one_plan_until_the_cluster_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Deployment's replicas that fit nowhere each planned over every victim at every try: a tenant's
+    thousand of them beside its queue's thousands of pods held the loop for a minute a round."""
+    made, client, pods = replicas_that_fit_nowhere(10)
+    plans = []
+    real = mover.plan_gang_eviction
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        plans.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mover, "plan_gang_eviction", counted)
+    await made.schedule_pending()
+    assert len(plans) == 1
+    made.on_pod_event("DELETED", pods[0])  # room may be made now: planned for again, once
+    made.clock.advance(60)  # type: ignore[attr-defined]
+    await made.schedule_pending()
+    assert len(plans) == 2
+    assert client.made("create", "Eviction") == []

@@ -6,6 +6,7 @@ taking pods from the queue and binding them.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -20,6 +21,7 @@ from gpufrac.contract import queues
 from gpufrac.contract.podgroups import group_of
 from gpufrac.contract.queues import Resource
 from gpufrac.placement import tenancy
+from gpufrac.placement.cache import shape_key
 from gpufrac.placement.framework import Policy
 from gpufrac.placement.preemption import placement_without
 from gpufrac.scheduler import constraints, objects
@@ -38,6 +40,8 @@ from gpufrac.scheduler.tenants import Tenants
 Pool = dict[str, dict[str, tuple[int, float]]]
 STUCK_AFTER_SECONDS = 60.0
 LONGEST_WAIT_SECONDS = 600.0
+# The most asks kept as fruitless at once: past it they are forgotten, and planned for again.
+FRUITLESS_ASKS = 10_000
 
 
 class Evictions:
@@ -61,6 +65,13 @@ class Evictions:
         self._evictable_at: tuple[float, Pool, dict[str, BoundGang]] | None = None
         self._books: tuple[float, dict[str, list[str]], Counter[str]] | None = None  # `_gang_books`
         self._gathered: dict[str, float] = {}  # pod group -> when its members were last planned for
+        # Asks no eviction could make room for (`_ask`), and the cluster as it was then (`_generation`).
+        self._fruitless: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self._changes = 0  # the cluster changes the loop told of (`cluster_changed`)
+
+    def cluster_changed(self) -> None:
+        """Pods or nodes came, went or changed: room may be made now where none could."""
+        self._changes += 1
 
     def _room_coming(
         self, pod: Mapping[str, Any], demand: PodDemand, rows: np.ndarray, policy: Policy
@@ -108,7 +119,64 @@ class Evictions:
         `preemptionPolicy: Never` preempts and reclaims nothing, as Kubernetes promises; pods that opted in
         may still be moved for it. `rows`: where it may go as things are; `open_rows`: where it may go by
         the nodes' own rules, which victims' going may open to it (the rules of the pods there). True when
-        pods are on their way out."""
+        pods are on their way out.
+
+        An ask no eviction could make room for is not planned for again until the cluster changes or a
+        second passes (`_generation`): a Deployment's replicas that fit nowhere would each pay a plan over
+        every victim, at every try."""
+        if uid in self.mover.plans:
+            return False  # its room is on its way
+        ask, generation = self._ask(pod, demand, rows, open_rows, capped), self._generation()
+        if ask is not None and self._fruitless.get(ask) == generation:
+            return False
+        if await self._make_room(uid, pod, demand, rows, open_rows, policy, capped=capped):
+            return True
+        if ask is not None:
+            if len(self._fruitless) >= FRUITLESS_ASKS:
+                self._fruitless.clear()
+            self._fruitless[ask] = generation
+        return False
+
+    def _ask(
+        self, pod: Mapping[str, Any], demand: PodDemand, rows: np.ndarray, open_rows: np.ndarray, capped: bool
+    ) -> tuple[Any, ...] | None:
+        """What a plan for the pod depends on besides the cluster: its demand, queue, priority, spec and
+        labels (the rules it and the pods placed have for each other), and where it may go. None for a
+        gang's member, whose plan takes in the members its gang still needs."""
+        if self.config.gangs and group_of(pod) is not None:
+            return None
+        metadata = objects.meta(pod)
+        return (
+            shape_key(demand),
+            demand.priority,
+            self.tenants.tenant(pod),
+            capped,
+            metadata.get("namespace"),
+            json.dumps([pod.get("spec"), metadata.get("labels")], sort_keys=True, default=str),
+            rows.tobytes(),
+            open_rows.tobytes(),
+        )
+
+    def _generation(self) -> tuple[Any, ...]:
+        """The cluster as plans see it: the changes told of, the pods placed and the plans under way, and the
+        second the evictable pods were read in (pods age into evictable ones, refusals expire)."""
+        stamp = self._evictable_at[0] if self._evictable_at is not None else None
+        if stamp is None or self.clock() - stamp >= 1.0:
+            self._evictable()
+            stamp = self._evictable_at[0] if self._evictable_at is not None else None
+        return (self._changes, len(self.cache.state.placements), len(self.mover.plans), stamp)
+
+    async def _make_room(
+        self,
+        uid: str,
+        pod: dict[str, Any],
+        demand: PodDemand,
+        rows: np.ndarray,
+        open_rows: np.ndarray,
+        policy: Policy,
+        *,
+        capped: bool,
+    ) -> bool:
         held = self.cache.hold_matrix()[0]
         rows, open_rows = rows[~np.isin(rows, held)], open_rows[~np.isin(open_rows, held)]
         # Room on its way is no help to a pod past its queue's limit: what it waits for is its queue's pods.

@@ -303,8 +303,9 @@ class Scheduler:
             self._wakeup.set()
 
     def _cluster_changed(self) -> None:
-        """Pods parked for want of room may fit now."""
+        """Pods parked for want of room may fit now, or room be made for them."""
         self.queue.cluster_changed()
+        self.evictions.cluster_changed()
         self._wakeup.set()
 
     def _forget_pending(self, uid: str) -> None:
