@@ -155,3 +155,41 @@ async def test_alike_pods_no_eviction_can_help_pay_for_one_plan_until_the_cluste
     await made.schedule_pending()
     assert len(plans) == 2
     assert client.made("create", "Eviction") == []
+
+
+async def test_a_pod_whose_kept_room_is_gone_is_held_to_its_queues_limit_where_it_goes_instead() -> None:
+    """Its room was judged within queue a's limit where its victim ran (a small GPU); gone by the time it is
+    decided (another scheduler's pod took the node's CPU), the pod was placed anywhere unjudged: a 0.9
+    portion took 115,200 MiB of a 128,000 MiB GPU under a 16,000 MiB limit."""
+    client, clock = FakeApi(), FakeClock()
+    small = [node(f"s{i}", gpus=1, agent=inventory(f"s{i}", 1)) for i in range(3)]
+    big = node("big", gpus=1, memory=128_000, agent=inventory("big", 1, memory=128_000))
+    low = bound(pod("low", priority=1), "s0", share_notes("main", "GPU-s0-0", f"{GPU_MIB}Mi"))
+    others = [
+        bound(pod(f"b{i}"), f"s{i}", share_notes("main", f"GPU-s{i}-0", f"{GPU_MIB}Mi")) for i in (1, 2)
+    ]
+    filler = bound(pod("filler"), "big", share_notes("main", "GPU-big-0", "120000Mi"))
+    wanted = pod("hi", priority=10, annotations={"gpu-fraction": "0.9"})
+    for body, queue in [(low, "a"), (wanted, "a"), *((o, "b") for o in (*others, filler))]:
+        body["metadata"]["labels"] = {queues.QUEUE_LABEL: queue}
+        body.setdefault("status", {})["startTime"] = "2024-05-01T10:00:00Z"
+        client.put(body)
+    made = scheduler(client, clock, queues=True, min_runtime=0)
+    made.clock = clock
+    limited = {"resources": {"gpuMemory": {"limit": f"{GPU_MIB}Mi"}}}
+    made.on_queues_listed(
+        [{"kind": queues.KIND, "metadata": {"name": q}, "spec": s} for q, s in (("a", limited), ("b", {}))]
+    )
+    made.on_nodes_listed([*small, big])
+    made.on_pods_listed([low, wanted, *others, filler])
+    await made.schedule_pending()
+    assert [call.name for call in client.made("create", "Eviction")] == ["low"]
+    made.on_pod_event("DELETED", low)
+    assert key("hi") in made.cache.kept_rooms
+    hog = pod("hog", scheduler="default-scheduler", cpu="16", node_name="s0", phase="Running")
+    made.on_pod_event("ADDED", hog)
+    made.on_pod_event("DELETED", filler)
+    clock.advance(60)
+    await made.schedule_pending()
+    await made.wait_for_binds()
+    assert client.stored("Pod", "hi")["spec"].get("nodeName") is None  # type: ignore[index]

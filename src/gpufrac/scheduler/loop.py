@@ -472,6 +472,11 @@ class Scheduler:
             for key, given in freed:
                 why = f"the room held for them went to queue {self.tenants.tenant(pod)}, below its share"
                 await self._gave_back(key, given, why)
+            if self.config.queues and isinstance(outcome, Placement) and not judged and _moved(outcome, kept):
+                # Its kept room gone, it goes elsewhere: judged as any pod is, on its queue's use without it.
+                judged = True
+                self.tenants.outdated()
+                self.tenants.rank(self.cache, self.pending)
             if judged and isinstance(outcome, Placement):
                 # Judged again as placed: a portion counts on the median GPU until its GPU is chosen. Its
                 # queue's pods going would free what it was judged by, not what it takes: none are evicted.
@@ -981,6 +986,15 @@ class Scheduler:
                 await asyncio.wait_for(
                     self._wakeup.wait(), timeout=1.0 if delay is None else max(delay, 0.01)
                 )
+
+
+def _moved(placement: Placement, room: Placement | None) -> bool:
+    """Whether `placement` takes other GPUs, or another node, than the `room` kept for its pod."""
+
+    def taken(where: Placement) -> tuple[str, list[tuple[int, ...]]]:
+        return where.node, [assignment.gpus for assignment in where.assignments]
+
+    return room is None or taken(placement) != taken(room)
 
 
 def _priority(pod: Mapping[str, Any]) -> int:
