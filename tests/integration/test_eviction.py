@@ -33,3 +33,19 @@ async def test_a_pod_recreated_under_the_name_of_the_one_to_evict_is_left_alone(
     assert still.metadata is not None and second.metadata is not None
     assert still.metadata.uid == second.metadata.uid and still.metadata.deletionTimestamp is None
     await evict(admin_client, "w-0", namespace=namespace, uid=second.metadata.uid)  # its own UID: evicted
+
+
+async def test_an_eviction_shortens_a_long_grace_period(
+    admin_client: lightkube.AsyncClient, namespace: str
+) -> None:
+    """The API server takes the grace period an Eviction names over the pod's own: a bound pod asking for a
+    day is given ten minutes (its node has no kubelet here, so it stays, being deleted)."""
+    made = gpu_pod("slow", namespace).to_dict()
+    made["spec"]["terminationGracePeriodSeconds"] = 86_400
+    made["spec"]["nodeName"] = "nowhere"
+    created = await admin_client.create(Pod.from_dict(made))
+    assert created.metadata is not None
+    await evict(admin_client, "slow", namespace=namespace, uid=created.metadata.uid, grace_seconds=600)
+    going = await admin_client.get(Pod, "slow", namespace=namespace)
+    assert going.metadata is not None and going.metadata.deletionGracePeriodSeconds == 600
+    await admin_client.delete(Pod, "slow", namespace=namespace, grace_period=0)

@@ -253,3 +253,18 @@ async def test_an_eviction_names_its_pod_by_uid_so_a_pod_recreated_under_its_nam
     sent = [call.body.to_dict() for call in client.calls if call.kind == "Eviction"]
     assert len(sent) == 2  # asked (a dry run), then done
     assert all(body.get("deleteOptions") == {"preconditions": {"uid": key("a")}} for body in sent)
+
+
+@pytest.mark.parametrize(("own", "sent"), [(86_400, 600), (600, None), (None, None)])
+async def test_an_evicted_pod_gets_at_most_ten_minutes_of_grace(own: int | None, sent: int | None) -> None:
+    """The grace period is the tenant's to set: a day of it kept the evicted pod's GPU a day, while plans
+    stopped waiting for it after ten minutes and evicted more. A shorter one is the pod's own."""
+    client, clock = EvictingApi(early=False), FakeClock()
+    made = two_gpus(client, clock)
+    if own is not None:
+        moved = made.cache.bound[key("a")]
+        moved["spec"]["terminationGracePeriodSeconds"] = own
+    await made.schedule_pending()
+    sent_options = [call.body.to_dict()["deleteOptions"] for call in client.calls if call.kind == "Eviction"]
+    assert len(sent_options) == 2
+    assert all(options.get("gracePeriodSeconds") == sent for options in sent_options)

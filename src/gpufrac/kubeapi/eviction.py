@@ -35,13 +35,25 @@ _preferred: list[str] = list(_VERSIONS)
 
 
 async def evict(
-    client: lightkube.AsyncClient, name: str, *, namespace: str, uid: str | None = None, dry_run: bool = False
+    client: lightkube.AsyncClient,
+    name: str,
+    *,
+    namespace: str,
+    uid: str | None = None,
+    grace_seconds: int | None = None,
+    dry_run: bool = False,
 ) -> None:
     """Evict the pod (with `dry_run`, only ask whether it may be: a disruption budget is checked, nothing
     is evicted); raises `lightkube.ApiError` when refused (429 while a disruption budget forbids it). With
     `uid`, only that very pod: should the name belong to another pod by now (a StatefulSet's, recreated
-    under it), the API server answers 409 Conflict and evicts nothing."""
-    options = {"deleteOptions": {"preconditions": {"uid": uid}}} if uid else {}
+    under it), the API server answers 409 Conflict and evicts nothing. With `grace_seconds`, that grace
+    period instead of the pod's own."""
+    delete_options: dict[str, Any] = {}
+    if uid:
+        delete_options["preconditions"] = {"uid": uid}
+    if grace_seconds is not None:
+        delete_options["gracePeriodSeconds"] = grace_seconds
+    options = {"deleteOptions": delete_options} if delete_options else {}
     for version in list(_preferred):
         body = _EVICTIONS[version](
             apiVersion=f"policy/{version}",

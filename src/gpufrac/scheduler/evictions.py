@@ -29,17 +29,16 @@ from gpufrac.scheduler.cache import SchedulerCache
 from gpufrac.scheduler.config import SchedulerConfig
 from gpufrac.scheduler.devices import Hold
 from gpufrac.scheduler.gangs import Gangs, members_of
-from gpufrac.scheduler.mover import PREEMPT, RECLAIM, Allow, Mover
+from gpufrac.scheduler.mover import LONGEST_GRACE_SECONDS, PREEMPT, RECLAIM, Allow, Mover
 from gpufrac.scheduler.tenants import Tenants
 
-# How long past its grace period a pod being deleted still counts as room on its way (the kubelet stopping
-# its containers and the API server hearing of it take seconds, not minutes), and how far ahead its grace
-# period may end: a pod's own terminationGracePeriodSeconds can be a year.
 # Per queue, the running pods any pod may evict, as (priority, when they started running): how long each
 # must have run depends on who would evict it (`Evictions._preemptible`, `Evictions._reclaim_pool`).
 Pool = dict[str, dict[str, tuple[int, float]]]
+# How long past its grace period a pod being deleted still counts as room on its way (the kubelet stopping
+# its containers and the API server hearing of it take seconds, not minutes). How far ahead its grace period
+# may end is `LONGEST_GRACE_SECONDS`, which no pod evicted here passes: its own can be a year.
 STUCK_AFTER_SECONDS = 60.0
-LONGEST_WAIT_SECONDS = 600.0
 # The most asks kept as fruitless at once: past it they are forgotten, and planned for again.
 FRUITLESS_ASKS = 10_000
 
@@ -82,7 +81,7 @@ class Evictions:
         is evicted until they are gone, as kube-scheduler preempts no more while its victims terminate:
         evicting by what they still hold would take twice what is needed. Pods deleted where they would not
         make room stop nothing, nor do pods still there `STUCK_AFTER_SECONDS` past their grace period (a
-        finalizer no one removes, a node gone) or whose grace period ends over `LONGEST_WAIT_SECONDS` from
+        finalizer no one removes, a node gone) or whose grace period ends over `LONGEST_GRACE_SECONDS` from
         now: a tenant could otherwise hold every eviction on its node back for ever."""
         bound, pods_on = self.cache.bound, self.cache.state.pods_on
         now = self.mover.wall_clock()
@@ -92,7 +91,7 @@ class Evictions:
             for uid in pods_on[row]
             if uid in bound
             and (due := objects.deletion_due(bound[uid])) is not None
-            and due - LONGEST_WAIT_SECONDS < now < due + STUCK_AFTER_SECONDS
+            and due - LONGEST_GRACE_SECONDS < now < due + STUCK_AFTER_SECONDS
         ]
         if not going:
             return False
