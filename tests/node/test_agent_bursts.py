@@ -80,3 +80,17 @@ async def test_a_share_on_a_gpu_nvml_cannot_read_has_no_usage_rather_than_none_u
     assert 'gpufrac_gpu_healthy{gpu="0",uuid="GPU-00000000-0000-4000-8000-000000000000"} 0.0' in (
         agent.exporter.text()
     )
+
+
+@pytest.mark.parametrize(("own", "sent"), [(86_400, 30), (10, None), (None, None)])
+async def test_a_pod_evicted_for_its_gpu_use_gets_at_most_thirty_seconds_of_grace(
+    tmp_path: Path, own: int | None, sent: int | None
+) -> None:
+    """Until its grace period ends its processes go on taking the memory promised to its neighbour: a pod
+    asking for a day of it, deaf to SIGTERM, kept it a day. A shorter one is its own."""
+    agent, client, _ = burst(tmp_path, Mode.EVICT)
+    if own is not None:
+        client.pods[0]["spec"]["terminationGracePeriodSeconds"] = own
+    await agent.tick()
+    (evicted,) = [e for e in client.events if type(e).__name__ == "_Eviction"]
+    assert evicted.to_dict().get("deleteOptions", {}).get("gracePeriodSeconds") == sent

@@ -71,6 +71,14 @@ async def evict(
             raise
 
 
+def grace_within(own: object, most: int) -> int | None:
+    """The grace period to evict a pod with whose own is `own` (its `spec.terminationGracePeriodSeconds`):
+    `most` where its own is longer, else None (its own). The grace period is its tenant's to set, and an
+    evicted pod holds what it holds until it ends."""
+    longer = isinstance(own, int) and not isinstance(own, bool) and own > most
+    return most if longer else None
+
+
 def _unknown_version(error: lightkube.ApiError) -> bool:
     message = (error.status.message or "").lower()
     return error.status.code in (400, 404, 415, 422) and "policy/v1" in message

@@ -690,7 +690,13 @@ class Agent:
             if unconfirmed:
                 return False, False, f"not evicted (pid, why): {'; '.join(unconfirmed)}"
             try:
-                await eviction.evict(self.client, pod.name, namespace=pod.namespace, uid=pod.uid)
+                await eviction.evict(
+                    self.client,
+                    pod.name,
+                    namespace=pod.namespace,
+                    uid=pod.uid,
+                    grace_seconds=pod.eviction_grace,
+                )
             except API_ERRORS as error:
                 return False, False, f"eviction of {pod.namespace}/{pod.name} refused: {error}"
             return True, True, f"Evicted pod {pod.namespace}/{pod.name}"

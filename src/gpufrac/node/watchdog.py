@@ -36,6 +36,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpufrac import contract
+from gpufrac.kubeapi.eviction import grace_within
 from gpufrac.kubeapi.fields import as_list, as_mapping, is_sidecar
 from gpufrac.node import nvidia_resources, procfs
 from gpufrac.node.nvml import MIB
@@ -65,6 +66,9 @@ class PodRef:
     name: str
     uid: str
     deleting: bool = False
+    eviction_grace: int | None = (
+        None  # the grace period to evict it with (`BREACH_GRACE_SECONDS`); None: its own
+    )
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,10 @@ _STATUS_LISTS = (
     ("ephemeralContainerStatuses", "ephemeral container"),
 )
 MAX_PROBLEM = 300  # characters of a broken contract quoted in a finding: values are the tenant's
+# The longest grace period a pod evicted for what its processes do on a GPU gets (its own, if shorter, and
+# Kubernetes' default): until it ends they go on taking memory promised to its neighbours, and a tenant
+# whose pod asks for a day of it, deaf to SIGTERM, kept it a day.
+BREACH_GRACE_SECONDS = 30
 
 
 def containers_on_node(
@@ -172,6 +180,9 @@ def containers_on_node(
             name=str(metadata.get("name") or ""),
             uid=str(metadata.get("uid") or ""),
             deleting=metadata.get("deletionTimestamp") is not None,
+            eviction_grace=grace_within(
+                as_mapping(pod.get("spec")).get("terminationGracePeriodSeconds"), BREACH_GRACE_SECONDS
+            ),
         )
         grants, problem = _grants(pod)
         sidecars = _sidecars(pod)

@@ -30,8 +30,7 @@ from gpufrac import contract
 from gpufrac.cluster.model import Placement, PodDemand
 from gpufrac.kubeapi import events
 from gpufrac.kubeapi.client import API_ERRORS, NOT_SENT
-from gpufrac.kubeapi.eviction import evict
-from gpufrac.kubeapi.fields import as_mapping
+from gpufrac.kubeapi.eviction import evict, grace_within
 from gpufrac.placement.defrag import Planner
 from gpufrac.placement.framework import Policy
 from gpufrac.placement.preemption import Allows, placement_without, plan_gang_eviction
@@ -39,7 +38,8 @@ from gpufrac.scheduler import constraints, objects, volumes
 from gpufrac.scheduler.cache import SchedulerCache
 
 log = logging.getLogger("gpufrac.scheduler")
-# The longest grace period an evicted pod gets (its own, if shorter): see `_capped_grace`.
+# The longest grace period a pod evicted to make room gets (its own, if shorter): a day of it kept a
+# reclaimed GPU a day, while the plans of others gave up waiting and evicted more.
 LONGEST_GRACE_SECONDS = 600
 
 
@@ -367,7 +367,7 @@ class Mover:
                     meta["name"],
                     namespace=meta["namespace"],
                     uid=meta.get("uid"),
-                    grace_seconds=_capped_grace(victim),
+                    grace_seconds=grace_within(objects.termination_grace(victim), LONGEST_GRACE_SECONDS),
                     dry_run=dry_run,
                 )
             except lightkube.ApiError as error:
@@ -404,15 +404,6 @@ class Mover:
             self.client,
             events.warning(involved=involved, reason=why.reason, message=message, component=self.component),
         )
-
-
-def _capped_grace(pod: Mapping[str, Any]) -> int | None:
-    """`LONGEST_GRACE_SECONDS` for a pod whose own grace period is longer, else None (its own): the grace
-    period is the tenant's to set, and a day of it kept a reclaimed GPU a day, while the plans of others
-    gave up waiting and evicted more."""
-    own = as_mapping(pod.get("spec")).get("terminationGracePeriodSeconds")
-    longer = isinstance(own, int) and not isinstance(own, bool) and own > LONGEST_GRACE_SECONDS
-    return LONGEST_GRACE_SECONDS if longer else None
 
 
 def _named(pods: Sequence[Mapping[str, Any]], told: Mapping[str, Any]) -> str:

@@ -493,6 +493,12 @@ def terminating(pod: Obj) -> bool:
     return bool(meta(pod).get("deletionTimestamp"))
 
 
+def termination_grace(pod: Obj) -> object:
+    """The pod's `spec.terminationGracePeriodSeconds` as written (None where absent): see
+    `kubeapi.eviction.grace_within`."""
+    return as_mapping(pod.get("spec")).get("terminationGracePeriodSeconds")
+
+
 def deletion_due(pod: Obj) -> float | None:
     """When a pod being deleted is to be gone (epoch seconds: its `deletionTimestamp`, which the API server
     sets to the request's time plus the grace period); None for one not being deleted, or an unreadable
