@@ -35,17 +35,21 @@ async def test_a_pod_recreated_under_the_name_of_the_one_to_evict_is_left_alone(
     await evict(admin_client, "w-0", namespace=namespace, uid=second.metadata.uid)  # its own UID: evicted
 
 
+@pytest.mark.parametrize("deleted_first", [False, True], ids=["running", "deleted with a day of grace"])
 async def test_an_eviction_shortens_a_long_grace_period(
-    admin_client: lightkube.AsyncClient, namespace: str
+    admin_client: lightkube.AsyncClient, namespace: str, deleted_first: bool
 ) -> None:
-    """The API server takes the grace period an Eviction names over the pod's own: a bound pod asking for a
-    day is given ten minutes (its node has no kubelet here, so it stays, being deleted)."""
+    """The API server takes the grace period an Eviction names over the pod's own, and over that of a
+    deletion under way: a bound pod asking for a day is given what the eviction says (its node has no
+    kubelet here, so it stays, being deleted)."""
     made = gpu_pod("slow", namespace).to_dict()
     made["spec"]["terminationGracePeriodSeconds"] = 86_400
     made["spec"]["nodeName"] = "nowhere"
     created = await admin_client.create(Pod.from_dict(made))
     assert created.metadata is not None
-    await evict(admin_client, "slow", namespace=namespace, uid=created.metadata.uid, grace_seconds=600)
+    if deleted_first:  # by its tenant, taking its time
+        await admin_client.delete(Pod, "slow", namespace=namespace, grace_period=86_400)
+    await evict(admin_client, "slow", namespace=namespace, uid=created.metadata.uid, grace_seconds=30)
     going = await admin_client.get(Pod, "slow", namespace=namespace)
-    assert going.metadata is not None and going.metadata.deletionGracePeriodSeconds == 600
+    assert going.metadata is not None and going.metadata.deletionGracePeriodSeconds == 30
     await admin_client.delete(Pod, "slow", namespace=namespace, grace_period=0)

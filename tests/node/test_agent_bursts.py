@@ -94,3 +94,17 @@ async def test_a_pod_evicted_for_its_gpu_use_gets_at_most_thirty_seconds_of_grac
     await agent.tick()
     (evicted,) = [e for e in client.events if type(e).__name__ == "_Eviction"]
     assert evicted.to_dict().get("deleteOptions", {}).get("gracePeriodSeconds") == sent
+
+
+@pytest.mark.parametrize(("deletion_grace", "sent"), [(86_400, [30]), (20, [])])
+async def test_a_pod_its_tenant_deletes_slowly_is_evicted_to_go_sooner(
+    tmp_path: Path, deletion_grace: int, sent: list[int]
+) -> None:
+    """Deleted by its tenant with a day of grace, a pod taking its neighbour's guaranteed memory counted as
+    going, and was left to take it a day; its deletion is shortened to 30 s. One going sooner is left be."""
+    agent, client, _ = burst(tmp_path, Mode.EVICT)
+    client.pods[0]["metadata"]["deletionTimestamp"] = "2024-05-01T13:00:00Z"
+    client.pods[0]["metadata"]["deletionGracePeriodSeconds"] = deletion_grace
+    await agent.tick()
+    evictions = [e.to_dict() for e in client.events if type(e).__name__ == "_Eviction"]
+    assert [e["deleteOptions"]["gracePeriodSeconds"] for e in evictions] == sent

@@ -646,8 +646,8 @@ class Agent:
         key = self._key(finding)
         if key in self._done:
             return None
-        if action == Mode.EVICT and pod is not None and pod.deleting:
-            self._done.add(key)
+        if action == Mode.EVICT and pod is not None and pod.deleting and pod.eviction_grace is None:
+            self._done.add(key)  # going, within `watchdog.BREACH_GRACE_SECONDS`; else evicted to shorten it
             return None
         done, acted, outcome = await self._act(action, finding)
         if done:

@@ -175,14 +175,19 @@ def containers_on_node(
     found: dict[str, Container] = {}
     for pod in pods:
         metadata = as_mapping(pod.get("metadata"))
+        # Being deleted, the grace period it has is the deletion's (its tenant may delete it with a day's).
+        deleting = metadata.get("deletionTimestamp") is not None
+        own_grace = (
+            metadata.get("deletionGracePeriodSeconds")
+            if deleting
+            else as_mapping(pod.get("spec")).get("terminationGracePeriodSeconds")
+        )
         ref = PodRef(
             namespace=str(metadata.get("namespace") or ""),
             name=str(metadata.get("name") or ""),
             uid=str(metadata.get("uid") or ""),
-            deleting=metadata.get("deletionTimestamp") is not None,
-            eviction_grace=grace_within(
-                as_mapping(pod.get("spec")).get("terminationGracePeriodSeconds"), BREACH_GRACE_SECONDS
-            ),
+            deleting=deleting,
+            eviction_grace=grace_within(own_grace, BREACH_GRACE_SECONDS),
         )
         grants, problem = _grants(pod)
         sidecars = _sidecars(pod)
