@@ -383,15 +383,16 @@ class Evictions:
 
     def _evictable(self) -> tuple[Pool, dict[str, BoundGang]]:
         """The running pods any pod may evict at all (how long they ran aside), by queue, with priorities
-        and when they started: this scheduler's, below `protected_priority`; and each bound gang member's
-        gang. A pass over every bound pod, so kept a second: a burst of pods that fit nowhere must not each
-        pay it."""
+        and when they started: this scheduler's, below `protected_priority`, not being deleted unless it
+        would take longer than an eviction's grace; and each bound gang member's gang. A pass over every
+        bound pod, so kept a second: a burst of pods that fit nowhere must not each pay it."""
         now = self.clock()
         if self._evictable_at is not None and now - self._evictable_at[0] < 1.0:
             return self._evictable_at[1], _without(self._evictable_at[2], self.mover.in_flight()[1])
         pool: Pool = {}
         by_group: dict[str, BoundGang] = {}
         gangs: dict[str, BoundGang] = {}
+        slow_after = self.mover.wall_clock() + LONGEST_GRACE_SECONDS
         for uid, victim in self.cache.bound.items():
             # Only a gang gpufrac keeps together is one: a label alone, which a tenant may put on any pod,
             # would bind pods that may not go to one that may, and so shield them all.
@@ -404,6 +405,10 @@ class Evictions:
                 gangs[uid] = by_group.setdefault(group, BoundGang([], spec.min_member))
                 gangs[uid].members.append(uid)
             since = objects.running_since(victim)
+            if (due := objects.deletion_due(victim)) is not None and due > slow_after:
+                # Deleted with a longer grace period than an eviction gives, by its tenant: evicted, it goes
+                # sooner, and costs no more than it already does.
+                since = objects.running_since(victim, going=True)
             theirs = objects.priority(victim)
             if (
                 objects.scheduler_name(victim) == self.config.name

@@ -574,10 +574,11 @@ def created(pod: Mapping[str, Any]) -> float:
         return 0.0
 
 
-def running_since(pod: Obj) -> float | None:
+def running_since(pod: Obj, *, going: bool = False) -> float | None:
     """When a pod started (epoch seconds: `status.startTime`, else its creation), for the minimum runtime
-    before it may be evicted; None for one already going or without a readable time."""
-    if is_done(pod) or terminating(pod):
+    before it may be evicted; None for one done, without a readable time, or already going (unless
+    `going`: one being deleted counts too)."""
+    if is_done(pod) or (terminating(pod) and not going):
         return None
     return _epoch(text_field(pod, "status", "startTime") or text_field(pod, "metadata", "creationTimestamp"))
 

@@ -440,15 +440,15 @@ SCENARIOS = [
         evicted={"low": PREEMPTED},
     ),
     Scenario(
-        "a pod being deleted with a grace period of a day holds no eviction back",
+        "a pod being deleted with a grace period of a day is evicted to go sooner, and no other for it",
         nodes=TWO_NODES,
         running={
             "slow": Run("n1:0", priority=1, terminating=True, overdue=-86400),
             "low": Run("n2:0", priority=1),
         },
         pending={"high": Ask(gpus=1, priority=10)},
-        binds={"high": "n2"},
-        evicted={"low": PREEMPTED},
+        binds={"high": "n1"},
+        evicted={"slow": PREEMPTED},
     ),
     Scenario(
         "a pod being deleted where it would not make room stops no eviction",
