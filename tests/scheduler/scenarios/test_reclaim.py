@@ -41,7 +41,10 @@ SCENARIOS = [
         "a borrowed GPU its queue's pod holds while deleted with a day of grace is reclaimed to go sooner",
         nodes=TWO_NODES,
         queues=A_B_ONE_EACH,
-        running={"b1": Run("n1:0", queue="b", terminating=True, overdue=-86400), "b2": Run("n2:0", queue="b")},
+        running={
+            "b1": Run("n1:0", queue="b", terminating=True, overdue=-86400),
+            "b2": Run("n2:0", queue="b"),
+        },
         pending={"a1": Ask(gpus=1, queue="a")},
         binds={"a1": "n1"},
         evicted={"b1": RECLAIMED},
