@@ -116,6 +116,20 @@ def test_a_pending_pod_that_will_not_be_placed_as_it_is_takes_no_fair_share() ->
     assert Resource.GPUS in tenants.contested  # 4 GPUs asked of 2
 
 
+@pytest.fixture
+def plans(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """The eviction plans made from now on (the arguments of each)."""
+    made: list[tuple[Any, ...]] = []
+    real = mover.plan_gang_eviction
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mover, "plan_gang_eviction", counted)
+    return made
+
+
 def replicas_that_fit_nowhere(count: int) -> tuple[Scheduler, FakeApi, list[dict[str, Any]]]:
     """Queue a runs a preemptible 1-GPU pod on each of 20 one-GPU nodes; `count` alike pods of a higher
     priority ask for two GPUs, which no eviction can give them."""
@@ -135,19 +149,11 @@ def replicas_that_fit_nowhere(count: int) -> tuple[Scheduler, FakeApi, list[dict
 
 
 async def test_alike_pods_no_eviction_can_help_pay_for_one_plan_until_the_cluster_changes(
-    monkeypatch: pytest.MonkeyPatch,
+    plans: list[tuple[Any, ...]],
 ) -> None:
     """A Deployment's replicas that fit nowhere each planned over every victim at every try: a tenant's
     thousand of them beside its queue's thousands of pods held the loop for a minute a round."""
     made, client, pods = replicas_that_fit_nowhere(10)
-    plans = []
-    real = mover.plan_gang_eviction
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        plans.append(args)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(mover, "plan_gang_eviction", counted)
     await made.schedule_pending()
     assert len(plans) == 1
     made.on_pod_event("DELETED", pods[0])  # room may be made now: planned for again, once
@@ -193,3 +199,23 @@ async def test_a_pod_whose_kept_room_is_gone_is_held_to_its_queues_limit_where_i
     await made.schedule_pending()
     await made.wait_for_binds()
     assert client.stored("Pod", "hi")["spec"].get("nodeName") is None  # type: ignore[index]
+
+
+async def test_a_round_spends_at_most_a_second_of_cpu_planning_evictions(
+    monkeypatch: pytest.MonkeyPatch, plans: list[tuple[Any, ...]]
+) -> None:
+    """Pods that fit nowhere, each of its own spec (its own CPU request), are not one ask: a tenant's
+    thousands of them each paid a plan over every victim, every round. Here a plan costs 0.4 s: a round
+    makes three, the next round three more."""
+    made, _, _ = replicas_that_fit_nowhere(0)
+    for i in range(10):
+        distinct = pod(f"p{i}", whole=2, priority=10, cpu=f"{100 + i}m")
+        distinct["metadata"]["labels"] = {queues.QUEUE_LABEL: "a"}
+        made.on_pod_event("ADDED", distinct)
+    monkeypatch.setattr(made.evictions, "_cpu_clock", lambda: 0.4 * len(plans))
+    await made.schedule_pending()
+    assert len(plans) == 3
+    made.clock.advance(60)  # type: ignore[attr-defined]
+    made.queue.cluster_changed()
+    await made.schedule_pending()
+    assert len(plans) == 6

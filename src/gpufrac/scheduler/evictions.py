@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,6 +42,11 @@ Pool = dict[str, dict[str, tuple[int, float]]]
 STUCK_AFTER_SECONDS = 60.0
 # The most asks kept as fruitless at once: past it they are forgotten, and planned for again.
 FRUITLESS_ASKS = 10_000
+# The CPU seconds a scheduling round spends planning evictions; past them the round's other pods wait for the
+# next round, whose first pods are again those of the queues furthest below their fair share. A tenant's
+# thousands of pods that fit nowhere, each of its own spec (`_ask` takes replicas as one), beside thousands of
+# preemptible pods of its queue, cost some 13 ms of plan each, and held every round for a minute.
+PLANNING_SECONDS_PER_ROUND = 1.0
 
 
 class Evictions:
@@ -58,6 +64,7 @@ class Evictions:
         settings: SchedulerConfig,
         fault_domain: Callable[[Mapping[str, Any]], str],
         clock: Callable[[], float],
+        cpu_clock: Callable[[], float] = time.process_time,
     ) -> None:
         self.cache, self.tenants, self.gangs, self.mover = cache, tenants, gangs, mover
         self.pending, self.config, self.fault_domain, self.clock = pending, settings, fault_domain, clock
@@ -67,6 +74,11 @@ class Evictions:
         # Asks no eviction could make room for (`_ask`), and the cluster as it was then (`_generation`).
         self._fruitless: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._changes = 0  # the cluster changes the loop told of (`cluster_changed`)
+        self._cpu_clock, self._planned = cpu_clock, 0.0  # CPU seconds of planning this round (`new_round`)
+
+    def new_round(self) -> None:
+        """A scheduling round begins: its planning has `PLANNING_SECONDS_PER_ROUND` to spend."""
+        self._planned = 0.0
 
     def cluster_changed(self) -> None:
         """Pods or nodes came, went or changed: room may be made now where none could."""
@@ -122,13 +134,20 @@ class Evictions:
 
         An ask no eviction could make room for is not planned for again until the cluster changes or a
         second passes (`_generation`): a Deployment's replicas that fit nowhere would each pay a plan over
-        every victim, at every try."""
+        every victim, at every try. A round plans for at most `PLANNING_SECONDS_PER_ROUND` of CPU."""
         if uid in self.mover.plans:
             return False  # its room is on its way
         ask, generation = self._ask(pod, demand, rows, open_rows, capped), self._generation()
-        if ask is not None and self._fruitless.get(ask) == generation:
+        if (ask is not None and self._fruitless.get(ask) == generation) or (
+            self._planned >= PLANNING_SECONDS_PER_ROUND
+        ):
             return False
-        if await self._make_room(uid, pod, demand, rows, open_rows, policy, capped=capped):
+        started = self._cpu_clock()
+        try:
+            made = await self._make_room(uid, pod, demand, rows, open_rows, policy, capped=capped)
+        finally:
+            self._planned += self._cpu_clock() - started
+        if made:
             return True
         if ask is not None:
             if len(self._fruitless) >= FRUITLESS_ASKS:

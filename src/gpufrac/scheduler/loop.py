@@ -361,6 +361,7 @@ class Scheduler:
                     await self._start_bind(member, body, held_placement)
         tried = 0
         self._member_counts = None
+        self.evictions.new_round()
         while self.leading and (uid := self.queue.pop(self._tenant_rank())) is not None:
             pod = self.pending.get(uid)
             if pod is None:
