@@ -5,6 +5,7 @@ above the protected priority, younger than the minimum runtime, or already going
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
 import pytest
@@ -202,7 +203,7 @@ async def test_a_pod_whose_kept_room_is_gone_is_held_to_its_queues_limit_where_i
 
 
 async def test_a_round_spends_at_most_a_second_of_cpu_planning_evictions(
-    monkeypatch: pytest.MonkeyPatch, plans: list[tuple[Any, ...]]
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, plans: list[tuple[Any, ...]]
 ) -> None:
     """Pods that fit nowhere, each of its own spec (its own CPU request), are not one ask: a tenant's
     thousands of them each paid a plan over every victim, every round. Here a plan costs 0.4 s: a round
@@ -213,8 +214,11 @@ async def test_a_round_spends_at_most_a_second_of_cpu_planning_evictions(
         distinct["metadata"]["labels"] = {queues.QUEUE_LABEL: "a"}
         made.on_pod_event("ADDED", distinct)
     monkeypatch.setattr(made.evictions, "_cpu_clock", lambda: 0.4 * len(plans))
-    await made.schedule_pending()
+    with caplog.at_level(logging.INFO, logger="gpufrac.scheduler"):
+        await made.schedule_pending()
     assert len(plans) == 3
+    spent = [r.message for r in caplog.records if "eviction planning spent" in r.message]
+    assert spent == ["eviction planning spent its 1s of this round: the pods left wait for the next"]
     made.clock.advance(60)  # type: ignore[attr-defined]
     made.queue.cluster_changed()
     await made.schedule_pending()

@@ -7,6 +7,7 @@ taking pods from the queue and binding them.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections import Counter
@@ -32,6 +33,8 @@ from gpufrac.scheduler.devices import Hold
 from gpufrac.scheduler.gangs import Gangs, members_of
 from gpufrac.scheduler.mover import LONGEST_GRACE_SECONDS, PREEMPT, RECLAIM, Allow, Mover
 from gpufrac.scheduler.tenants import Tenants
+
+log = logging.getLogger("gpufrac.scheduler")
 
 # Per queue, the running pods any pod may evict, as (priority, when they started running): how long each
 # must have run depends on who would evict it (`Evictions._preemptible`, `Evictions._reclaim_pool`).
@@ -75,10 +78,11 @@ class Evictions:
         self._fruitless: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._changes = 0  # the cluster changes the loop told of (`cluster_changed`)
         self._cpu_clock, self._planned = cpu_clock, 0.0  # CPU seconds of planning this round (`new_round`)
+        self._told_spent = False  # whether this round's log says its planning is spent
 
     def new_round(self) -> None:
         """A scheduling round begins: its planning has `PLANNING_SECONDS_PER_ROUND` to spend."""
-        self._planned = 0.0
+        self._planned, self._told_spent = 0.0, False
 
     def cluster_changed(self) -> None:
         """Pods or nodes came, went or changed: room may be made now where none could."""
@@ -138,9 +142,15 @@ class Evictions:
         if uid in self.mover.plans:
             return False  # its room is on its way
         ask, generation = self._ask(pod, demand, rows, open_rows, capped), self._generation()
-        if (ask is not None and self._fruitless.get(ask) == generation) or (
-            self._planned >= PLANNING_SECONDS_PER_ROUND
-        ):
+        if ask is not None and self._fruitless.get(ask) == generation:
+            return False
+        if self._planned >= PLANNING_SECONDS_PER_ROUND:
+            if not self._told_spent:
+                self._told_spent = True
+                log.info(
+                    "eviction planning spent its %gs of this round: the pods left wait for the next",
+                    PLANNING_SECONDS_PER_ROUND,
+                )
             return False
         started = self._cpu_clock()
         try:
