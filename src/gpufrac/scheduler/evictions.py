@@ -141,9 +141,6 @@ class Evictions:
         every victim, at every try. A round plans for at most `PLANNING_SECONDS_PER_ROUND` of CPU."""
         if uid in self.mover.plans:
             return False  # its room is on its way
-        ask, generation = self._ask(pod, demand, rows, open_rows, capped), self._generation()
-        if ask is not None and self._fruitless.get(ask) == generation:
-            return False
         if self._planned >= PLANNING_SECONDS_PER_ROUND:
             if not self._told_spent:
                 self._told_spent = True
@@ -151,6 +148,9 @@ class Evictions:
                     "eviction planning spent its %gs of this round: the pods left wait for the next",
                     PLANNING_SECONDS_PER_ROUND,
                 )
+            return False
+        ask, generation = self._ask(pod, demand, rows, open_rows, capped), self._generation()
+        if ask is not None and self._fruitless.get(ask) == generation:
             return False
         started = self._cpu_clock()
         try:
