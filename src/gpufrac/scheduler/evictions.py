@@ -188,11 +188,9 @@ class Evictions:
     def _generation(self) -> tuple[Any, ...]:
         """The cluster as plans see it: the changes told of, the pods placed and the plans under way, and the
         second the evictable pods were read in (pods age into evictable ones, refusals expire)."""
-        stamp = self._evictable_at[0] if self._evictable_at is not None else None
-        if stamp is None or self.clock() - stamp >= 1.0:
-            self._evictable()
-            stamp = self._evictable_at[0] if self._evictable_at is not None else None
-        return (self._changes, len(self.cache.state.placements), len(self.mover.plans), stamp)
+        self._evictable()  # read again where over a second old
+        assert self._evictable_at is not None
+        return (self._changes, len(self.cache.state.placements), len(self.mover.plans), self._evictable_at[0])
 
     async def _make_room(
         self,

@@ -197,7 +197,7 @@ class Tenants:
         cluster's median GPU, as in fair shares, until it is `placed` (the pod's placement, or its gang's
         members' that `demand` stands for): then as what it takes there, which on a GPU larger than the
         median is more (a 0.9 portion judged as 9,000 MiB takes 72,000 of 80,000)."""
-        wanted = tenancy.asked(demand, self._reference) if placed is None else self._held_by(placed)
+        wanted = self._wanted(demand, placed)
         asked = dict(wanted)
         tenancy.add(asked, self._held_by(freeing), -1.0)
         past = fairshare.past_limit(self.specs, self.held, tenant, asked)
@@ -217,6 +217,10 @@ class Tenants:
             f"one, of priority {demand.priority}: such pods run only on what their queue is guaranteed; "
             f"give queue {tenant} a larger quota, or the pod a priority below {self.protected_priority}"
         )
+
+    def _wanted(self, demand: PodDemand, placed: Iterable[Placement] | None) -> Amounts:
+        """What the pod takes: as asked (a fraction on the cluster's median GPU) until it is `placed`."""
+        return tenancy.asked(demand, self._reference) if placed is None else self._held_by(placed)
 
     def _held_by(self, placements: Iterable[Placement]) -> Amounts:
         """What the placements count against their queue in all (`_held`)."""
@@ -244,7 +248,7 @@ class Tenants:
         spec = self.specs.get(tenant)
         if spec is None:
             return set()
-        wanted = tenancy.asked(demand, self._reference) if placed is None else self._held_by(placed)
+        wanted = self._wanted(demand, placed)
         return tenancy.reclaiming(spec, self.usage.get(tenant, {}), wanted, self.contested)
 
     def surplus_covers(self, tenant: str, placements: Iterable[Placement], resources: set[Resource]) -> bool:
