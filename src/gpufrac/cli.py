@@ -185,6 +185,13 @@ def simulate(
             "and CPU-only pods move); several, e.g. 0,5, compare (default 0)."
         ),
     ] = None,
+    whole_gpu_reserve: Annotated[
+        str | None,
+        typer.Option(
+            help="Admission: percent of the cluster's GPUs kept empty for whole-GPU pods, turning away "
+            "shares of most of a GPU that would open one; several, e.g. 0,18, compare (default 0)."
+        ),
+    ] = None,
     workers: WorkersOption = 0,
     out: OutOption = None,
     output_format: FormatOption = "table",
@@ -206,6 +213,7 @@ def simulate(
         out=out,
         output_format=output_format,
         move_budget=move_budget,
+        reserve=whole_gpu_reserve,
     )
 
 
@@ -313,6 +321,13 @@ def scheduler(
     min_runtime: Annotated[
         float, typer.Option(help="Seconds a pod runs before the scheduler may evict it, 0 to 86400.")
     ] = 600.0,
+    whole_gpu_reserve: Annotated[
+        float,
+        typer.Option(
+            help="Percent of the GPUs kept empty for whole-GPU pods, 0 to 100: a share of 70% of a GPU or "
+            "more that would open one of them waits (0: off)."
+        ),
+    ] = 0.0,
     preemption: Annotated[
         bool,
         typer.Option(
@@ -356,6 +371,10 @@ def scheduler(
         raise UserError(f"--max-moves {max_moves}: must be 0 (never evict) to 10")
     if not 0 <= min_runtime <= 86400:  # NaN fails both
         raise UserError(f"--min-runtime {min_runtime}: must be 0 to 86400 seconds")
+    if not 0 <= whole_gpu_reserve <= 100:  # NaN fails both
+        raise UserError(
+            f"--whole-gpu-reserve {whole_gpu_reserve}: must be 0 (off) to 100 percent of the GPUs"
+        )
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
         raise UserError(f"--namespace {namespace!r}: not a namespace name (lowercase letters, digits, '-')")
     domain_label = fault_domain_label.strip()
@@ -373,6 +392,7 @@ def scheduler(
         fault_domain_label=domain_label and label_key(domain_label, option="--fault-domain-label"),
         max_moves=max_moves,
         min_runtime=min_runtime,
+        whole_gpu_reserve=whole_gpu_reserve,
         preemption=preemption,
         protected_priority=protected_priority,
         queues=queues,

@@ -78,6 +78,8 @@ def test_the_scheduler_deployment_runs_leader_elected_replicas() -> None:
         ("scheduler.replicas=-1", "scheduler.replicas"),
         ("scheduler.evictions.maxMoves=11", "scheduler.evictions.maxMoves"),
         ("scheduler.evictions.minRuntimeSeconds=-1", "scheduler.evictions.minRuntimeSeconds"),
+        ("scheduler.wholeGpuReserve=101", "scheduler.wholeGpuReserve"),
+        ("scheduler.wholeGpuReserve=100.5", "scheduler.wholeGpuReserve"),
         ("scheduler.faultDomainLabel=team name", "scheduler.faultDomainLabel"),
         ("webhook.untrustedSmSharing=allow", "webhook.untrustedSmSharing"),
         ("webhook.failurePolicy=fail", "webhook.failurePolicy"),
@@ -97,6 +99,12 @@ def test_good_values_that_helm_set_passes_as_strings_are_accepted() -> None:
     # `--set agent.interval=2.5` is the string "2.5": the schema takes it, the command checks its range.
     (daemonset,) = [d for d in helm_template("agent.interval=2.5") if d["kind"] == "DaemonSet"]
     assert "--interval=2.5" in daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
+    (deployment,) = [
+        d
+        for d in helm_template("scheduler.wholeGpuReserve=17.5")
+        if d["kind"] == "Deployment" and "scheduler" in d["metadata"]["name"]
+    ]
+    assert "--whole-gpu-reserve=17.5" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 def _node_selector(selector: str) -> str:

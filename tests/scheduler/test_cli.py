@@ -80,6 +80,8 @@ def test_a_broken_kubeconfig_and_bad_options_are_one_line(tmp_path: Path) -> Non
         ("--reservation-idle-seconds", "-1", "--reservation-idle-seconds -1.0: must be 0 to 3600"),
         ("--max-moves", "11", "--max-moves 11: must be 0 (never evict) to 10"),
         ("--min-runtime", "nan", "--min-runtime nan: must be 0 to 86400 seconds"),
+        ("--whole-gpu-reserve", "nan", "--whole-gpu-reserve nan: must be 0 (off) to 100 percent"),
+        ("--whole-gpu-reserve", "101", "--whole-gpu-reserve 101.0: must be 0 (off) to 100 percent"),
         ("--agent-heartbeat-timeout", "inf", "--agent-heartbeat-timeout inf: must be 0 to 86400 seconds"),
     ]:
         refused = gpufrac("scheduler", "--kubeconfig", str(kubeconfig), option, value)

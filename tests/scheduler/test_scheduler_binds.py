@@ -112,6 +112,23 @@ async def test_a_reservation_keeps_the_next_pod_of_the_round_off_its_memory() ->
     assert set(made.pending) == {key("second")}
 
 
+async def test_the_whole_gpu_reserve_keeps_a_large_share_off_the_last_empty_gpus() -> None:
+    # 2 GPUs, half kept empty: one 0.75 share may open one, the next may not; a 0.5 share (under 70%) may.
+    pods = [share_pod("first", "0.75"), share_pod("second", "0.75"), share_pod("small", "0.5")]
+    made, client, _ = setup([gpu_node(gpus=2)], pods, whole_gpu_reserve=50)
+    assert await made.schedule_pending() == 3
+    await made.wait_for_binds()
+    assert [call.name for call in client.made("create", "Binding")] == ["first", "small"]
+    (event,) = [call.body for call in client.made("create", "Event")]
+    assert event.involvedObject.name == "second"
+    assert event.message == "0/1 nodes are available: 1 empty GPUs kept for whole-GPU pods"
+    assert set(made.pending) == {key("second")}
+    unreserved, client, _ = setup([gpu_node(gpus=2)], pods)  # without it, both large shares bind
+    assert await unreserved.schedule_pending() == 3
+    await unreserved.wait_for_binds()
+    assert [call.name for call in client.made("create", "Binding")] == ["first", "second"]
+
+
 async def test_a_refused_bind_releases_the_reservation_and_backs_off_with_nothing_to_undo() -> None:
     made, client, clock = setup([gpu_node()], [share_pod("p")])
     client.fail["create Binding"] = api_error(403, "Forbidden")

@@ -17,5 +17,7 @@ POLICY_KEYS = {
 }
 # Per policy variant with a move budget (`--move-budget`): what moving cost by 100% arrival.
 MOVE_KEYS = {"move_budget", "moves_at_100", "moves_per_100_arrivals", "moved_gpu_seconds_at_100"}
+# Per policy variant with a whole-GPU reserve (`--whole-gpu-reserve`): the large shares it turned away.
+RESERVE_KEYS = {"whole_gpu_reserve", "kept_out_at_100"}
 # The upper bound at 100% arrival: the mean, each seed's, and the LP's size and solve time.
 BOUND_KEYS = {"allocation_at_100", "per_seed", "variables", "constraints", "seconds"}

@@ -80,18 +80,30 @@ def test_json_output_and_report_files(tiny: tuple[Path, Path], tmp_path: Path) -
     assert {line.split(",")[0] for line in curves[1:]} == {"fgd", "bestfit", "spread"}
 
 
-def test_move_budgets_are_compared_in_the_json_the_table_and_the_report(
-    tiny: tuple[Path, Path], tmp_path: Path
+@pytest.mark.parametrize(
+    ("option", "label", "html", "column"),
+    [
+        (("--move-budget", "0,5"), "fgd +moves 5", "moves per 100 arrivals", "moves/100"),
+        (
+            ("--whole-gpu-reserve", "0,50"),
+            "fgd +reserve 50%",
+            "turned away by the whole-GPU reserve",
+            "kept out",
+        ),
+    ],
+)
+def test_variants_are_compared_in_the_json_the_table_and_the_report(
+    tiny: tuple[Path, Path], tmp_path: Path, option: tuple[str, str], label: str, html: str, column: str
 ) -> None:
     nodes, pods = tiny
     out = tmp_path / "report"
-    args = ("--policies", "fgd", "--seeds", "1", "--workers", "1", "--move-budget", "0,5")
+    args = ("--policies", "fgd", "--seeds", "1", "--workers", "1", *option)
     result = simulate("--nodes", nodes, "--pods", pods, *args, "--format", "json", "--out", out)
     assert result.returncode == 0, result.stderr
-    assert list(json.loads(result.stdout)["policies"]) == ["fgd", "fgd +moves 5"]
-    assert "moves per 100 arrivals" in (out / "report.html").read_text()
+    assert list(json.loads(result.stdout)["policies"]) == ["fgd", label]
+    assert html in (out / "report.html").read_text()
     table = simulate("--nodes", nodes, "--pods", pods, *args)
-    assert table.returncode == 0 and "moves/100" in table.stdout and "fgd +moves 5" in table.stdout
+    assert table.returncode == 0 and column in table.stdout and label in table.stdout
 
 
 def test_the_default_table(tiny: tuple[Path, Path]) -> None:
@@ -146,12 +158,16 @@ def test_a_broken_csv_is_one_line_naming_file_and_line(tiny: tuple[Path, Path]) 
         (("--inflation", "0"), "--inflation"),
         (("--workers", "-1"), "--workers"),
         (("--workers", "100000"), "--workers 100000: at most"),
-        (("--move-budget", ",".join(map(str, range(11)))), "11 budgets, at most 10"),
+        (("--move-budget", ",".join(map(str, range(11)))), "11 values, at most 10"),
         (("--move-budget", "lots"), "--move-budget"),
+        (("--whole-gpu-reserve", "101"), "--whole-gpu-reserve"),
+        (("--whole-gpu-reserve", "a lot"), "percents of the cluster's GPUs"),
+        (("--move-budget", "0,1,2,3", "--whole-gpu-reserve", "0,5,10"), "4 x 3 variants, at most 10"),
         # An empty value (an unset variable in a script) is not the default: it must not run the sweep.
         (("--policies", ""), "none given"),
         (("--seeds", ""), '--seeds ""'),
         (("--move-budget", ""), '--move-budget ""'),
+        (("--whole-gpu-reserve", ""), '--whole-gpu-reserve ""'),
         (("--out", ""), "--out': empty"),
     ],
 )

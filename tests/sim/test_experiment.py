@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,9 +14,10 @@ from hypothesis import strategies as st
 from gpufrac.cluster.model import GpuSpec, NodeSpec
 from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
+from gpufrac.placement.reserve import KEPT_WHOLE
 from gpufrac.sim import bound, experiment, pool, replay, trace
 
-from .json_contract import BOUND_KEYS, MOVE_KEYS, POLICY_KEYS, READ_ELSEWHERE_KEY, SUMMARY_KEYS
+from .json_contract import BOUND_KEYS, MOVE_KEYS, POLICY_KEYS, READ_ELSEWHERE_KEY, RESERVE_KEYS, SUMMARY_KEYS
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +155,18 @@ def test_summary_has_the_json_contracts_keys(tiny: trace.Trace) -> None:
         assert row["unallocated_at_100"] == pytest.approx(100 - row["allocation_at_100"], abs=0.011)
 
 
+def test_each_reserve_is_a_variant_with_the_shares_it_turned_away(tiny: trace.Trace) -> None:
+    results = replays_of(tiny, policies=["fgd"], seeds=[1, 2], inflation=1.3, reserves=[0, 50], workers=1)
+    assert [(r.reserve, r.seed) for r in results] == [(0, 1), (0, 2), (50, 1), (50, 2)]
+    summary = summary_of(tiny, [1, 2], results)
+    assert list(summary["policies"]) == ["fgd", "fgd +reserve 50%"]
+    kept = summary["policies"]["fgd +reserve 50%"]
+    assert set(kept) == POLICY_KEYS | RESERVE_KEYS
+    at_100 = [run.failures[replay.nearest_point(run.failures, 100)] for run in results if run.reserve]
+    turned_away = [dropped.get(KEPT_WHOLE, 0) for dropped in at_100]
+    assert kept["kept_out_at_100"] == sum(turned_away) / 2 > 0
+
+
 def test_each_move_budget_is_a_variant_with_what_moving_cost(tiny: trace.Trace) -> None:
     results = replays_of(tiny, policies=["fgd"], seeds=[1, 2], inflation=1.3, move_budgets=[0, 5], workers=1)
     assert [(r.move_budget, r.seed) for r in results] == [(0, 1), (0, 2), (5, 1), (5, 2)]
@@ -162,23 +176,35 @@ def test_each_move_budget_is_a_variant_with_what_moving_cost(tiny: trace.Trace) 
     assert summary["policies"]["fgd +moves 5"]["moves_per_100_arrivals"] <= 5
 
 
+VARIANTS = [
+    (experiment.parse_move_budgets, "--move-budget"),
+    (experiment.parse_reserves, "--whole-gpu-reserve"),
+]
+
+
+@pytest.mark.parametrize(("parse", "option"), VARIANTS)
 @pytest.mark.parametrize("text", ["", "five", "-1", "101", "nan", "1,,2"])
-def test_bad_move_budgets_are_a_user_error(text: str) -> None:
-    with pytest.raises(UserError, match="--move-budget"):
-        experiment.parse_move_budgets(text)
+def test_bad_variants_are_a_user_error(parse: Callable[[str], list[float]], option: str, text: str) -> None:
+    with pytest.raises(UserError, match=option):
+        parse(text)
 
 
-def test_move_budgets_parse_in_order_without_repeats() -> None:
-    assert experiment.parse_move_budgets("0, 5,2.5,5") == [0, 5, 2.5]
+@pytest.mark.parametrize(("parse", "option"), VARIANTS)
+def test_variants_parse_in_order_without_repeats(parse: Callable[[str], list[float]], option: str) -> None:
+    assert parse("0, 5,2.5,5") == [0, 5, 2.5]
 
 
-def test_move_budgets_are_counted() -> None:
-    """Each budget replays every policy on every seed again: `seq -s, 0 0.01 100` is a week of CPU."""
-    ten = ",".join(str(budget) for budget in range(experiment.MAX_MOVE_BUDGETS))
-    assert len(experiment.parse_move_budgets(ten)) == experiment.MAX_MOVE_BUDGETS
-    assert len(experiment.parse_move_budgets(ten + ",0,1")) == experiment.MAX_MOVE_BUDGETS  # repeats: once
-    with pytest.raises(UserError, match=r"--move-budget .*: 11 budgets, at most 10"):
-        experiment.parse_move_budgets(ten + ",99")
+@pytest.mark.parametrize(("parse", "option"), VARIANTS)
+def test_variants_are_counted(parse: Callable[[str], list[float]], option: str) -> None:
+    """Each variant replays every policy on every seed again: `seq -s, 0 0.01 100` is a week of CPU."""
+    ten = ",".join(str(value) for value in range(experiment.MAX_VARIANTS))
+    assert len(parse(ten)) == experiment.MAX_VARIANTS
+    assert len(parse(ten + ",0,1")) == experiment.MAX_VARIANTS  # repeats: once
+    with pytest.raises(UserError, match=rf"{option} .*: 11 values, at most 10"):
+        parse(ten + ",99")
+    experiment.check_variants([0, 5], [0, 1, 2, 3, 4])
+    with pytest.raises(UserError, match="2 x 6 variants"):
+        experiment.check_variants([0, 5], [0, 1, 2, 3, 4, 5])
 
 
 def test_workers_are_at_most_one_per_cpu_or_a_few(monkeypatch: pytest.MonkeyPatch) -> None:

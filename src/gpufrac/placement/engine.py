@@ -15,6 +15,7 @@ from gpufrac.placement.cache import Hashed
 from gpufrac.placement.filters import is_simple
 from gpufrac.placement.fit import Fit, find_fit
 from gpufrac.placement.framework import Policy
+from gpufrac.placement.reserve import KEPT_WHOLE
 
 
 def decide(
@@ -34,7 +35,10 @@ def decide(
         return Unschedulable(pod.name, dict(fit.rejected))
     scores = policy.scorer.score(state, fit)
     at = best(state, fit, scores)
-    return placement_for(state, fit, at, policy.picker.pick(state, fit, at))
+    placement = placement_for(state, fit, at, policy.picker.pick(state, fit, at))
+    if policy.reserve is not None and policy.reserve.refuses(state, pod, placement):
+        return Unschedulable(pod.name, dict(fit.rejected) | {KEPT_WHOLE: len(fit.rows)})
+    return placement
 
 
 def best(state: ClusterState, fit: Fit, scores: np.ndarray) -> int:

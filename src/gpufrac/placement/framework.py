@@ -15,6 +15,7 @@ import numpy as np
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.cache import NodeMemo
 from gpufrac.placement.fit import Fit, fit_memo
+from gpufrac.placement.reserve import WholeGpuReserve
 from gpufrac.placement.workload import Workload
 from gpufrac.registry import Registry
 
@@ -52,11 +53,13 @@ class PerNode:
 @dataclass(frozen=True, slots=True)
 class Policy:
     """One run's scorer and picker: they may keep state across a run's decisions (a memo, a random stream).
-    `fits` is the filters' memo (`fit.find_fit`), kept here because a policy lives as long as a run."""
+    `fits` is the filters' memo (`fit.find_fit`), kept here because a policy lives as long as a run.
+    `reserve`: the operator's whole-GPU reserve, which every decision honours whatever the policy."""
 
     scorer: Scorer
     picker: GpuPicker
     fits: NodeMemo = field(default_factory=fit_memo)
+    reserve: WholeGpuReserve | None = None
 
 
 @dataclass(frozen=True, slots=True)

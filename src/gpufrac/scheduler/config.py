@@ -48,6 +48,9 @@ class SchedulerConfig:
     # none at or above `protected_priority`; `preemption` off: moves only.
     max_moves: int = 3
     min_runtime: float = 600.0
+    # Percent of the GPUs kept empty for whole-GPU pods: a share of most of a GPU that would open one of
+    # them waits (placement/reserve.py). 0: off, every share that fits is placed.
+    whole_gpu_reserve: float = 0.0
     preemption: bool = True
     protected_priority: int = 100
     # Tenant queues (Queue objects, queues.gpufrac.io): pods are taken from the queue furthest below its fair

@@ -36,6 +36,7 @@ from gpufrac.kubeapi.custom import POD_GROUP_RESOURCE, QUEUE_RESOURCE
 from gpufrac.kubeapi.reflector import reflect
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
+from gpufrac.placement.reserve import WholeGpuReserve
 from gpufrac.placement.workload import Workload
 from gpufrac.scheduler import constraints, objects, reservations, volumes
 from gpufrac.scheduler.binder import (
@@ -320,7 +321,10 @@ class Scheduler:
     # ---- scheduling ---------------------------------------------------------------------------------------
 
     def _policy(self, workload: Workload) -> Policy:
-        return POLICIES[self.config.policy](PolicyContext(rng=np.random.default_rng(), workload=workload))
+        policy = POLICIES[self.config.policy](PolicyContext(rng=np.random.default_rng(), workload=workload))
+        if self.config.whole_gpu_reserve:
+            return replace(policy, reserve=WholeGpuReserve(self.config.whole_gpu_reserve))
+        return policy
 
     def refresh_workload(self, *, every: float = WORKLOAD_REFRESH_SECONDS) -> None:
         """Rebuild the policy with the target workload of the pods now known, bound and pending.

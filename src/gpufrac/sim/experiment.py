@@ -12,6 +12,7 @@ from typing import Any
 
 from gpufrac.errors import UserError
 from gpufrac.placement.framework import POLICIES
+from gpufrac.placement.reserve import KEPT_WHOLE
 from gpufrac.placement.workload import Workload
 from gpufrac.sim import bound, pool
 from gpufrac.sim.replay import RunResult, nearest_point, replay, target_workload
@@ -83,29 +84,48 @@ def _quoted(text: str) -> str:
 RESTART_SECONDS = 120
 
 
-# Each move budget replays every policy on every seed once more, and is one more row per policy: a handful
-# compare; more is a sweep of its own, better run as several.
-MAX_MOVE_BUDGETS = 10
+# Each move budget and each reserve replays every policy on every seed once more, and is one more row per
+# policy: a handful compare; more is a sweep of its own, better run as several.
+MAX_VARIANTS = 10
 
 
 def parse_move_budgets(text: str) -> list[float]:
-    """`0`, `5` or `0,2,5`: moves allowed per 100 arrivals, each a variant of every policy, at most
-    `MAX_MOVE_BUDGETS` of them."""
+    """`0`, `5` or `0,2,5`: moves allowed per 100 arrivals, each a variant of every policy."""
+    return _parse_variants(text, "--move-budget", "moves per 100 arrivals", "0,5")
+
+
+def parse_reserves(text: str) -> list[float]:
+    """`0`, `18` or `0,18`: the percent of the cluster's GPUs kept empty for whole-GPU pods
+    (`placement.reserve`), each a variant of every policy."""
+    return _parse_variants(text, "--whole-gpu-reserve", "percents of the cluster's GPUs", "0,18")
+
+
+def check_variants(budgets: Sequence[float], reserves: Sequence[float]) -> None:
+    """Every move budget is replayed with every reserve: at most `MAX_VARIANTS` of them together."""
+    if len(budgets) * len(reserves) > MAX_VARIANTS:
+        raise UserError(
+            f"--move-budget and --whole-gpu-reserve: {len(budgets)} x {len(reserves)} variants, at most "
+            f"{MAX_VARIANTS} (each replays every policy on every seed again); compare fewer at a time"
+        )
+
+
+def _parse_variants(text: str, option: str, what: str, example: str) -> list[float]:
+    """Numbers from 0 to 100 separated by commas, without repeats, at most `MAX_VARIANTS`."""
     try:
-        budgets = list(dict.fromkeys(float(part) for part in text.split(",")))
+        values = list(dict.fromkeys(float(part) for part in text.split(",")))
     except ValueError:
-        budgets = []
-    if not budgets or not all(math.isfinite(b) and 0 <= b <= 100 for b in budgets):
+        values = []
+    if not values or not all(math.isfinite(value) and 0 <= value <= 100 for value in values):
         raise UserError(
-            f"--move-budget {_quoted(text)}: expected moves per 100 arrivals between 0 and 100, or several "
-            "separated by commas, such as 0,5"
+            f"{option} {_quoted(text)}: expected {what} between 0 and 100, or several separated by commas, "
+            f"such as {example}"
         )
-    if len(budgets) > MAX_MOVE_BUDGETS:
+    if len(values) > MAX_VARIANTS:
         raise UserError(
-            f"--move-budget {_quoted(text)}: {len(budgets)} budgets, at most {MAX_MOVE_BUDGETS} (each "
-            "replays every policy on every seed again); compare fewer at a time"
+            f"{option} {_quoted(text)}: {len(values)} values, at most {MAX_VARIANTS} (each replays every "
+            "policy on every seed again); compare fewer at a time"
         )
-    return budgets
+    return values
 
 
 def publishes(trace: Trace, inflation: float) -> bool:
@@ -125,7 +145,8 @@ def _bundled() -> Trace:
 
 @dataclass(frozen=True, slots=True)
 class Sweep:
-    """One trace's part of a sweep: its runs (policy, then move budget, then seed) and its bound per seed."""
+    """One trace's part of a sweep: its runs (policy, then move budget, then reserve, then seed) and its
+    bound per seed."""
 
     runs: list[RunResult] = field(default_factory=list)
     bounds: dict[int, bound.Bound] = field(default_factory=dict)
@@ -138,6 +159,7 @@ class _Replay:
     seed: int
     inflation: float
     move_budget: float
+    reserve: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +179,7 @@ def _run_job(shared: Mapping[str, tuple[Trace, Workload]], job: _Replay | _Bound
         seed=job.seed,
         inflation=job.inflation,
         move_budget=job.move_budget,
+        reserve=job.reserve,
         workload=workload,
     )
 
@@ -168,22 +191,24 @@ def run_sweep(
     seeds: Sequence[int],
     inflation: float,
     move_budgets: Sequence[float] = (0.0,),
+    reserves: Sequence[float] = (0.0,),
     workers: int | None = None,
     with_bounds: bool = True,
     on_done: Callable[[RunResult | bound.Bound], None] | None = None,
 ) -> dict[str, Sweep]:
-    """Every policy with every move budget on every seed of every trace, and (`with_bounds`) each seed's
-    bound, as jobs of one worker pool that receives the traces once.
+    """Every policy with every move budget and reserve on every seed of every trace, and (`with_bounds`)
+    each seed's bound, as jobs of one worker pool that receives the traces once.
 
     One pool for the whole sweep, the longest traces first and the bounds (a fraction of a replay each)
     last: a pool per trace left a worker idle while the other finished each trace's last replay, and the
     bounds were solved one by one in this process while both waited."""
     by_length = sorted(traces, key=lambda each: len(each.pods), reverse=True)
     jobs: list[_Replay | _Bound] = [
-        _Replay(each.name, policy, seed, inflation, budget)
+        _Replay(each.name, policy, seed, inflation, budget, reserve)
         for each in by_length
         for policy in policies
         for budget in move_budgets
+        for reserve in reserves
         for seed in seeds
     ]
     if with_bounds:
@@ -245,6 +270,8 @@ def summarize(
         policies[policy]["gap_to_bound"] = round(bound_at_100 - policies[policy]["allocation_at_100"], 2)
         if runs[0].move_budget:
             policies[policy] |= _moves_at_100(runs)
+        if runs[0].reserve:
+            policies[policy] |= _kept_out_at_100(runs)
         if published and policy in PUBLISHED_AT_100:
             policies[policy]["published_at_100"] = PUBLISHED_AT_100[policy]
     return {
@@ -272,6 +299,16 @@ def _moves_at_100(runs: Sequence[RunResult]) -> dict[str, float]:
         "moves_at_100": round(statistics.fmean(t.moves for t in tallies), 1),
         "moves_per_100_arrivals": round(statistics.fmean(100 * t.moves / t.arrivals for t in tallies), 2),
         "moved_gpu_seconds_at_100": round(statistics.fmean(RESTART_SECONDS * t.moved_gpus for t in tallies)),
+    }
+
+
+def _kept_out_at_100(runs: Sequence[RunResult]) -> dict[str, float]:
+    """The large shares the whole-GPU reserve turned away by 100% arrival, a mean over the runs: what its
+    allocation was bought with."""
+    tallies = [run.failures.get(100) or run.failures[nearest_point(run.failures, 100)] for run in runs]
+    return {
+        "whole_gpu_reserve": runs[0].reserve,
+        "kept_out_at_100": round(statistics.fmean(t.get(KEPT_WHOLE, 0) for t in tallies), 1),
     }
 
 

@@ -24,6 +24,7 @@ from gpufrac.placement.cache import Hashed, shape_key
 from gpufrac.placement.engine import decide
 from gpufrac.placement.fragmentation import cluster_fragmentation, fragmentation_memo
 from gpufrac.placement.framework import POLICIES, Policy, PolicyContext
+from gpufrac.placement.reserve import KEPT_WHOLE, WholeGpuReserve
 from gpufrac.placement.workload import Workload
 from gpufrac.sim.trace import Trace, TracePod
 
@@ -63,11 +64,13 @@ class RunResult:
     decision_ms_p99: float
     move_budget: float = 0.0  # moves allowed per 100 arrivals (`placement.defrag`); 0: none
     moves: dict[int, MoveTally] = dataclasses.field(default_factory=dict)  # arrival % -> moves so far
+    reserve: float = 0.0  # % of GPUs kept empty for whole-GPU pods (`placement.reserve`); 0: none
 
     @property
     def label(self) -> str:
-        """How tables name the run's variant: the policy, and its move budget where it has one."""
-        return f"{self.policy} +moves {self.move_budget:g}" if self.move_budget else self.policy
+        """How tables name the run's variant: the policy, with its move budget and reserve if it has them."""
+        moves = f" +moves {self.move_budget:g}" if self.move_budget else ""
+        return f"{self.policy}{moves}" + (f" +reserve {self.reserve:g}%" if self.reserve else "")
 
 
 def target_workload(trace: Trace) -> Workload:
@@ -132,12 +135,14 @@ def replay(
     inflation: float = 1.3,
     workload: Workload | None = None,
     move_budget: float = 0.0,
+    reserve: float = 0.0,
     on_pod: Callable[[int, int], None] | None = None,
 ) -> RunResult:
     """One run. With a `move_budget`, a pod that fits nowhere may move movable pods (every pod without whole
     GPUs: shares and CPU-only pods) to make room, and every `TIDY_EVERY` arrivals pods are moved where that
     lowers fragmentation, as long as the moves so far stay within `move_budget` per 100 arrivals and no pod
-    moves more than `MAX_MOVES_PER_POD` others."""
+    moves more than `MAX_MOVES_PER_POD` others. With a `reserve`, a large share that would leave fewer than
+    `reserve`% of the GPUs empty is dropped (`placement.reserve`)."""
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
     workload = workload or target_workload(trace)
@@ -149,6 +154,8 @@ def replay(
         len(trace.nodes)
     )
     chosen = POLICIES[policy](PolicyContext(rng=rng, workload=workload))
+    if reserve:
+        chosen = dataclasses.replace(chosen, reserve=WholeGpuReserve(reserve))
     capacity = trace.gpus * 1000
     fragmentation: dict[int, float] = {}
     failures: dict[int, dict[str, int]] = {}
@@ -199,6 +206,7 @@ def replay(
         decision_ms_p99=1000 * float(np.percentile(decision_seconds, 99)),
         move_budget=move_budget,
         moves=moves,
+        reserve=reserve,
     )
 
 
@@ -282,7 +290,10 @@ def _shape_keys(pods: list[TracePod], demands: list[PodDemand]) -> list[Hashed]:
 
 
 def main_reason(reasons: dict[str, int]) -> str:
-    """The reason that rejected the most nodes: what would have to change for the pod to fit."""
+    """The reason that rejected the most nodes: what would have to change for the pod to fit. A pod the
+    whole-GPU reserve turned away fit somewhere, so the reserve is that reason however few nodes it names."""
+    if KEPT_WHOLE in reasons:
+        return KEPT_WHOLE
     return max(sorted(reasons), key=lambda reason: reasons[reason]) if reasons else "no nodes"
 
 

@@ -51,9 +51,11 @@ def summary_table(summary: dict[str, Any]) -> Table:
         "failed",
         "s/run",
     )
-    moving = _moving(summary)
+    moving, reserving = _has(summary, "move_budget"), _has(summary, "whole_gpu_reserve")
     if moving:
         columns += ("moves/100 arrivals", "moved GPU-s")
+    if reserving:
+        columns += ("kept out",)
     for column in columns:
         table.add_column(column, justify="left" if column == "policy" else "right")
     for policy, row in summary["policies"].items():
@@ -70,6 +72,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
             f"{row['failed_pods']:.0f}",
             f"{row['seconds']:.2f}",
             *(_move_cells(row) if moving else ()),
+            *((_kept_out_cell(row),) if reserving else ()),
         )
     return table
 
@@ -116,15 +119,20 @@ def _published(summary: dict[str, Any]) -> bool:
     return any("published_at_100" in row for row in summary["policies"].values())
 
 
-def _moving(summary: dict[str, Any]) -> bool:
-    """Whether any variant moved pods (`--move-budget`): only then do tables show what moving cost."""
-    return any("move_budget" in row for row in summary["policies"].values())
+def _has(summary: dict[str, Any], variant: str) -> bool:
+    """Whether any row is a variant that moved pods (`move_budget`) or kept GPUs whole (`whole_gpu_reserve`):
+    only then do tables show what that cost."""
+    return any(variant in row for row in summary["policies"].values())
 
 
 def _move_cells(row: dict[str, Any]) -> tuple[str, str]:
     if "move_budget" not in row:
         return "", ""
     return f"{row['moves_per_100_arrivals']:.2f}", f"{row['moved_gpu_seconds_at_100']:,}"
+
+
+def _kept_out_cell(row: dict[str, Any]) -> str:
+    return f"{row['kept_out_at_100']:.1f}" if "whole_gpu_reserve" in row else ""
 
 
 def overview(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -310,12 +318,12 @@ def _draw(axes: Axes, summary: dict[str, Any], results: Sequence[RunResult], *, 
 
 def _policy_table(summary: dict[str, Any]) -> str:
     bound = summary["bound"]
-    moving = _moving(summary)
+    moving, reserving = _has(summary, "move_budget"), _has(summary, "whole_gpu_reserve")
     paper = _published(summary)
     at = read_at(summary)
     rows = "".join(
         "<tr><td>{}</td><td>{:.2f} ± {:.2f}</td>{}<td>{:.2f}</td><td>{:.2f}</td><td>{:.2f}</td>"
-        "<td>{:.0f}</td>{}</tr>".format(
+        "<td>{:.0f}</td>{}{}</tr>".format(
             html.escape(policy),
             row["allocation_at_100"],
             row["allocation_at_100_std"],
@@ -325,6 +333,7 @@ def _policy_table(summary: dict[str, Any]) -> str:
             row["fragmentation_at_100"],
             row["failed_pods"],
             "".join(f"<td>{cell}</td>" for cell in _move_cells(row)) if moving else "",
+            f"<td>{_kept_out_cell(row)}</td>" if reserving else "",
         )
         for policy, row in summary["policies"].items()
     )
@@ -333,6 +342,7 @@ def _policy_table(summary: dict[str, Any]) -> str:
         if moving
         else ""
     )
+    move_headers += "<th>large shares turned away by the whole-GPU reserve</th>" * reserving
     return (
         "".join(f"<p><b>{html.escape(note)}</b></p>" for note in _read_elsewhere(summary))
         + f"<table><tr><th>policy</th><th>allocation at {at}% arrival (%)</th>"

@@ -61,12 +61,13 @@ def run(
     out: Path | None,
     output_format: str,
     move_budget: str | None = None,
+    reserve: str | None = None,
     tenants: Path | None = None,
 ) -> None:
     output.check_out(out)
     if tenants is not None:
         given = {"--traces": traces, "--trace-dir": trace_dir, "--inflation": inflation}
-        given |= {"--move-budget": move_budget, "--workers": workers}
+        given |= {"--move-budget": move_budget, "--whole-gpu-reserve": reserve, "--workers": workers}
         for option, value in given.items():
             if value is not None:
                 raise UserError(f"{option}: not read with --tenants (one replay in time); drop one of them")
@@ -97,6 +98,8 @@ def run(
     chosen = list(POLICIES) if policies == "all" else experiment.parse_policies(policies)
     seed_list = experiment.parse_seeds(_given(seeds, "42-44"))
     budgets = experiment.parse_move_budgets(_given(move_budget, "0"))
+    reserves = experiment.parse_reserves(_given(reserve, "0"))
+    experiment.check_variants(budgets, reserves)
     loaded = [trace.load(nodes, pods)] if traces is None else load_traces(traces, trace_dir, nodes)
     if not loaded[0].gpus:  # the traces share one node list
         raise UserError(
@@ -108,7 +111,7 @@ def run(
     console = Console(stderr=True)
     with output.progress(console, "replaying", transient=output_format == "json") as progress:
         # Each seed's bound is one step besides its replays: an LP, well under a second.
-        steps = len(loaded) * len(seed_list) * (len(chosen) * len(budgets) + 1)
+        steps = len(loaded) * len(seed_list) * (len(chosen) * len(budgets) * len(reserves) + 1)
         what = loaded[0].name if len(loaded) == 1 else f"{len(loaded)} traces"
         task = progress.add_task(f"{what}: {len(chosen)} policies × {len(seed_list)} seeds", total=steps)
         sweeps = experiment.run_sweep(
@@ -117,6 +120,7 @@ def run(
             seeds=seed_list,
             inflation=inflation,
             move_budgets=budgets,
+            reserves=reserves,
             workers=workers,
             on_done=lambda _: progress.advance(task),
         )
