@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufrac.cluster.invariants import violations
-from gpufrac.cluster.model import GpuSpec, NodeSpec, Placement
+from gpufrac.cluster.model import GpuSpec, NodeSpec, Placement, PodDemand
 from gpufrac.cluster.state import ClusterState
 from gpufrac.errors import UserError
 from gpufrac.placement.cache import Hashed, shape_key
@@ -159,6 +162,29 @@ def test_a_pod_that_cannot_fit_is_dropped(policy: str) -> None:
     assert result.failures == {60: {}, 120: {"not enough GPU memory": 1}}
     # 0.4 left on the only GPU cannot take a 0.6 task: all of it is fragmentation, 40% of the cluster
     assert result.fragmentation == {60: 40.0, 120: 40.0}
+
+
+def test_a_shape_that_fit_nowhere_is_dropped_again_without_a_decision(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing leaves a replay without moves: the rest of its pods are dropped as it was."""
+    decided: list[str] = []
+
+    def counted(state: ClusterState, demand: PodDemand, *args: Any, **kwargs: Any) -> object:
+        decided.append(demand.name)
+        return decide(state, demand, *args, **kwargs)
+
+    monkeypatch.setattr(replay, "decide", counted)
+    crowded = tiny(*(pod(f"p{i}", 1, 600) for i in range(4)), pod("small", 1, 300), gpus=(1,))
+    result = replay.replay(crowded, policy="bestfit", seed=3, inflation=6.0)
+    assert result.failed_pods == result.pods - 2  # one 0.6 and one 0.3 share fit the GPU
+    assert sum(result.failures[max(result.failures)].values()) == result.failed_pods
+    # Per shape, the pod placed and the first refused: the others are dropped unasked.
+    per_shape = Counter(name[0] for name in decided)
+    assert per_shape["p"] == 2 and per_shape["s"] <= 2 and result.pods > 6
+    decided.clear()
+    moving = replay.replay(crowded, policy="bestfit", seed=3, inflation=6.0, move_budget=50)
+    assert len(decided) == moving.pods  # moves free room: every pod is decided
 
 
 def test_cpu_only_pods_take_cpu_but_no_arrival() -> None:
