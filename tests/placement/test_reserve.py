@@ -10,12 +10,13 @@ import pytest
 
 from gpufrac.cluster.model import Placement, PodDemand
 from gpufrac.cluster.state import ClusterState
+from gpufrac.contract.model import ShareRequest
 from gpufrac.placement.defrag import plan_room
 from gpufrac.placement.engine import decide
 from gpufrac.placement.framework import Policy
 from gpufrac.placement.reserve import KEPT_WHOLE, WholeGpuReserve
 
-from ..cluster.builders import node, share_pod, whole_pod
+from ..cluster.builders import node, portion, share_pod, whole_pod
 from .builders import DETERMINISTIC, feasible_nodes, place, policy, refused
 
 
@@ -91,6 +92,22 @@ def test_a_share_across_devices_counts_every_gpu_it_opens() -> None:
     chosen = reserving("bestfit", 50)
     refused(state, share_pod("wide", 810, devices=3), chosen)  # would leave 1 of 4 empty, 2 kept
     place(state, share_pod("pair", 810, devices=2), chosen)  # leaves 2
+
+
+@pytest.mark.parametrize(
+    "split",
+    [
+        ((".", 710),),
+        (("large", 650), ("small", 100)),  # together 750 of the GPU they open
+        (("large", 710), ("tiny", 10)),  # a second container does not carry a large share past it
+    ],
+)
+def test_a_pod_of_several_shares_is_held_to_the_reserve_as_one(split: tuple[tuple[str, int], ...]) -> None:
+    state = four_gpus()
+    chosen = reserving("bestfit", 100)  # every GPU kept: no large share may open one
+    shares = tuple(ShareRequest(name, portion(milli), portion(milli)) for name, milli in split)
+    refused(state, PodDemand("p", shares=shares), chosen)
+    place(state, PodDemand("fine", shares=(ShareRequest("a", portion(400), portion(400)),)), chosen)
 
 
 def test_moves_to_make_room_honour_the_reserve() -> None:

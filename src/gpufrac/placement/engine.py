@@ -29,16 +29,18 @@ def decide(
     """Where `pod` goes among `rows` (default: every active node). The caller applies the result. `shape`:
     the pod's `Hashed(shape_key(pod))`, from a caller that keeps one per kind of pod (`find_fit`)."""
     fit = find_fit(state, pod, rows=rows, memo=policy.fits, shape=shape)
+    outcome: Placement | Unschedulable
     if not is_simple(pod):
-        return exact.decide(state, fit)
-    if len(fit.rows) == 0:
+        outcome = exact.decide(state, fit)
+    elif len(fit.rows) == 0:
         return Unschedulable(pod.name, dict(fit.rejected))
-    scores = policy.scorer.score(state, fit)
-    at = best(state, fit, scores)
-    placement = placement_for(state, fit, at, policy.picker.pick(state, fit, at))
-    if policy.reserve is not None and policy.reserve.refuses(state, pod, placement):
+    else:
+        at = best(state, fit, policy.scorer.score(state, fit))
+        outcome = placement_for(state, fit, at, policy.picker.pick(state, fit, at))
+    reserve = policy.reserve
+    if reserve is not None and isinstance(outcome, Placement) and reserve.refuses(state, outcome):
         return Unschedulable(pod.name, dict(fit.rejected) | {KEPT_WHOLE: len(fit.rows)})
-    return placement
+    return outcome
 
 
 def best(state: ClusterState, fit: Fit, scores: np.ndarray) -> int:

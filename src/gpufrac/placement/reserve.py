@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpufrac.cluster.model import Placement, PodDemand
+from gpufrac.cluster.model import Placement
 from gpufrac.cluster.state import ClusterState, take_rows
 
 # A share of at least this much of its GPU leaves under 300 milli, a hole that only the smallest shares can
@@ -35,17 +35,20 @@ class WholeGpuReserve:
 
     percent: float
 
-    def refuses(self, state: ClusterState, pod: PodDemand, placement: Placement) -> bool:
-        """Whether `placement` of a share would leave fewer empty GPUs than kept.
+    def refuses(self, state: ClusterState, placement: Placement) -> bool:
+        """Whether `placement` opens an empty GPU with a large share and leaves fewer empty GPUs than kept.
 
-        A pod without a share passes, as does a share that opens no empty GPU or asks less than
-        `LARGE_SHARE_MILLI` of the smallest it opens."""
-        if not pod.shares or pod.whole_gpus:
-            return False
-        (share,) = placement.assignments
+        A pod whose shares open no empty GPU, or ask less than `LARGE_SHARE_MILLI` of each they open, passes,
+        as does a pod of whole GPUs only. A pod of several containers counts their shares together, so that
+        a second, small container does not carry a large share past the reserve."""
         row = state.index[placement.node]
-        opened = [gpu for gpu in share.gpus if state.gpu_tenants[row, gpu] == 0]
-        if not opened or 1000 * share.request_mib < LARGE_SHARE_MILLI * min(state.gpu_mem[row, opened]):
+        opened: dict[int, int] = {}  # empty GPU -> MiB the pod's shares ask of it (0: taken whole)
+        for assignment in placement.assignments:
+            for gpu in assignment.gpus:
+                if state.gpu_tenants[row, gpu] == 0:
+                    shared = assignment.mode is not None
+                    opened[gpu] = opened.get(gpu, 0) + (assignment.request_mib if shared else 0)
+        if not any(1000 * mib >= LARGE_SHARE_MILLI * state.gpu_mem[row, gpu] for gpu, mib in opened.items()):
             return False
         rows = state.active_rows()
         memory = take_rows(state.gpu_mem, rows)
