@@ -326,6 +326,6 @@ def test_pods_of_one_shape_share_one_shape_key_and_only_they_do() -> None:
     no two shapes share the memos' entries."""
     pods = replay.arrival_order(trace.load(), np.random.default_rng(0), inflation=1.3)
     demands = [pod.demand() for pod in pods]
-    keys = replay._shape_keys(pods, demands)
+    keys = replay._shape_keys(pods)
     assert all(key == Hashed(shape_key(demand)) for key, demand in zip(keys, demands, strict=True))
     assert len({id(key) for key in keys}) == len({shape_key(demand) for demand in demands})

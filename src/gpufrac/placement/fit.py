@@ -126,6 +126,9 @@ def find_fit(
         if pod.wants_gpu:
             entry["usable"][fresh] = candidates.usable
         memo.stamp(state, entry, fresh)
+    if rows.size == entry["verdict"].size:  # every node, in order (as `lookup` takes it): no gathers
+        verdicts = entry["verdict"]  # the memo's own: read before the next decision of the shape writes it
+        return Fit(state, pod, (verdicts == PASSED).nonzero()[0], verdicts, shape, entry["usable"])
     verdicts = entry["verdict"][rows]
     return Fit(state, pod, rows[verdicts == PASSED], verdicts, shape, entry["usable"])
 

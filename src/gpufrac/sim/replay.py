@@ -160,8 +160,7 @@ def replay(
     fragmentation: dict[int, float] = {}
     failures: dict[int, dict[str, int]] = {}
     dropped: Counter[str] = Counter()
-    demands = [pod.demand() for pod in pods]
-    shapes = _shape_keys(pods, demands)
+    shapes = _shape_keys(pods)
     arrived = np.cumsum([pod.gpu_demand_milli for pod in pods], dtype=np.int64)
     percents = percent_buckets(arrived, capacity)
     # The pods whose arrival enters a new whole percent: the cluster is measured once there.
@@ -175,10 +174,11 @@ def replay(
     # and its later pods are dropped under the same reason without a decision (a third of the pods past
     # 100% arrival). Not a shape the reserve turned away: a share opening an empty GPU may make room for it.
     fits_nowhere: dict[Hashed, str] = {}
-    walk = zip(pods, demands, shapes, first_of_percent.tolist(), strict=True)
-    for i, (pod, demand, shape, measure) in enumerate(walk):
+    walk = zip(pods, shapes, first_of_percent.tolist(), strict=True)
+    for i, (pod, shape, measure) in enumerate(walk):
         reason = fits_nowhere.get(shape)
         if reason is None:
+            demand = pod.demand()
             tick = time.perf_counter()
             outcome = decide(state, demand, chosen, shape=shape)
             decision_seconds.append(time.perf_counter() - tick)
@@ -284,17 +284,17 @@ class _Mover:
             self.hopeless.clear()
 
 
-def _shape_keys(pods: list[TracePod], demands: list[PodDemand]) -> list[Hashed]:
-    """Each pod's `Hashed(shape_key(demand))`, one object for all pods of a trace shape (the drawn copies
-    repeat the trace's pods): the memos then find the key they hold by identity, see `find_fit`. Interned by
-    the trace pod's own fields, which are cheaper to look up than a demand's."""
+def _shape_keys(pods: list[TracePod]) -> list[Hashed]:
+    """Each pod's `Hashed(shape_key(pod.demand()))`, one object for all pods of a trace shape (the drawn
+    copies repeat the trace's pods): the memos then find the key they hold by identity, see `find_fit`.
+    Interned by the trace pod's own fields, which are cheaper to look up than a demand's."""
     interned: dict[tuple[int, int, int, int, frozenset[str] | None], Hashed] = {}
     keys = []
-    for pod, demand in zip(pods, demands, strict=True):
+    for pod in pods:
         seen = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_spec)
         key = interned.get(seen)
         if key is None:
-            key = interned[seen] = Hashed(shape_key(demand))
+            key = interned[seen] = Hashed(shape_key(pod.demand()))
         keys.append(key)
     return keys
 
