@@ -126,9 +126,32 @@ def test_a_sweep_runs_every_policy_on_every_seed_in_order(tiny: trace.Trace) -> 
     )[tiny.name]
     results = sweep.runs
     assert [(r.policy, r.seed) for r in results] == [("fgd", 1), ("fgd", 2), ("random", 1), ("random", 2)]
-    assert seen == [*results, sweep.bounds[1], sweep.bounds[2]]  # the bounds last: the shortest jobs
+    # Run a seed at a time, so that its arrivals are drawn once; the bounds last: the shortest jobs.
+    assert seen == [results[0], results[2], results[1], results[3], sweep.bounds[1], sweep.bounds[2]]
     alone = replay.replay(tiny, policy="random", seed=2, inflation=1.3)
     assert outcome(results[3]) == outcome(alone)
+
+
+def test_a_seeds_arrivals_are_drawn_once_for_all_its_replays(
+    tiny: trace.Trace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn: list[int] = []
+
+    def counted(trace: trace.Trace, *, seed: int, inflation: float) -> replay.Arrivals:
+        drawn.append(seed)
+        return replay.draw_arrivals(trace, seed=seed, inflation=inflation)
+
+    monkeypatch.setattr(experiment, "draw_arrivals", counted)
+    experiment.run_sweep(
+        [tiny],
+        policies=["fgd", "random", "bestfit"],
+        seeds=[1, 2],
+        inflation=1.3,
+        move_budgets=[0, 5],
+        workers=1,
+        with_bounds=False,
+    )
+    assert drawn == [1, 2]
 
 
 def test_a_sweep_in_worker_processes_gives_the_same_results(tiny: trace.Trace) -> None:

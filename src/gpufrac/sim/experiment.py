@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import statistics
@@ -15,7 +16,7 @@ from gpufrac.placement.framework import POLICIES
 from gpufrac.placement.reserve import KEPT_WHOLE
 from gpufrac.placement.workload import Workload
 from gpufrac.sim import bound, pool
-from gpufrac.sim.replay import RunResult, nearest_point, replay, target_workload
+from gpufrac.sim.replay import Arrivals, RunResult, draw_arrivals, nearest_point, replay, target_workload
 from gpufrac.sim.trace import Trace
 from gpufrac.sim.trace import load as load_trace
 
@@ -181,7 +182,20 @@ def _run_job(shared: Mapping[str, tuple[Trace, Workload]], job: _Replay | _Bound
         move_budget=job.move_budget,
         reserve=job.reserve,
         workload=workload,
+        arrivals=_arrivals_of(trace, job),
     )
+
+
+# The arrivals a process drew last, by trace, seed and inflation: a seed's replays are consecutive jobs.
+_drawn: dict[tuple[str, int, float], Arrivals] = {}
+
+
+def _arrivals_of(trace: Trace, job: _Replay) -> Arrivals:
+    key = (job.trace, job.seed, job.inflation)
+    if key not in _drawn:
+        _drawn.clear()
+        _drawn[key] = draw_arrivals(trace, seed=job.seed, inflation=job.inflation)
+    return _drawn[key]
 
 
 def run_sweep(
@@ -203,13 +217,14 @@ def run_sweep(
     last: a pool per trace left a worker idle while the other finished each trace's last replay, and the
     bounds were solved one by one in this process while both waited."""
     by_length = sorted(traces, key=lambda each: len(each.pods), reverse=True)
+    # A seed's replays one after another, so that each worker draws its arrivals once (`_arrivals_of`).
     jobs: list[_Replay | _Bound] = [
         _Replay(each.name, policy, seed, inflation, budget, reserve)
         for each in by_length
+        for seed in seeds
         for policy in policies
         for budget in move_budgets
         for reserve in reserves
-        for seed in seeds
     ]
     if with_bounds:
         jobs += [_Bound(each.name, seed, inflation) for each in by_length for seed in seeds]
@@ -223,6 +238,9 @@ def run_sweep(
             sweeps[job.trace].runs.append(done)
         if on_done:
             on_done(done)
+    order = {key: at for at, key in enumerate(itertools.product(policies, move_budgets, reserves, seeds))}
+    for sweep in sweeps.values():
+        sweep.runs.sort(key=lambda run: order[run.policy, run.move_budget, run.reserve, run.seed])
     return sweeps
 
 

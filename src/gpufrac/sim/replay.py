@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -127,6 +128,30 @@ def _too_many(trace: Trace, inflation: float, count: str) -> UserError:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Arrivals:
+    """A seed's pods in the order they arrive, and the rest of what a replay draws before its first
+    decision. The same for every policy, so a sweep draws them once per seed (`experiment`), not per
+    replay: a tenth of a replay's time. Holds `Hashed` keys, so it never leaves its process."""
+
+    pods: list[TracePod]
+    shapes: list[Hashed]  # `_shape_keys(pods)`
+    tie_rank: np.ndarray  # `ClusterState.tie_rank` for the trace's nodes
+    rng_state: Mapping[str, Any]  # the seed's stream once both were drawn: the policy's draws go on from it
+
+
+def draw_arrivals(trace: Trace, *, seed: int, inflation: float) -> Arrivals:
+    rng = np.random.default_rng(seed)
+    pods = arrival_order(trace, rng, inflation=inflation)
+    # Ties go to the first node in a fixed random order drawn once per run, as the authors' simulator
+    # ends up doing by prefixing node names with a seeded permutation.
+    tie_rank = np.empty(len(trace.nodes), np.int64)
+    tie_rank[np.argsort([spec.name for spec in trace.nodes], kind="stable")] = rng.permutation(
+        len(trace.nodes)
+    )
+    return Arrivals(pods, _shape_keys(pods), tie_rank, rng.bit_generator.state)
+
+
 def replay(
     trace: Trace,
     *,
@@ -136,23 +161,23 @@ def replay(
     workload: Workload | None = None,
     move_budget: float = 0.0,
     reserve: float = 0.0,
+    arrivals: Arrivals | None = None,
     on_pod: Callable[[int, int], None] | None = None,
 ) -> RunResult:
     """One run. With a `move_budget`, a pod that fits nowhere may move movable pods (every pod without whole
     GPUs: shares and CPU-only pods) to make room, and every `TIDY_EVERY` arrivals pods are moved where that
     lowers fragmentation, as long as the moves so far stay within `move_budget` per 100 arrivals and no pod
     moves more than `MAX_MOVES_PER_POD` others. With a `reserve`, a large share that would leave fewer than
-    `reserve`% of the GPUs empty is dropped (`placement.reserve`)."""
+    `reserve`% of the GPUs empty is dropped (`placement.reserve`). `arrivals`: `draw_arrivals` of the
+    same trace, seed and inflation, from a caller that replays them with several policies."""
     started = time.perf_counter()
+    drawn = arrivals or draw_arrivals(trace, seed=seed, inflation=inflation)
     rng = np.random.default_rng(seed)
+    rng.bit_generator.state = drawn.rng_state
     workload = workload or target_workload(trace)
-    pods = arrival_order(trace, rng, inflation=inflation)
+    pods, shapes = drawn.pods, drawn.shapes
     state = ClusterState(trace.nodes)
-    # Ties go to the first node in a fixed random order drawn once per run, as the authors' simulator
-    # ends up doing by prefixing node names with a seeded permutation.
-    state.tie_rank[np.argsort([spec.name for spec in trace.nodes], kind="stable")] = rng.permutation(
-        len(trace.nodes)
-    )
+    state.tie_rank[:] = drawn.tie_rank
     chosen = POLICIES[policy](PolicyContext(rng=rng, workload=workload))
     if reserve:
         chosen = dataclasses.replace(chosen, reserve=WholeGpuReserve(reserve))
@@ -160,7 +185,6 @@ def replay(
     fragmentation: dict[int, float] = {}
     failures: dict[int, dict[str, int]] = {}
     dropped: Counter[str] = Counter()
-    shapes = _shape_keys(pods)
     arrived = np.cumsum([pod.gpu_demand_milli for pod in pods], dtype=np.int64)
     percents = percent_buckets(arrived, capacity)
     # The pods whose arrival enters a new whole percent: the cluster is measured once there.
