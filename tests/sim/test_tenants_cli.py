@@ -105,6 +105,7 @@ def test_the_same_seed_gives_the_same_figures(tiny: tuple[Path, Path, Path]) -> 
     [
         (("--inflation", "2"), ["--inflation: not read with --tenants"]),
         (("--move-budget", "5"), ["--move-budget: not read with --tenants"]),
+        (("--whole-gpu-reserve", "18"), ["--whole-gpu-reserve: not read with --tenants"]),
         (("--seeds", "1-2"), ["--seeds: --tenants replays one at a time", "--seeds 42"]),
         (("--policies", "fgd,bestfit"), ["--policies: --tenants replays one at a time"]),
     ],
