@@ -57,6 +57,14 @@ def test_pods_that_strand_no_gpu_pass_whatever_is_left(pod: PodDemand, why: str)
     assert isinstance(place(state, pod, chosen), Placement), why
 
 
+@pytest.mark.parametrize("memory", [16_000, 16_384, 81_559])
+def test_seventy_percent_of_any_gpu_is_large(memory: int) -> None:
+    # 0.7 of 16,384 MiB resolves to 11,468 MiB, a hair under 700 milli unless rounded back up.
+    state = ClusterState([node("a", 2, memory=memory)])
+    refused(state, share_pod("seventy", 700), reserving("bestfit", 100))
+    place(state, share_pod("sixty-nine", 690), reserving("bestfit", 100))
+
+
 def test_a_large_share_on_a_gpu_already_open_passes() -> None:
     state = four_gpus()
     place(state, share_pod("small", 100), policy("bestfit"))

@@ -154,6 +154,15 @@ def test_a_seeds_arrivals_are_drawn_once_for_all_its_replays(
     assert drawn == [1, 2]
 
 
+def test_sweeps_of_traces_of_one_name_never_share_their_arrivals(tiny: trace.Trace) -> None:
+    other = dataclasses.replace(tiny, pods=tiny.pods[:6])
+    for first, second in ((tiny, other), (other, tiny)):
+        jobs = {"policies": ["bestfit"], "seeds": [3], "inflation": 1.3, "workers": 1, "with_bounds": False}
+        experiment.run_sweep([first], **jobs)
+        (run,) = experiment.run_sweep([second], **jobs)[second.name].runs
+        assert outcome(run) == outcome(replay.replay(second, policy="bestfit", seed=3, inflation=1.3))
+
+
 def test_a_sweep_in_worker_processes_gives_the_same_results(tiny: trace.Trace) -> None:
     jobs = {"policies": ["bestfit", "clustering"], "seeds": [4, 5], "inflation": 1.1}
     serial = experiment.run_sweep([tiny], workers=1, **jobs)[tiny.name]
@@ -215,6 +224,7 @@ def test_bad_variants_are_a_user_error(parse: Callable[[str], list[float]], opti
 @pytest.mark.parametrize(("parse", "option"), VARIANTS)
 def test_variants_parse_in_order_without_repeats(parse: Callable[[str], list[float]], option: str) -> None:
     assert parse("0, 5,2.5,5") == [0, 5, 2.5]
+    assert parse("18,18.0000001") == [18.0000001]  # one row of the tables: one variant
 
 
 @pytest.mark.parametrize(("parse", "option"), VARIANTS)

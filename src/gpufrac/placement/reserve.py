@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpufrac.cluster.model import Placement
+from gpufrac.cluster.model import Placement, milli_up
 from gpufrac.cluster.state import ClusterState, take_rows
 
 # A share of at least this much of its GPU leaves under 300 milli, a hole that only the smallest shares can
@@ -40,7 +40,11 @@ class WholeGpuReserve:
 
         A pod whose shares open no empty GPU, or ask less than `LARGE_SHARE_MILLI` of each they open, passes,
         as does a pod of whole GPUs only. A pod of several containers counts their shares together, so that
-        a second, small container does not carry a large share past the reserve."""
+        a second, small container does not carry a large share past the reserve. Shares are judged by their
+        request, what they take from the GPU: a limit above it is burst room that other shares' requests
+        may still take, so a small request leaves no hole. Only the placement the policy chose is judged: a
+        policy that spreads (`spread`, `random`) may open an empty GPU where a used one had room, and is
+        refused where the packing policies would have passed."""
         row = state.index[placement.node]
         opened: dict[int, int] = {}  # empty GPU -> MiB the pod's shares ask of it (0: taken whole)
         for assignment in placement.assignments:
@@ -48,10 +52,13 @@ class WholeGpuReserve:
                 if state.gpu_tenants[row, gpu] == 0:
                     shared = assignment.mode is not None
                     opened[gpu] = opened.get(gpu, 0) + (assignment.request_mib if shared else 0)
-        if not any(1000 * mib >= LARGE_SHARE_MILLI * state.gpu_mem[row, gpu] for gpu, mib in opened.items()):
+        memory = state.gpu_mem[row]
+        # In thousandths rounded up, as the request was rounded down from its portion: 0.7 of 16384 MiB is
+        # 11,468 MiB, which is 700 milli here.
+        if not any(milli_up(mib, int(memory[gpu])) >= LARGE_SHARE_MILLI for gpu, mib in opened.items()):
             return False
         rows = state.active_rows()
-        memory = take_rows(state.gpu_mem, rows)
-        empty = state.open_gpus(rows) & (take_rows(state.gpu_tenants, rows) == 0) & (memory > 0)
-        kept = math.ceil(self.percent * int(np.count_nonzero(memory)) / 100)
+        gpus = take_rows(state.gpu_mem, rows) > 0
+        empty = state.open_gpus(rows) & (take_rows(state.gpu_tenants, rows) == 0) & gpus
+        kept = math.ceil(self.percent * int(np.count_nonzero(gpus)) / 100)
         return int(np.count_nonzero(empty)) - len(opened) < kept

@@ -113,7 +113,8 @@ def check_variants(budgets: Sequence[float], reserves: Sequence[float]) -> None:
 def _parse_variants(text: str, option: str, what: str, example: str) -> list[float]:
     """Numbers from 0 to 100 separated by commas, without repeats, at most `MAX_VARIANTS`."""
     try:
-        values = list(dict.fromkeys(float(part) for part in text.split(",")))
+        # Without repeats as the tables name them (`RunResult.label`): 18 and 18.0000001 would be one row.
+        values = list({f"{float(part):g}": float(part) for part in text.split(",")}.values())
     except ValueError:
         values = []
     if not values or not all(math.isfinite(value) and 0 <= value <= 100 for value in values):
@@ -187,6 +188,8 @@ def _run_job(shared: Mapping[str, tuple[Trace, Workload]], job: _Replay | _Bound
 
 
 # The arrivals a process drew last, by trace, seed and inflation: a seed's replays are consecutive jobs.
+# Emptied before and after each sweep, so that no sweep (nor a worker forked from this process) reads
+# another's trace of the same name.
 _drawn: dict[tuple[str, int, float], Arrivals] = {}
 
 
@@ -231,13 +234,17 @@ def run_sweep(
     # Every replay of a trace measures against its workload: made once.
     shared = {each.name: (each, target_workload(each)) for each in traces}
     sweeps = {each.name: Sweep() for each in traces}
-    for job, done in pool.run_jobs(shared, _run_job, jobs, workers=workers):
-        if isinstance(done, bound.Bound):
-            sweeps[job.trace].bounds[job.seed] = done
-        else:
-            sweeps[job.trace].runs.append(done)
-        if on_done:
-            on_done(done)
+    _drawn.clear()
+    try:
+        for job, done in pool.run_jobs(shared, _run_job, jobs, workers=workers):
+            if isinstance(done, bound.Bound):
+                sweeps[job.trace].bounds[job.seed] = done
+            else:
+                sweeps[job.trace].runs.append(done)
+            if on_done:
+                on_done(done)
+    finally:
+        _drawn.clear()
     order = {key: at for at, key in enumerate(itertools.product(policies, move_budgets, reserves, seeds))}
     for sweep in sweeps.values():
         sweep.runs.sort(key=lambda run: order[run.policy, run.move_budget, run.reserve, run.seed])

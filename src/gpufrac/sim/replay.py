@@ -195,8 +195,10 @@ def replay(
     mover = _Mover(state, chosen, move_budget, workload)
     moves: dict[int, MoveTally] = {}
     # Without moves nothing leaves, so room only shrinks: a pod shape that fit nowhere fits nowhere again,
-    # and its later pods are dropped under the same reason without a decision (a third of the pods past
-    # 100% arrival). Not a shape the reserve turned away: a share opening an empty GPU may make room for it.
+    # and its later pods are dropped without a decision (a third of the pods past 100% arrival), counted
+    # under the reason the shape first failed for (a decision might name another as nodes fill: the first
+    # filter to reject a node can change; reports read only the count). Not a shape the reserve turned
+    # away: a share opening an empty GPU may make room for it.
     fits_nowhere: dict[Hashed, str] = {}
     walk = zip(pods, shapes, first_of_percent.tolist(), strict=True)
     for i, (pod, shape, measure) in enumerate(walk):
