@@ -40,11 +40,13 @@ def share_pod(name: str, fraction: str = "0.5", **settings: Any) -> dict[str, An
     return pod(name, annotations=notes, **settings)
 
 
-def setup(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tuple[Scheduler, FakeApi, FakeClock]:
+def setup(
+    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], **settings: Any
+) -> tuple[Scheduler, FakeApi, FakeClock]:
     client, clock = FakeApi(), FakeClock()
     for item in pods:
         client.put(item)
-    made = scheduler(client, clock, reservation_idle_seconds=5.0)
+    made = scheduler(client, clock, reservation_idle_seconds=5.0, **settings)
     made.clock = clock
     made.on_nodes_listed(nodes)
     made.on_pods_listed(pods)
@@ -87,6 +89,18 @@ async def test_a_share_waits_for_a_reservation_then_lands_on_the_gpu_the_kubelet
     stored = client.stored("Pod", "p")
     assert stored["spec"]["nodeName"] == "n1"
     assert stored["metadata"]["annotations"][keys.container_key("main", keys.DEVICES)] == "GPU-n1-1"
+
+
+async def test_the_whole_gpu_reserve_counts_the_gpus_the_device_plugin_has_free() -> None:
+    """A share is decided seeing only the GPUs gpufrac reserved; the reserve must still count the free ones,
+    or it refuses the share, and the scheduler reserves GPU after GPU from the plugin for it."""
+    made, client, clock = setup([dp_node(gpus=4)], [share_pod("p", "0.75")], whole_gpu_reserve=25)
+    await settle(made)
+    [reservation] = reservation_pods(client)
+    made.on_node_event("MODIFIED", dp_node(gpus=4, holders={1: holder(reservation)}))
+    await settle(made, clock)
+    assert len(reservation_pods(client)) == 1  # 3 GPUs stay empty beside the share: 1 is kept
+    assert client.stored("Pod", "p")["spec"]["nodeName"] == "n1"
 
 
 async def test_no_reservation_is_made_where_the_share_would_then_find_no_pod_slot() -> None:

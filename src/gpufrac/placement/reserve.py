@@ -34,6 +34,19 @@ class WholeGpuReserve:
     """Keep `percent` of the cluster's GPUs empty against large shares (`LARGE_SHARE_MILLI`)."""
 
     percent: float
+    # (empty GPUs, all GPUs), counted by a caller whose decisions see only some of the GPUs (the scheduler
+    # beside a device plugin hides all but the GPUs it reserved from a share): None counts them on the state
+    # decided on.
+    counted: tuple[int, int] | None = None
+
+    @staticmethod
+    def count(state: ClusterState) -> tuple[int, int]:
+        """The empty GPUs a whole-GPU pod could take (healthy, open, no tenant), and all GPUs, of the nodes
+        in `state`."""
+        rows = state.active_rows()
+        gpus = take_rows(state.gpu_mem, rows) > 0
+        empty = state.open_gpus(rows) & (take_rows(state.gpu_tenants, rows) == 0) & gpus
+        return int(np.count_nonzero(empty)), int(np.count_nonzero(gpus))
 
     def refuses(self, state: ClusterState, placement: Placement) -> bool:
         """Whether `placement` opens an empty GPU with a large share and leaves fewer empty GPUs than kept.
@@ -57,8 +70,5 @@ class WholeGpuReserve:
         # 11,468 MiB, which is 700 milli here.
         if not any(milli_up(mib, int(memory[gpu])) >= LARGE_SHARE_MILLI for gpu, mib in opened.items()):
             return False
-        rows = state.active_rows()
-        gpus = take_rows(state.gpu_mem, rows) > 0
-        empty = state.open_gpus(rows) & (take_rows(state.gpu_tenants, rows) == 0) & gpus
-        kept = math.ceil(self.percent * int(np.count_nonzero(gpus)) / 100)
-        return int(np.count_nonzero(empty)) - len(opened) < kept
+        empty, gpus = self.counted or self.count(state)
+        return empty - len(opened) < math.ceil(self.percent * gpus / 100)

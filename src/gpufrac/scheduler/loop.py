@@ -326,6 +326,17 @@ class Scheduler:
             return replace(policy, reserve=WholeGpuReserve(self.config.whole_gpu_reserve))
         return policy
 
+    def _reserve_counted(self, policy: Policy) -> Policy:
+        """`policy`, its whole-GPU reserve counting empty GPUs as whole-GPU pods see them. Beside a device
+        plugin a share is decided seeing only the GPUs gpufrac reserved, so counted there the reserve would
+        see too few empty GPUs, refuse the share, and have more GPUs reserved from the plugin for it: the
+        free ones are counted too."""
+        if policy.reserve is None or not self.cache.devices:
+            return policy
+        with self.cache.device_view(Hold.FREE, Hold.RESERVED):
+            counted = policy.reserve.count(self.cache.snapshot())
+        return replace(policy, reserve=replace(policy.reserve, counted=counted))
+
     def refresh_workload(self, *, every: float = WORKLOAD_REFRESH_SECONDS) -> None:
         """Rebuild the policy with the target workload of the pods now known, bound and pending.
 
@@ -455,6 +466,7 @@ class Scheduler:
         freed: list[tuple[str, list[Held]]] = []
         # Shares only on GPUs gpufrac reserved, whole GPUs only on GPUs the device plugin still has free.
         usable = (Hold.RESERVED,) if demand.shares else (Hold.FREE,) if demand.whole else ()
+        policy = self._reserve_counted(self.policy)
         try:
             nominated = functools.partial(self.cache.nominated_view, uid, _priority(pod))
             with self.cache.device_view(*usable), nominated(device_gpus=Hold.FREE in usable) as theirs:
@@ -465,15 +477,15 @@ class Scheduler:
                 outcome: Placement | Unschedulable = Unschedulable(uid, {})
                 if kept is not None and past is None:  # the room pods were moved out of, first
                     room = rows[rows == self.cache.state.index.get(kept.node, -1)]
-                    outcome = decide(self.cache.snapshot(), demand, self.policy, rows=room)
+                    outcome = decide(self.cache.snapshot(), demand, policy, rows=room)
                 if isinstance(outcome, Unschedulable) and past is None:
-                    outcome = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
+                    outcome = decide(self.cache.snapshot(), demand, policy, rows=rows)
                 if (
                     isinstance(outcome, Unschedulable)
                     and past is None
-                    and (freed := self._held_room(pod, demand, rows))
+                    and (freed := self._held_room(pod, demand, rows, policy))
                 ):
-                    outcome = decide(self.cache.snapshot(), demand, self.policy, rows=rows)
+                    outcome = decide(self.cache.snapshot(), demand, policy, rows=rows)
             for key, given in freed:
                 why = f"the room held for them went to queue {self.tenants.tenant(pod)}, below its share"
                 await self._gave_back(key, given, why)
@@ -494,7 +506,7 @@ class Scheduler:
                 reserving = self.cache.device_view(Hold.RESERVED, Hold.PENDING, Hold.FREE)
                 with reserving, nominated(device_gpus=True) as theirs:
                     left = rows[~np.isin(rows, theirs)]
-                    trial = decide(self.cache.snapshot(), demand, self.policy, rows=left)
+                    trial = decide(self.cache.snapshot(), demand, policy, rows=left)
                 if not isinstance(trial, Unschedulable) and await self._reserve_for(uid, pod, trial):
                     self.queue.park(uid, **self._order(pod))
                     return
@@ -503,7 +515,7 @@ class Scheduler:
                 and past_as_placed is None
                 and self.config.max_moves
                 and await self.evictions.make_room(
-                    uid, pod, demand, rows, open_rows, self.policy, capped=past is not None
+                    uid, pod, demand, rows, open_rows, policy, capped=past is not None
                 )
             ):
                 self.tenants.outdated()  # the queues' use, counting these evictions, before the next decision
@@ -633,7 +645,7 @@ class Scheduler:
                 await self._report_failure(pod, f"pod group {key}: {why}")
 
     def _held_room(
-        self, pod: Mapping[str, Any], demand: PodDemand, rows: np.ndarray
+        self, pod: Mapping[str, Any], demand: PodDemand, rows: np.ndarray, policy: Policy
     ) -> list[tuple[str, list[Held]]]:
         """Gangs held for queues over their fair share give their room to a pod that fits nowhere else, where
         its queue may reclaim (as it would take running pods of those queues): held members run nothing, so
@@ -658,7 +670,7 @@ class Scheduler:
             )
         }
         held = [uid for members in yielding.values() for uid, _, _ in members]
-        trial = decide(self.cache.snapshot().without(held), demand, self.policy, rows=rows) if held else None
+        trial = decide(self.cache.snapshot().without(held), demand, policy, rows=rows) if held else None
         if not isinstance(trial, Placement) or not self.tenants.reclaiming(tenant, demand, placed=[trial]):
             return []
         freed = []
