@@ -13,7 +13,7 @@ from gpufrac.cluster.state import ClusterState
 from gpufrac.contract.model import ShareRequest
 from gpufrac.placement.defrag import plan_room
 from gpufrac.placement.engine import decide
-from gpufrac.placement.framework import Policy
+from gpufrac.placement.framework import POLICIES, Policy
 from gpufrac.placement.reserve import KEPT_WHOLE, WholeGpuReserve
 
 from ..cluster.builders import node, portion, share_pod, whole_pod
@@ -71,6 +71,18 @@ def test_a_large_share_on_a_gpu_already_open_passes() -> None:
     chosen = reserving("bestfit", 100)
     placed = place(state, share_pod("large", 810), chosen)  # best fit: onto the open GPU, opening none
     assert placed.assignments[0].gpus == place_of(state, "small")
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_a_large_share_the_reserve_keeps_off_an_empty_gpu_goes_to_a_used_one(name: str) -> None:
+    # a's one GPU holds 200 milli; b and c are empty. 4 of the 5 GPUs kept: only a may take the share, which
+    # a policy that spreads would have put on an empty GPU.
+    state = ClusterState([node("a", 1), node("b", 2), node("c", 2)])
+    place(state, share_pod("small", 200), policy("bestfit"))
+    chosen = dataclasses.replace(policy(name), reserve=WholeGpuReserve(80))
+    assert place(state, share_pod("large", 750), chosen).node == "a"
+    outcome = refused(state, share_pod("next", 750), chosen)  # a is full: only empty GPUs are left
+    assert outcome.reasons[KEPT_WHOLE] == 2
 
 
 def place_of(state: ClusterState, pod: str) -> tuple[int, ...]:

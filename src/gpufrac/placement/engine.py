@@ -35,12 +35,22 @@ def decide(
     elif len(fit.rows) == 0:
         return Unschedulable(pod.name, dict(fit.rejected))
     else:
-        at = best(state, fit, policy.scorer.score(state, fit))
-        outcome = placement_for(state, fit, at, policy.picker.pick(state, fit, at))
+        outcome = _chosen(state, fit, policy)
     reserve = policy.reserve
     if reserve is not None and isinstance(outcome, Placement) and reserve.refuses(state, outcome):
-        return Unschedulable(pod.name, dict(fit.rejected) | {KEPT_WHOLE: len(fit.rows)})
+        # The policy opened an empty GPU the reserve keeps: its choice among the GPUs already in use, if any
+        # has room (a policy that spreads opens one where a used GPU would do).
+        used = fit.narrowed(state.gpu_tenants > 0, Hashed((KEPT_WHOLE, fit.shape.value)))
+        if not is_simple(pod) or len(used.rows) == 0:
+            return Unschedulable(pod.name, dict(fit.rejected) | {KEPT_WHOLE: len(fit.rows)})
+        return _chosen(state, used, policy)
     return outcome
+
+
+def _chosen(state: ClusterState, fit: Fit, policy: Policy) -> Placement:
+    """The policy's node among the feasible ones, and its GPUs there."""
+    at = best(state, fit, policy.scorer.score(state, fit))
+    return placement_for(state, fit, at, policy.picker.pick(state, fit, at))
 
 
 def best(state: ClusterState, fit: Fit, scores: np.ndarray) -> int:

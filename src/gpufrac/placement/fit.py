@@ -62,6 +62,15 @@ class Fit:
             known = self._nodes[positions] = Candidates(self.state, self.pod, self.rows[positions])
         return known
 
+    def narrowed(self, allowed: np.ndarray, shape: Hashed) -> Fit:
+        """The same pod's fit on the GPUs `allowed` (by node row and GPU column) only: the nodes left with too
+        few usable GPUs drop out. `shape` keys the memos apart from the pod's own, since what a policy scores
+        depends on the GPUs usable."""
+        usable = np.zeros(allowed.shape, bool)
+        usable[self.rows] = self.usable(slice(None)) & allowed[self.rows]
+        enough = usable[self.rows].sum(axis=1) >= gpus_wanted(self.pod)
+        return Fit(self.state, self.pod, self.rows[enough], self._verdicts, shape, usable)
+
     def subset(self, positions: np.ndarray) -> Fit:
         """The same pod's fit among the feasible nodes at `positions` only."""
         return Fit(self.state, self.pod, self.rows[positions], self._verdicts, self.shape, self._usable)

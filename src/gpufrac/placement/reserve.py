@@ -55,9 +55,8 @@ class WholeGpuReserve:
         as does a pod of whole GPUs only. A pod of several containers counts their shares together, so that
         a second, small container does not carry a large share past the reserve. Shares are judged by their
         request, what they take from the GPU: a limit above it is burst room that other shares' requests
-        may still take, so a small request leaves no hole. Only the placement the policy chose is judged: a
-        policy that spreads (`spread`, `random`) may open an empty GPU where a used one had room, and is
-        refused where the packing policies would have passed."""
+        may still take, so a small request leaves no hole. A share refused here is decided again among the
+        GPUs already in use (`engine.decide`)."""
         row = state.index[placement.node]
         opened: dict[int, int] = {}  # empty GPU -> MiB the pod's shares ask of it (0: taken whole)
         for assignment in placement.assignments:
