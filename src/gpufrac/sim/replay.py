@@ -132,7 +132,7 @@ def _too_many(trace: Trace, inflation: float, count: str) -> UserError:
 class Arrivals:
     """A seed's pods in the order they arrive, and the rest of what a replay draws before its first
     decision. The same for every policy, so a sweep draws them once per seed (`experiment`), not per
-    replay: a tenth of a replay's time. Holds `Hashed` keys, so it never leaves its process."""
+    replay: a few percent of a replay's time. Holds `Hashed` keys, so it never leaves its process."""
 
     pods: list[TracePod]
     shapes: list[Hashed]  # `_shape_keys(pods)`
@@ -141,6 +141,7 @@ class Arrivals:
 
 
 def draw_arrivals(trace: Trace, *, seed: int, inflation: float) -> Arrivals:
+    """What a replay of `trace` draws from `seed` before its policy draws anything, in the same order."""
     rng = np.random.default_rng(seed)
     pods = arrival_order(trace, rng, inflation=inflation)
     # Ties go to the first node in a fixed random order drawn once per run, as the authors' simulator
@@ -168,8 +169,9 @@ def replay(
     GPUs: shares and CPU-only pods) to make room, and every `TIDY_EVERY` arrivals pods are moved where that
     lowers fragmentation, as long as the moves so far stay within `move_budget` per 100 arrivals and no pod
     moves more than `MAX_MOVES_PER_POD` others. With a `reserve`, a large share that would leave fewer than
-    `reserve`% of the GPUs empty is dropped (`placement.reserve`). `arrivals`: `draw_arrivals` of the
-    same trace, seed and inflation, from a caller that replays them with several policies."""
+    `reserve`% of the GPUs empty goes to a GPU in use or is dropped (`placement.reserve`). `arrivals`:
+    `draw_arrivals` of the same trace, seed and inflation, from a caller that replays them with several
+    policies."""
     started = time.perf_counter()
     drawn = arrivals or draw_arrivals(trace, seed=seed, inflation=inflation)
     rng = np.random.default_rng(seed)
