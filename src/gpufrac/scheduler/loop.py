@@ -326,12 +326,12 @@ class Scheduler:
             return replace(policy, reserve=WholeGpuReserve(self.config.whole_gpu_reserve))
         return policy
 
-    def _reserve_counted(self, policy: Policy) -> Policy:
+    def _reserve_counted(self, policy: Policy, demand: PodDemand) -> Policy:
         """`policy`, its whole-GPU reserve counting empty GPUs as whole-GPU pods see them. Beside a device
         plugin a share is decided seeing only the GPUs gpufrac reserved, so counted there the reserve would
         see too few empty GPUs, refuse the share, and have more GPUs reserved from the plugin for it: the
-        free ones are counted too."""
-        if policy.reserve is None or not self.cache.devices:
+        free ones are counted too. Only for a pod with a share, the only kind the reserve judges."""
+        if policy.reserve is None or not demand.shares or not self.cache.devices:
             return policy
         with self.cache.device_view(Hold.FREE, Hold.RESERVED):
             counted = policy.reserve.count(self.cache.snapshot())
@@ -466,7 +466,7 @@ class Scheduler:
         freed: list[tuple[str, list[Held]]] = []
         # Shares only on GPUs gpufrac reserved, whole GPUs only on GPUs the device plugin still has free.
         usable = (Hold.RESERVED,) if demand.shares else (Hold.FREE,) if demand.whole else ()
-        policy = self._reserve_counted(self.policy)
+        policy = self._reserve_counted(self.policy, demand)
         try:
             nominated = functools.partial(self.cache.nominated_view, uid, _priority(pod))
             with self.cache.device_view(*usable), nominated(device_gpus=Hold.FREE in usable) as theirs:
