@@ -28,6 +28,7 @@ from gpufrac.contract.model import (
     WholeGpuRequest,
 )
 from gpufrac.placement.engine import decide
+from gpufrac.placement.filters import FILTERS, Candidates
 from gpufrac.placement.fit import find_fit, fit_memo
 from gpufrac.placement.framework import POLICIES, PerNode, PolicyContext
 from gpufrac.placement.workload import Workload
@@ -218,6 +219,12 @@ class EngineMachine(RuleBasedStateMachine):
         slow = find_fit(self.state, pod)
         assert list(fast.rejected.items()) == list(slow.rejected.items())
         assert np.array_equal(fast.rows, slow.rows)
+        # The feasible nodes are those every filter that applies passes, whatever shortcut finds them.
+        rows = self.state.active_rows()
+        every = Candidates(self.state, pod, rows)
+        passed = np.logical_and.reduce([f.passes(every) for f in FILTERS if f.applies(pod)])
+        assert np.array_equal(slow.rows, rows[passed])
+        assert sum(slow.rejected.values()) == len(rows) - len(slow.rows)
         everywhere = slow.on(slice(None))
         assert np.array_equal(fast.usable(slice(None)), everywhere.usable)  # as the memo keeps it
         for at in range(len(fast.rows)):  # one node's arrays, as pickers ask for them, are the same

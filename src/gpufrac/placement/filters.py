@@ -138,10 +138,15 @@ class Candidates:
 
 @dataclass(frozen=True, slots=True)
 class Filter:
+    """`on_gpus`: the filter counts a node's GPUs and rejects only nodes with fewer `Candidates.usable` GPUs
+    than the pod takes (`gpus_wanted`), so for a simple pod (`is_simple`) a node with enough usable GPUs
+    passes it: the engine then checks that count once instead of each such filter (`fit.find_fit`)."""
+
     name: str
     passes: Callable[[Candidates], np.ndarray]
     why: str | Callable[[PodDemand], str]
     applies: Callable[[PodDemand], bool] = lambda pod: pod.wants_gpu
+    on_gpus: bool = False
 
     def reason(self, pod: PodDemand) -> str:
         return self.why if isinstance(self.why, str) else self.why(pod)
@@ -193,39 +198,51 @@ FILTERS: tuple[Filter, ...] = (
         lambda pod: f"not enough {', '.join(name for name, _ in pod.scalars)}",
         lambda pod: bool(pod.scalars),
     ),
-    Filter("gpu-count", lambda c: c.state.gpu_count[c.rows] >= gpus_wanted(c.pod), "too few GPUs"),
+    Filter(
+        "gpu-count", lambda c: c.state.gpu_count[c.rows] >= gpus_wanted(c.pod), "too few GPUs", on_gpus=True
+    ),
     Filter(
         "gpu-model",
         _allowed_model,
         GPU_MODEL_NOT_ALLOWED,
         lambda pod: pod.wants_gpu and pod.models is not None,
     ),
-    Filter("gpu-health", lambda c: np.logical_or.reduce(c.open_gpus, axis=1), "no healthy free GPU"),
+    Filter(
+        "gpu-health", lambda c: np.logical_or.reduce(c.open_gpus, axis=1), "no healthy free GPU", on_gpus=True
+    ),
     Filter(
         "whole-gpus",
         lambda c: c.empty.sum(axis=1) >= c.pod.whole_gpus,
         NOT_ENOUGH_FREE_GPUS,
         lambda pod: pod.whole_gpus > 0,
+        on_gpus=True,
     ),
     Filter(
-        "gpu-memory", lambda c: c.memory_ok.sum(axis=1) >= _devices(c), "not enough GPU memory", _simple_share
+        "gpu-memory",
+        lambda c: c.memory_ok.sum(axis=1) >= _devices(c),
+        "not enough GPU memory",
+        _simple_share,
+        on_gpus=True,
     ),
     Filter(
         "gpu-mode",
         lambda c: c.mode_ok.sum(axis=1) >= _devices(c),
         lambda pod: f"GPU mode is {MODE_OF_CODE[3 - MODE_CODE[pod.shares[0].mode]]}",
         _simple_share,
+        on_gpus=True,
     ),
     Filter(
         "fault-domain",
         lambda c: c.domain_ok.sum(axis=1) >= _devices(c),
         "sm-sharing GPUs hold another fault domain's shares",
         lambda pod: _simple_share(pod) and pod.shares[0].mode is ComputeMode.SM_SHARING,
+        on_gpus=True,
     ),
     Filter(
         "gpu-compute",
         lambda c: c.share_ok.sum(axis=1) >= _devices(c),
         COMPUTE_CAPS_FULL,
         lambda pod: _claim(pod) > 0,
+        on_gpus=True,
     ),
 )

@@ -16,7 +16,7 @@ import numpy as np
 from gpufrac.cluster.model import PodDemand, milli_up
 from gpufrac.cluster.state import ClusterState, take_rows
 from gpufrac.placement.cache import Hashed, NodeMemo, shape_key
-from gpufrac.placement.filters import FILTERS, Candidates, Filter, gpus_wanted, resolve
+from gpufrac.placement.filters import FILTERS, Candidates, Filter, gpus_wanted, is_simple, resolve
 
 PASSED = len(FILTERS)  # the verdict of a node no filter rejects; otherwise the index of the first that does
 
@@ -34,13 +34,13 @@ class Fit:
         state: ClusterState,
         pod: PodDemand,
         rows: np.ndarray,
-        verdicts: np.ndarray,
+        judged: np.ndarray,
         shape: Hashed,
         usable: np.ndarray | None = None,
     ) -> None:
         self.state, self.pod, self.rows = state, pod, rows
         self.shape = shape  # the pod's shape, as the memos' key
-        self._verdicts = verdicts  # per candidate node, feasible or not: the first filter that rejected it
+        self._judged = judged  # the candidate nodes `rows` were found among, for `rejected`
         self._usable = usable  # `usable` by node row, where the filters' memo keeps it
         self._nodes: dict[int, Candidates] = {}
 
@@ -69,17 +69,19 @@ class Fit:
         usable = np.zeros(allowed.shape, bool)
         usable[self.rows] = self.usable(slice(None)) & allowed[self.rows]
         enough = usable[self.rows].sum(axis=1) >= gpus_wanted(self.pod)
-        return Fit(self.state, self.pod, self.rows[enough], self._verdicts, shape, usable)
+        return Fit(self.state, self.pod, self.rows[enough], self._judged, shape, usable)
 
     def subset(self, positions: np.ndarray) -> Fit:
         """The same pod's fit among the feasible nodes at `positions` only."""
-        return Fit(self.state, self.pod, self.rows[positions], self._verdicts, self.shape, self._usable)
+        return Fit(self.state, self.pod, self.rows[positions], self._judged, self.shape, self._usable)
 
     @cached_property
     def rejected(self) -> Counter[str]:
-        """The nodes that could not take the pod, counted by the first filter that rejected each."""
+        """The nodes that could not take the pod, counted by the first filter that rejected each: judged
+        filter by filter only here, since deciding needs no more than whether each node passes them all."""
+        verdicts = _judge(Candidates(self.state, self.pod, self._judged), self.shape)
         rejected: Counter[str] = Counter()
-        for index, count in enumerate(np.bincount(self._verdicts, minlength=PASSED + 1)[:PASSED]):
+        for index, count in enumerate(np.bincount(verdicts, minlength=PASSED + 1)[:PASSED]):
             if count:
                 rejected[FILTERS[index].reason(self.pod)] += int(count)
         return rejected
@@ -99,8 +101,9 @@ class Fit:
 
 
 def fit_memo() -> NodeMemo:
-    """A memo for `find_fit`: per pod shape, each node's verdict and the GPUs the pod could take there."""
-    return NodeMemo("verdict", "usable", dtypes={"verdict": np.int64, "usable": bool}, per_gpu=("usable",))
+    """A memo for `find_fit`: per pod shape, whether each node passes every filter, and the GPUs the pod
+    could take there."""
+    return NodeMemo("passes", "usable", dtypes={"passes": bool, "usable": bool}, per_gpu=("usable",))
 
 
 def find_fit(
@@ -113,10 +116,10 @@ def find_fit(
 ) -> Fit:
     """Feasible nodes for `pod` among `rows` (default: all active nodes), and rejections by reason.
 
-    Every filter in `filters.FILTERS` runs in order over all candidate nodes at once; a node is counted
-    under the first filter that rejects it. With a `memo` (from `fit_memo`, kept across one state's
+    Every filter in `filters.FILTERS` runs over all candidate nodes at once; a node is counted under the
+    first filter that rejects it (`Fit.rejected`). With a `memo` (from `fit_memo`, kept across one state's
     decisions) only the nodes that changed since the last pod of the same shape are filtered again, since
-    a verdict depends on nothing but the node and the pod's shape.
+    whether a node passes depends on nothing but the node and the pod's shape.
 
     `shape` is `Hashed(shape_key(pod))`, made here unless the caller keeps one per kind of pod: making it
     costs more than a decision's memo lookups, and the memos find a key they hold faster when it is the
@@ -125,33 +128,53 @@ def find_fit(
     rows = state.active_rows() if rows is None else rows
     shape = shape or Hashed(shape_key(pod))
     if memo is None:
-        verdicts = _judge(Candidates(state, pod, rows), shape)
-        return Fit(state, pod, rows[verdicts == PASSED], verdicts, shape)
+        return Fit(state, pod, rows[_passes(Candidates(state, pod, rows), shape)], rows, shape)
     entry, stale = memo.lookup(state, shape, rows)
     if stale.size:
         fresh = rows[stale]
         candidates = Candidates(state, pod, fresh)
-        entry["verdict"][fresh] = _judge(candidates, shape)
+        entry["passes"][fresh] = _passes(candidates, shape)
         if pod.wants_gpu:
             entry["usable"][fresh] = candidates.usable
         memo.stamp(state, entry, fresh)
-    if rows.size == entry["verdict"].size:  # every node, in order (as `lookup` takes it): no gathers
-        verdicts = entry["verdict"]  # the memo's own: read before the next decision of the shape writes it
-        return Fit(state, pod, (verdicts == PASSED).nonzero()[0], verdicts, shape, entry["usable"])
-    verdicts = entry["verdict"][rows]
-    return Fit(state, pod, rows[verdicts == PASSED], verdicts, shape, entry["usable"])
+    if rows.size == entry["passes"].size:  # every node, in order (as `lookup` takes it): no gathers
+        return Fit(state, pod, entry["passes"].nonzero()[0], rows, shape, entry["usable"])
+    return Fit(state, pod, rows[entry["passes"][rows]], rows, shape, entry["usable"])
+
+
+def _passes(candidates: Candidates, shape: Hashed) -> np.ndarray:
+    """Per candidate node, whether every filter passes it.
+
+    For a simple pod the filters that count GPUs (`Filter.on_gpus`) are one check, that the node has as many
+    usable GPUs as the pod takes, and the others are and-ed in place: a decision judges only the few nodes
+    that changed, so numpy's per-call costs are most of it, and this takes about half the calls of
+    `_judge`, which says which filter rejected each node, wanted only once a pod fits nowhere."""
+    pod = candidates.pod
+    if not is_simple(pod):
+        return _judge(candidates, shape) == PASSED
+    first, second, *others = _on_nodes(shape)  # "cpu", "memory" and "pods" apply to every pod
+    passes = first.passes(candidates) & second.passes(candidates)
+    for node_filter in others:
+        passes &= node_filter.passes(candidates)
+    if pod.wants_gpu:
+        passes &= candidates.usable.sum(axis=1) >= gpus_wanted(pod)
+    return passes
 
 
 def _judge(candidates: Candidates, shape: Hashed) -> np.ndarray:
     """Per candidate node, the index of the first filter that rejects it (`PASSED` if none).
 
     The filters' verdicts are stacked (filter, node) above a row that fails every node, so that each node's
-    first failing row is its verdict's position in `_applying`'s order: a fixed handful of numpy calls per
-    decision rather than a masked write per filter, since a decision judges only the few nodes that changed
-    and numpy's per-call costs dominate."""
+    first failing row is its verdict's position in `_applying`'s order: a fixed handful of numpy calls."""
     order, filters = _applying(shape)
     passes = [node_filter.passes(candidates) for node_filter in filters]
     return order[np.array([*passes, np.zeros(len(candidates.rows), bool)]).argmin(axis=0)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _on_nodes(shape: Hashed) -> tuple[Filter, ...]:
+    """The filters that apply to pods of `shape` and do not count GPUs, in order (`_passes`)."""
+    return tuple(node_filter for node_filter in _applying(shape)[1] if not node_filter.on_gpus)
 
 
 @functools.lru_cache(maxsize=4096)
