@@ -88,6 +88,7 @@ def progress(console: Console, verb: str, *, transient: bool) -> Progress:
         TimeElapsedColumn(),
         console=console,
         transient=transient,
+        refresh_per_second=2,  # a bar of work that takes minutes: redrawing it more often only takes CPU
     )
 
 

@@ -6,6 +6,7 @@ with every job; results come back in the order the jobs were given, so reports d
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -24,6 +25,14 @@ _work: Callable[[Any, Any], Any] | None = None
 def _install(shared: Any, work: Callable[[Any, Any], Any]) -> None:
     global _shared, _work
     _shared, _work = shared, work
+    _keep_out_of_collections()
+
+
+def _keep_out_of_collections() -> None:
+    """Let the garbage collector's full collections skip every object alive now: the shared data (every
+    trace of a sweep, some 400,000 objects) lives as long as the jobs, and walking it again at each full
+    collection took 5% of a sweep's time."""
+    gc.freeze()
 
 
 def _call(job: Any) -> Any:
@@ -73,8 +82,12 @@ def run_jobs(
     """
     count = worker_count(workers, len(jobs))
     if count == 1:
-        for job in jobs:
-            yield job, work(shared, job)
+        _keep_out_of_collections()
+        try:
+            for job in jobs:
+                yield job, work(shared, job)
+        finally:
+            gc.unfreeze()
         return
     with ProcessPoolExecutor(count, initializer=_install, initargs=(shared, work)) as pool:
         futures = [pool.submit(_call, job) for job in jobs]
