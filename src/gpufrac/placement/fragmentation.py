@@ -72,11 +72,11 @@ def _sums_around_share(free: np.ndarray, need: np.ndarray, workload: Workload) -
     milli = workload.milli
     now = free[:, :, None]  # (nodes, GPU that takes the share, shapes)
     then = now - need[:, None, None]
-    below, below_after = now < milli, then < milli
-    stranded_on = now * below  # per GPU, its free share if too small for the shape
-    stranded, roomy, total = stranded_on.sum(axis=1), (~below).sum(axis=1), free.sum(axis=1)
-    stranded_after = stranded[:, None, :] - stranded_on + then * below_after
-    roomy_after = roomy[:, None, :] - ~below + ~below_after
+    roomy_on, roomy_on_after = now >= milli, then >= milli
+    stranded_on = np.where(roomy_on, 0, now)  # per GPU, its free share if too small for the shape
+    stranded, roomy, total = stranded_on.sum(axis=1), roomy_on.sum(axis=1), free.sum(axis=1)
+    stranded_after = stranded[:, None, :] - stranded_on + np.where(roomy_on_after, 0, then)
+    roomy_after = roomy[:, None, :] - roomy_on + roomy_on_after
     return (total, stranded, roomy), ((total - need)[:, None], stranded_after, roomy_after)
 
 
@@ -90,7 +90,9 @@ def _weighed(
 ) -> np.ndarray:
     """F_n(M) from a node's free share, and per shape its stranded share and its GPUs with room."""
     gpus = workload.gpus
-    fits = (roomy >= gpus) & (cpu_free[..., None] >= workload.cpu) & model_ok & (gpus > 0)
+    # What does not depend on the GPU that takes a share first: `model_ok` and `cpu_free` may lack that
+    # axis, so only one `&` is as large as `roomy`.
+    fits = (roomy >= gpus) & ((cpu_free[..., None] >= workload.cpu) & model_ok & (gpus > 0))
     per_shape = np.where(fits, stranded, total[..., None])
     # Summed along the shapes for each node on its own (not a matrix product, whose rounding depends on how
     # many nodes are measured at once), so that a node measures the same however it is batched.

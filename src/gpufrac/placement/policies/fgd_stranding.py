@@ -142,7 +142,7 @@ def model_need(workload: Workload, state: ClusterState) -> np.ndarray:
 
 @dataclass
 class FgdStranding(Fgd):
-    _waste: np.ndarray | None = None  # `expected_waste` of the workload, made on first use
+    _waste: np.ndarray | None = None  # `_weighed_waste`
     # The terms read of the whole cluster (`feed_rate`, `model_need`), and the state and node changes they
     # were made for.
     _cluster: tuple[tuple[int, int], float, np.ndarray] | None = None
@@ -170,14 +170,14 @@ class FgdStranding(Fgd):
         """FGD's Δ per candidate GPU, plus the stranding and model terms, which see only the node's total (the
         same whichever GPU takes the share), and the growth of the candidate GPU's expected waste; among equal
         scores, the GPU left with the least free share."""
-        after_total = free.sum(axis=-1) - need
+        total = free.sum(axis=-1)
         leftover = free - need[:, None]
-        waste = self._expected_waste()
+        waste = self._weighed_waste()
         hole = waste[np.minimum(np.maximum(leftover, 0), 1000)] - waste[np.minimum(free, 1000)]
         growth = (
             self._share_growth(state, fit, rows, free, need)
-            + self._penalty(state, fit, rows, free, after_total)[:, None]
-            + HOLE_WEIGHT * hole
+            + self._penalty(state, fit, rows, total, total - need)[:, None]
+            + hole
         )
         return fgd_score(growth) * _LEFTOVER_SPAN + (1000 - leftover)
 
@@ -185,25 +185,25 @@ class FgdStranding(Fgd):
         self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, after_free: np.ndarray
     ) -> np.ndarray:
         growth = self._growth(state, fit, rows, free, after_free)
-        return fgd_score(growth + self._penalty(state, fit, rows, free, after_free.sum(axis=-1)))
+        return fgd_score(growth + self._penalty(state, fit, rows, free.sum(axis=-1), after_free.sum(axis=-1)))
 
     def _penalty(
-        self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, after_total: np.ndarray
+        self, state: ClusterState, fit: Fit, rows: np.ndarray, total: np.ndarray, after_total: np.ndarray
     ) -> np.ndarray:
-        """What this policy adds to Δ, per node, for the pod leaving `after_total` milli-GPU free there: the
-        growth of the GPU share stranded behind the node's CPU, and the pod's milli-GPU times its model's
-        need."""
+        """What this policy adds to Δ, per node, for the pod taking its `total` free milli-GPU to
+        `after_total`: the growth of the GPU share stranded behind the node's CPU, and the pod's milli-GPU
+        times its model's need."""
         cpu = state.cpu_free[rows]
-        total = free.sum(axis=-1)
         rate, needs = self._cluster_terms(state)
         before = stranded_milli(total, cpu, rate)
         after = stranded_milli(after_total, cpu - fit.pod.cpu_milli, rate)
         needed = needs[state.model_id[rows]]
         return STRANDING_WEIGHT * (after - before) + MODEL_NEED_WEIGHT * needed * (total - after_total)
 
-    def _expected_waste(self) -> np.ndarray:
+    def _weighed_waste(self) -> np.ndarray:
+        """`HOLE_WEIGHT` × `expected_waste` of the workload, made on first use."""
         if self._waste is None:
-            self._waste = expected_waste(self.workload)
+            self._waste = HOLE_WEIGHT * expected_waste(self.workload)
         return self._waste
 
 
