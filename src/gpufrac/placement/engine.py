@@ -56,6 +56,8 @@ def _chosen(state: ClusterState, fit: Fit, policy: Policy) -> Placement:
 def best(state: ClusterState, fit: Fit, scores: np.ndarray) -> int:
     """The position of the highest score; among equals, the node with the lowest tie rank."""
     tied = (scores == scores.max()).nonzero()[0]
+    if tied.size == 1:  # most decisions of the paper's scorers: no ranks to read
+        return int(tied[0])
     return int(tied[state.tie_rank[fit.rows[tied]].argmin()])
 
 

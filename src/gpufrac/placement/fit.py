@@ -156,8 +156,11 @@ def _passes(candidates: Candidates, shape: Hashed) -> np.ndarray:
     passes = first.passes(candidates) & second.passes(candidates)
     for node_filter in others:
         passes &= node_filter.passes(candidates)
-    if pod.wants_gpu:
-        passes &= candidates.usable.sum(axis=1) >= gpus_wanted(pod)
+    wanted = gpus_wanted(pod)
+    if wanted == 1:  # most pods: `any` costs less than counting
+        passes &= np.logical_or.reduce(candidates.usable, axis=1)
+    elif wanted:
+        passes &= candidates.usable.sum(axis=1) >= wanted
     return passes
 
 
