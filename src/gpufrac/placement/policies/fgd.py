@@ -121,7 +121,6 @@ class Fgd:
         rows = fit.rows[positions]
         free = usable_free_milli(state, rows)
         need = fit.per_gpu_milli(positions)
-        no_gpu = np.zeros(len(rows))
         if fit.pod.shares and fit.pod.shares[0].num_devices == 1:
             # Every candidate GPU at once: (nodes, candidate GPU).
             share_ok = fit.usable(positions)
@@ -135,7 +134,7 @@ class Fgd:
             taken = empty & (np.cumsum(empty, axis=1) <= fit.pod.whole_gpus)
         else:
             taken = np.zeros_like(free, dtype=bool)
-        return self._node_score(state, fit, rows, free, free - taken * need[:, None]), no_gpu
+        return self._node_score(state, fit, rows, free, free - taken * need[:, None]), np.zeros(len(rows))
 
     def _share_scores(
         self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, need: np.ndarray

@@ -143,17 +143,18 @@ def model_need(workload: Workload, state: ClusterState) -> np.ndarray:
 @dataclass
 class FgdStranding(Fgd):
     _waste: np.ndarray | None = None  # `_weighed_waste`
-    # The terms read of the whole cluster (`feed_rate`, `model_need`), and the state and node changes they
-    # were made for.
-    _cluster: tuple[tuple[int, int], float, np.ndarray] | None = None
+    # The state and node changes the terms read of the whole cluster were made for, and the terms:
+    # `feed_rate`, `model_need`, and `model_need` again where it is not 0 everywhere (else None).
+    _cluster: tuple[tuple[int, int], float, np.ndarray, np.ndarray | None] | None = None
 
     def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
         self._cluster_terms(state)  # before the memo is read: it is emptied if they changed
         return super().score(state, fit)
 
-    def _cluster_terms(self, state: ClusterState) -> tuple[float, np.ndarray]:
-        """`feed_rate` and `model_need`, made again when nodes join, change or leave. Every node's score
-        reads them, so the scores kept are thrown away when they change."""
+    def _cluster_terms(self, state: ClusterState) -> tuple[float, np.ndarray | None]:
+        """`feed_rate` and `model_need` (None where no model is needed: no pod of the workload is restricted
+        to some), made again when nodes join, change or leave. Every node's score reads them, so the scores
+        kept are thrown away when they change."""
         key = (state.serial, state.node_changes)
         if self._cluster is None or self._cluster[0] != key:
             rate, needs = feed_rate(self.workload, state), model_need(self.workload, state)
@@ -161,8 +162,8 @@ class FgdStranding(Fgd):
                 self._cluster[1] != rate or not np.array_equal(self._cluster[2], needs)
             ):
                 self.memo.clear()
-            self._cluster = (key, rate, needs)
-        return self._cluster[1], self._cluster[2]
+            self._cluster = (key, rate, needs, needs if needs.any() else None)
+        return self._cluster[1], self._cluster[3]
 
     def _share_scores(
         self, state: ClusterState, fit: Fit, rows: np.ndarray, free: np.ndarray, need: np.ndarray
@@ -196,9 +197,10 @@ class FgdStranding(Fgd):
         cpu = state.cpu_free[rows]
         rate, needs = self._cluster_terms(state)
         before = stranded_milli(total, cpu, rate)
-        after = stranded_milli(after_total, cpu - fit.pod.cpu_milli, rate)
-        needed = needs[state.model_id[rows]]
-        return STRANDING_WEIGHT * (after - before) + MODEL_NEED_WEIGHT * needed * (total - after_total)
+        stranding = STRANDING_WEIGHT * (stranded_milli(after_total, cpu - fit.pod.cpu_milli, rate) - before)
+        if needs is None:  # the model term is 0 on every node
+            return stranding
+        return stranding + MODEL_NEED_WEIGHT * needs[state.model_id[rows]] * (total - after_total)
 
     def _weighed_waste(self) -> np.ndarray:
         """`HOLE_WEIGHT` × `expected_waste` of the workload, made on first use."""
