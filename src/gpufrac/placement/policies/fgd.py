@@ -125,8 +125,7 @@ class Fgd:
             # Every candidate GPU at once: (nodes, candidate GPU).
             share_ok = fit.usable(positions)
             scores = np.where(share_ok, self._share_scores(state, fit, rows, free, need), -1)
-            best = scores.max(axis=1)
-            return best, (scores == best[:, None]).argmax(axis=1)
+            return scores.max(axis=1), scores.argmax(axis=1)  # the lowest-index GPU of the best score
         if fit.pod.shares:
             taken = self._multi_device_choice(state, fit, positions)
         elif fit.pod.whole_gpus:
