@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from gpufrac.cluster.state import ClusterState
-from gpufrac.placement.cache import NodeMemo
+from gpufrac.placement.cache import Hashed, NodeMemo
 from gpufrac.placement.engine import decide
-from gpufrac.placement.fit import find_fit, fit_memo
+from gpufrac.placement.fit import find_fit, fit_memo, verdict_memo
 
 from ..cluster.builders import node, share_pod
 from .builders import policy
@@ -35,10 +35,32 @@ def test_a_policy_deciding_endless_shapes_keeps_its_memos_within_their_bound_and
     state = ClusterState([node(f"n{i}", 2) for i in range(50)])
     bounded, free = policy("fgd"), policy("fgd")
     small = fit_memo()
-    small._most_bytes = 10 * state.version.shape[0] * (8 + 8 + state.width)  # ten shapes' verdicts
+    small._most_bytes = 10 * state.version.shape[0] * (8 + 1 + state.width)  # ten shapes' entries
     bounded = type(bounded)(bounded.scorer, bounded.picker, small)
     for i in range(60):
         pod = share_pod(f"p{i}", 100 + i)
         assert decide(state, pod, bounded) == decide(state, pod, free)
         assert small._bytes <= small._most_bytes
     assert find_fit(state, share_pod("q", 500), memo=small).rows.size == 50
+
+
+def test_the_verdict_memo_judges_again_only_the_nodes_that_changed_and_counts_as_judging_afresh() -> None:
+    state = ClusterState([node(f"n{i}", 1) for i in range(6)])
+    for i in range(6):
+        state.apply(decide(state, share_pod(f"held{i}", 900), policy("bestfit")))  # type: ignore[arg-type]
+    verdicts = verdict_memo()
+    pod = share_pod("late", 500)
+    assert find_fit(state, pod, verdicts=verdicts).rejected == {"not enough GPU memory": 6}
+    assert verdicts.lookup(state, find_fit(state, pod).shape, state.active_rows())[1].size == 0
+    state.release("held0")  # one node changes: only it is judged again, and the pod now fits there
+    fit = find_fit(state, pod, verdicts=verdicts)
+    assert list(fit.rows) == [0] and fit.rejected == find_fit(state, pod).rejected == {
+        "not enough GPU memory": 5
+    }
+
+
+def test_a_fit_narrowed_to_some_gpus_counts_the_refusals_of_the_fit_it_came_from() -> None:
+    state = ClusterState([node("a", 2), node("b", 0)])
+    fit = find_fit(state, share_pod("p", 100))
+    narrowed = fit.narrowed(state.gpu_tenants > 0, Hashed(("in use", fit.shape.value)))
+    assert len(narrowed.rows) == 0 and narrowed.rejected == fit.rejected == {"too few GPUs": 1}

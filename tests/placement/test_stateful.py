@@ -29,7 +29,7 @@ from gpufrac.contract.model import (
 )
 from gpufrac.placement.engine import decide
 from gpufrac.placement.filters import FILTERS, Candidates
-from gpufrac.placement.fit import find_fit, fit_memo
+from gpufrac.placement.fit import find_fit, fit_memo, verdict_memo
 from gpufrac.placement.framework import POLICIES, PerNode, PolicyContext
 from gpufrac.placement.workload import Workload
 
@@ -162,6 +162,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.policy = POLICIES[self.policy_name](context)
         self.names = iter(range(10**9))
         self.fits = fit_memo()
+        self.verdicts = verdict_memo()
 
     def fresh_name(self) -> str:
         return f"pod-{next(self.names)}"
@@ -215,7 +216,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     def check_memo(self, pod: PodDemand) -> None:
         """The filters' memo, last used many changes ago, gives what filtering every node afresh gives."""
-        fast = find_fit(self.state, pod, memo=self.fits)
+        fast = find_fit(self.state, pod, memo=self.fits, verdicts=self.verdicts)
         slow = find_fit(self.state, pod)
         assert list(fast.rejected.items()) == list(slow.rejected.items())
         assert np.array_equal(fast.rows, slow.rows)

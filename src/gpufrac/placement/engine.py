@@ -28,7 +28,7 @@ def decide(
 ) -> Placement | Unschedulable:
     """Where `pod` goes among `rows` (default: every active node). The caller applies the result. `shape`:
     the pod's `Hashed(shape_key(pod))`, from a caller that keeps one per kind of pod (`find_fit`)."""
-    fit = find_fit(state, pod, rows=rows, memo=policy.fits, shape=shape)
+    fit = find_fit(state, pod, rows=rows, memo=policy.fits, shape=shape, verdicts=policy.verdicts)
     outcome: Placement | Unschedulable
     if not is_simple(pod):
         outcome = exact.decide(state, fit)

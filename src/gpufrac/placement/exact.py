@@ -75,7 +75,7 @@ class _Item:
 
 def decide(state: ClusterState, fit: Fit) -> Placement | Unschedulable:
     pod = fit.pod
-    rejected = Counter(fit.rejected)
+    searched: Counter[str] = Counter()  # nodes the filters passed, by why no search placed the pod there
     # A node in the same state as one refused before is refused alike: in a cluster of identical nodes a
     # pod that fits none costs one search, not one per node. Where the budget ran out the greedy pass still
     # runs (budget 0): with the GPUs in another order its ties fall elsewhere, and it ran on every node.
@@ -99,8 +99,8 @@ def decide(state: ClusterState, fit: Fit) -> Placement | Unschedulable:
                 )
             reason = TOO_MANY_COMBINATIONS if search.exhausted else NO_COMBINATION
             refused[search.signature] = reason
-        rejected[reason] += 1
-    return Unschedulable(pod.name, dict(rejected))
+        searched[reason] += 1
+    return Unschedulable(pod.name, dict(fit.rejected + searched))
 
 
 class Search:

@@ -149,7 +149,7 @@ class Candidates:
 class Filter:
     """`on_gpus`: the filter counts a node's GPUs and rejects only nodes with fewer `Candidates.usable` GPUs
     than the pod takes (`gpus_wanted`), so for a simple pod (`is_simple`) a node with enough usable GPUs
-    passes it: the engine then checks that count once instead of each such filter (`fit.find_fit`)."""
+    passes it: the engine then checks that count once instead of each such filter (`fit._passes`)."""
 
     name: str
     passes: Callable[[Candidates], np.ndarray]

@@ -34,13 +34,13 @@ class Fit:
         state: ClusterState,
         pod: PodDemand,
         rows: np.ndarray,
-        judged: np.ndarray,
+        judging: _Judging,
         shape: Hashed,
         usable: np.ndarray | None = None,
     ) -> None:
         self.state, self.pod, self.rows = state, pod, rows
         self.shape = shape  # the pod's shape, as the memos' key
-        self._judged = judged  # the candidate nodes `rows` were found among, for `rejected`
+        self._judging = judging  # how `rejected` judges the nodes `rows` were found among
         self._usable = usable  # `usable` by node row, where the filters' memo keeps it
         self._nodes: dict[int, Candidates] = {}
 
@@ -69,17 +69,28 @@ class Fit:
         usable = np.zeros(allowed.shape, bool)
         usable[self.rows] = self.usable(slice(None)) & allowed[self.rows]
         enough = usable[self.rows].sum(axis=1) >= gpus_wanted(self.pod)
-        return Fit(self.state, self.pod, self.rows[enough], self._judged, shape, usable)
+        return Fit(self.state, self.pod, self.rows[enough], self._judging, shape, usable)
 
     def subset(self, positions: np.ndarray) -> Fit:
         """The same pod's fit among the feasible nodes at `positions` only."""
-        return Fit(self.state, self.pod, self.rows[positions], self._judged, self.shape, self._usable)
+        return Fit(self.state, self.pod, self.rows[positions], self._judging, self.shape, self._usable)
 
     @cached_property
     def rejected(self) -> Counter[str]:
         """The nodes that could not take the pod, counted by the first filter that rejected each: judged
-        filter by filter only here, since deciding needs no more than whether each node passes them all."""
-        verdicts = _judge(Candidates(self.state, self.pod, self._judged), self.shape)
+        filter by filter only here, since deciding needs no more than whether each node passes them all.
+        With a verdict memo (`verdict_memo`), only the nodes that changed since the shape's last pod that fit
+        nowhere are judged again: the scheduler retries such pods."""
+        rows, shape, memo = self._judging
+        if memo is None:
+            verdicts = _judge(Candidates(self.state, self.pod, rows), shape)
+        else:
+            entry, stale = memo.lookup(self.state, shape, rows)
+            if stale.size:
+                fresh = rows[stale]
+                entry["verdict"][fresh] = _judge(Candidates(self.state, self.pod, fresh), shape)
+                memo.stamp(self.state, entry, fresh)
+            verdicts = entry["verdict"][rows]
         rejected: Counter[str] = Counter()
         for index, count in enumerate(np.bincount(verdicts, minlength=PASSED + 1)[:PASSED]):
             if count:
@@ -100,6 +111,16 @@ class Fit:
         return self.per_gpu_milli() * gpus_wanted(self.pod)
 
 
+# For `Fit.rejected`: the candidate rows, the pod's own shape (a narrowed fit's key is another), and the
+# verdict memo if the caller keeps one.
+_Judging = tuple[np.ndarray, Hashed, NodeMemo | None]
+
+
+def verdict_memo() -> NodeMemo:
+    """A memo for `Fit.rejected`: per pod shape, each node's first failing filter."""
+    return NodeMemo("verdict", dtypes={"verdict": np.int64})
+
+
 def fit_memo() -> NodeMemo:
     """A memo for `find_fit`: per pod shape, whether each node passes every filter, and the GPUs the pod
     could take there."""
@@ -113,22 +134,25 @@ def find_fit(
     rows: np.ndarray | None = None,
     memo: NodeMemo | None = None,
     shape: Hashed | None = None,
+    verdicts: NodeMemo | None = None,
 ) -> Fit:
     """Feasible nodes for `pod` among `rows` (default: all active nodes), and rejections by reason.
 
-    Every filter in `filters.FILTERS` runs over all candidate nodes at once; a node is counted under the
-    first filter that rejects it (`Fit.rejected`). With a `memo` (from `fit_memo`, kept across one state's
-    decisions) only the nodes that changed since the last pod of the same shape are filtered again, since
-    whether a node passes depends on nothing but the node and the pod's shape.
+    The filters in `filters.FILTERS` run over all candidate nodes at once (`_passes`); a node is counted
+    under the first filter that rejects it (`Fit.rejected`). With a `memo` (from `fit_memo`, kept across
+    one state's decisions) only the nodes that changed since the last pod of the same shape are filtered
+    again, since whether a node passes depends on nothing but the node and the pod's shape.
 
     `shape` is `Hashed(shape_key(pod))`, made here unless the caller keeps one per kind of pod: making it
     costs more than a decision's memo lookups, and the memos find a key they hold faster when it is the
-    same object (the simulator replays thousands of pods of a few hundred kinds).
+    same object (the simulator replays thousands of pods of a few hundred kinds). `verdicts`: a
+    `verdict_memo` kept across decisions, for `Fit.rejected`.
     """
     rows = state.active_rows() if rows is None else rows
     shape = shape or Hashed(shape_key(pod))
+    judging = (rows, shape, verdicts)
     if memo is None:
-        return Fit(state, pod, rows[_passes(Candidates(state, pod, rows), shape)], rows, shape)
+        return Fit(state, pod, rows[_passes(Candidates(state, pod, rows), shape)], judging, shape)
     entry, stale = memo.lookup(state, shape, rows)
     if stale.size:
         fresh = rows[stale]
@@ -138,8 +162,8 @@ def find_fit(
             entry["usable"][fresh] = candidates.usable
         memo.stamp(state, entry, fresh)
     if rows.size == entry["passes"].size:  # every node, in order (as `lookup` takes it): no gathers
-        return Fit(state, pod, entry["passes"].nonzero()[0], rows, shape, entry["usable"])
-    return Fit(state, pod, rows[entry["passes"][rows]], rows, shape, entry["usable"])
+        return Fit(state, pod, entry["passes"].nonzero()[0], judging, shape, entry["usable"])
+    return Fit(state, pod, rows[entry["passes"][rows]], judging, shape, entry["usable"])
 
 
 def _passes(candidates: Candidates, shape: Hashed) -> np.ndarray:

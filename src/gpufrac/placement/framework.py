@@ -14,7 +14,7 @@ import numpy as np
 
 from gpufrac.cluster.state import ClusterState
 from gpufrac.placement.cache import NodeMemo
-from gpufrac.placement.fit import Fit, fit_memo
+from gpufrac.placement.fit import Fit, fit_memo, verdict_memo
 from gpufrac.placement.reserve import WholeGpuReserve
 from gpufrac.placement.workload import Workload
 from gpufrac.registry import Registry
@@ -60,6 +60,7 @@ class Policy:
     picker: GpuPicker
     fits: NodeMemo = field(default_factory=fit_memo)
     reserve: WholeGpuReserve | None = None
+    verdicts: NodeMemo = field(default_factory=verdict_memo)  # why nodes refused a pod (`Fit.rejected`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -152,9 +152,9 @@ class FgdStranding(Fgd):
         return super().score(state, fit)
 
     def _cluster_terms(self, state: ClusterState) -> tuple[float, np.ndarray | None]:
-        """`feed_rate` and `model_need` (None where no model is needed: no pod of the workload is restricted
-        to some), made again when nodes join, change or leave. Every node's score reads them, so the scores
-        kept are thrown away when they change."""
+        """`feed_rate` and `model_need` (None where it is 0 for every model, as where no pod of the workload
+        is restricted to some), made again when nodes join, change or leave. Every node's score reads them,
+        so the scores kept are thrown away when they change."""
         key = (state.serial, state.node_changes)
         if self._cluster is None or self._cluster[0] != key:
             rate, needs = feed_rate(self.workload, state), model_need(self.workload, state)
