@@ -26,8 +26,10 @@ def ranked(fit: Fit, at: int, order_key: Callable[[], np.ndarray]) -> tuple[int,
     if not fit.pod.shares:
         return lowest_empty(fit, at)
     candidates = fit.usable(at).nonzero()[0]
-    chosen = candidates[order_key()[candidates].argsort(kind="stable")][: gpus_wanted(fit.pod)]
-    return tuple(sorted(int(g) for g in chosen))
+    wanted = gpus_wanted(fit.pod)
+    if len(candidates) > wanted:  # else it takes them all, whatever their order
+        candidates = candidates[order_key()[candidates].argsort(kind="stable")][:wanted]
+    return tuple(sorted(int(g) for g in candidates))
 
 
 @dataclass(frozen=True, slots=True)
