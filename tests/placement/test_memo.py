@@ -3,6 +3,8 @@ distinct shapes (a tenant's) cannot grow the scheduler without end, and a key dr
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from gpufrac.cluster.state import ClusterState
@@ -64,3 +66,15 @@ def test_a_fit_narrowed_to_some_gpus_counts_the_refusals_of_the_fit_it_came_from
     fit = find_fit(state, share_pod("p", 100))
     narrowed = fit.narrowed(state.gpu_tenants > 0, Hashed(("in use", fit.shape.value)))
     assert len(narrowed.rows) == 0 and narrowed.rejected == fit.rejected == {"too few GPUs": 1}
+
+
+def test_endless_shapes_that_fit_nowhere_keep_the_verdict_memo_within_its_bound() -> None:
+    state = ClusterState([node(f"n{i}", 1, cpu=1_000) for i in range(20)])
+    bounded, free = policy("bestfit"), policy("bestfit")
+    small = verdict_memo()
+    small._most_bytes = 5 * state.version.shape[0] * (8 + 1)  # five shapes' verdicts
+    bounded = dataclasses.replace(bounded, verdicts=small)
+    for i in range(40):
+        pod = dataclasses.replace(share_pod(f"p{i}", 100), cpu_milli=2_000 + i)  # each its own shape
+        assert decide(state, pod, bounded) == decide(state, pod, free)
+        assert 0 < small._bytes <= small._most_bytes

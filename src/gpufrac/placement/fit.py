@@ -15,7 +15,7 @@ import numpy as np
 
 from gpufrac.cluster.model import PodDemand, milli_up
 from gpufrac.cluster.state import ClusterState, take_rows
-from gpufrac.placement.cache import Hashed, NodeMemo, shape_key
+from gpufrac.placement.cache import MEMO_BYTES, Hashed, NodeMemo, shape_key
 from gpufrac.placement.filters import FILTERS, Candidates, Filter, gpus_wanted, is_simple, resolve
 
 PASSED = len(FILTERS)  # the verdict of a node no filter rejects; otherwise the index of the first that does
@@ -117,8 +117,10 @@ _Judging = tuple[np.ndarray, Hashed, NodeMemo | None]
 
 
 def verdict_memo() -> NodeMemo:
-    """A memo for `Fit.rejected`: per pod shape, each node's first failing filter."""
-    return NodeMemo("verdict", dtypes={"verdict": np.int64})
+    """A memo for `Fit.rejected`: per pod shape, each node's first failing filter (an index into `FILTERS`,
+    one byte). Only shapes that fit nowhere fill it, so a quarter of a memo's bound keeps what a tenant's
+    stream of unschedulable shapes may add to the scheduler's memory small beside the filters' own memo."""
+    return NodeMemo("verdict", dtypes={"verdict": np.int8}, most_bytes=MEMO_BYTES // 4)
 
 
 def fit_memo() -> NodeMemo:
