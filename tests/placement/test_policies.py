@@ -17,6 +17,7 @@ from gpufrac.contract.model import Mebibytes, Portion, ShareRequest, WholeGpuReq
 from gpufrac.placement.engine import decide
 from gpufrac.placement.fit import find_fit
 from gpufrac.placement.framework import POLICIES, Policy
+from gpufrac.placement.pickers import RandomGpu
 from gpufrac.placement.policies import fgd_stranding
 from gpufrac.placement.policies.fgd import fgd_score
 from gpufrac.placement.policies.fgd_stranding import STRANDING_WEIGHT, cpu_per_gpu, model_need
@@ -362,6 +363,23 @@ def test_random_only_picks_feasible_nodes_and_gpus_and_is_seeded() -> None:
     assert {gpus for _, gpus in first} == {(1,)}
     assert draws(7) == first
     assert draws(8) != first
+
+
+def test_random_one_gpu_share_draws_as_choice_without_replacement() -> None:
+    """The picker's shortcut for one GPU takes the GPU `choice(pool, 1, replace=False)` would, leaving the
+    stream where it would: published random runs replay unchanged."""
+    state = ClusterState([node("n", 8)])
+    for gpu in (1, 4, 6):
+        state.apply(share_at(f"s{gpu}", "n", (gpu,), 14_000))
+    pod = share_pod("p", 250)
+    usable = find_fit(state, pod).usable(0).nonzero()[0]
+    assert list(usable) == [0, 2, 3, 5, 7]
+    for seed in range(50):
+        picker = RandomGpu(np.random.default_rng(seed))
+        reference = np.random.default_rng(seed)
+        for _ in range(20):
+            assert picker.pick(state, find_fit(state, pod), 0) == (int(reference.choice(usable, 1, False)[0]),)
+        assert picker.rng.bit_generator.state == reference.bit_generator.state
 
 
 def test_random_whole_gpus_are_empty_and_distinct() -> None:

@@ -53,6 +53,9 @@ class RandomGpu:
     rng: np.random.Generator
 
     def pick(self, state: ClusterState, fit: Fit, at: int) -> tuple[int, ...]:
-        pool = fit.usable(at)
-        chosen = self.rng.choice(pool.nonzero()[0], size=gpus_wanted(fit.pod), replace=False)
+        pool = fit.usable(at).nonzero()[0]
+        wanted = gpus_wanted(fit.pod)
+        if wanted == 1:  # the one draw `choice(pool, 1, replace=False)` makes, without its set-up
+            return (int(pool[self.rng.integers(len(pool))]),)
+        chosen = self.rng.choice(pool, size=wanted, replace=False)
         return tuple(sorted(int(g) for g in chosen))

@@ -174,7 +174,9 @@ class FgdStranding(Fgd):
         total = free.sum(axis=-1)
         leftover = free - need[:, None]
         waste = self._weighed_waste()
-        hole = waste[np.minimum(np.maximum(leftover, 0), 1000)] - waste[np.minimum(free, 1000)]
+        # Free shares are 0 to 1000 (`usable_free_milli`), so only a leftover below 0 (a GPU too full, scored
+        # -1 anyway) needs bringing into the table.
+        hole = waste.take(np.maximum(leftover, 0)) - waste.take(free)
         growth = (
             self._share_growth(state, fit, rows, free, need)
             + self._penalty(state, fit, rows, total, total - need)[:, None]
