@@ -378,7 +378,8 @@ def test_random_one_gpu_share_draws_as_choice_without_replacement() -> None:
         picker = RandomGpu(np.random.default_rng(seed))
         reference = np.random.default_rng(seed)
         for _ in range(20):
-            assert picker.pick(state, find_fit(state, pod), 0) == (int(reference.choice(usable, 1, False)[0]),)
+            drawn = int(reference.choice(usable, 1, replace=False)[0])
+            assert picker.pick(state, find_fit(state, pod), 0) == (drawn,)
         assert picker.rng.bit_generator.state == reference.bit_generator.state
 
 
