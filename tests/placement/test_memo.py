@@ -4,6 +4,7 @@ distinct shapes (a tenant's) cannot grow the scheduler without end, and a key dr
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -12,7 +13,7 @@ from gpufrac.placement.cache import Hashed, NodeMemo
 from gpufrac.placement.engine import decide
 from gpufrac.placement.fit import find_fit, fit_memo, verdict_memo
 
-from ..cluster.builders import node, share_pod
+from ..cluster.builders import node, share_at, share_pod
 from .builders import policy
 
 
@@ -31,6 +32,28 @@ def test_the_keys_looked_up_longest_ago_go_first_once_the_bound_is_passed() -> N
     assert memo.lookup(state, "b", rows)[1].size == 100  # computed again; d, not looked up since, goes
     assert memo.lookup(state, "a", rows)[1].size == 0 and memo.lookup(state, "c", rows)[1].size == 0
     assert memo.lookup(state, "d", rows)[1].size == 100
+
+
+def test_refreshed_computes_only_the_nodes_that_changed_among_the_rows_asked() -> None:
+    state = ClusterState([node(f"n{i}", 2) for i in range(6)])
+    memo = NodeMemo("value")
+    asked: list[list[int]] = []
+
+    def compute(rows: np.ndarray) -> Callable[[np.ndarray], tuple[np.ndarray]]:
+        def fill(stale: np.ndarray) -> tuple[np.ndarray]:
+            asked.append(rows[stale].tolist())
+            return (state.cpu_free[rows[stale]] / 1000,)
+
+        return fill
+
+    everyone, some = np.arange(6), np.array([1, 3, 4])
+    assert memo.refreshed(state, "k", everyone, compute(everyone))["value"].tolist() == [64.0] * 6
+    state.apply(share_at("a", "n3", (0,), 1_000, cpu=4_000))
+    state.apply(share_at("b", "n5", (0,), 1_000, cpu=8_000))
+    assert memo.refreshed(state, "k", some, compute(some))["value"][some].tolist() == [64.0, 60.0, 64.0]
+    assert memo.refreshed(state, "k", everyone, compute(everyone))["value"].tolist()[5] == 56.0
+    memo.refreshed(state, "k", everyone, compute(everyone))  # nothing changed since: not called
+    assert asked == [[0, 1, 2, 3, 4, 5], [3], [5]]
 
 
 def test_a_policy_deciding_endless_shapes_keeps_its_memos_within_their_bound_and_decides_alike() -> None:

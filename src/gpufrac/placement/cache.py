@@ -6,7 +6,7 @@ one node; so a plugin recomputes only the nodes whose `ClusterState.version` mov
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -84,7 +84,7 @@ class NodeMemo:
         """The arrays cached under `key` (indexed by node row) and the positions in `rows` to recompute.
 
         `rows` are distinct and ascending, as `np.flatnonzero` gives them. The caller writes fresh values for
-        the positions returned, then calls `stamp`.
+        the positions returned, then calls `stamp` (`refreshed` does all three).
         """
         versions = state.version
         layout = (versions.shape[0], state.width)
@@ -99,6 +99,25 @@ class NodeMemo:
         if rows.size == layout[0]:  # every node, in order: no need to gather them
             return entry, (entry["version"] != versions).nonzero()[0]
         return entry, (entry["version"][rows] != versions[rows]).nonzero()[0]
+
+    def refreshed(
+        self,
+        state: ClusterState,
+        key: Hashable,
+        rows: np.ndarray,
+        compute: Callable[[np.ndarray], tuple[np.ndarray, ...]],
+    ) -> dict[str, np.ndarray]:
+        """The arrays cached under `key`, up to date for `rows`: for the nodes that changed since they were
+        kept, `compute(positions)` gives the values at `rows[positions]` of the memo's fields, in their order
+        (only the first ones where the others do not apply). Called only if some changed: a decision refreshes
+        a few memos this way, and a tuple costs less than naming the fields."""
+        entry, stale = self.lookup(state, key, rows)
+        if stale.size:
+            fresh = rows[stale]
+            for name, values in zip(self._fields, compute(stale), strict=False):
+                entry[name][fresh] = values
+            self.stamp(state, entry, fresh)
+        return entry
 
     def _new_entry(self, size: int, width: int) -> dict[str, np.ndarray]:
         """Arrays for a key not looked up yet, every node stale; the keys looked up longest ago make room."""

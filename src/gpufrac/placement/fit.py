@@ -85,11 +85,12 @@ class Fit:
         if memo is None:
             verdicts = _judge(Candidates(self.state, self.pod, rows), shape)
         else:
-            entry, stale = memo.lookup(self.state, shape, rows)
-            if stale.size:
-                fresh = rows[stale]
-                entry["verdict"][fresh] = _judge(Candidates(self.state, self.pod, fresh), shape)
-                memo.stamp(self.state, entry, fresh)
+            entry = memo.refreshed(
+                self.state,
+                shape,
+                rows,
+                lambda stale: (_judge(Candidates(self.state, self.pod, rows[stale]), shape),),
+            )
             verdicts = entry["verdict"][rows]
         rejected: Counter[str] = Counter()
         for index, count in enumerate(np.bincount(verdicts, minlength=PASSED + 1)[:PASSED]):
@@ -155,17 +156,20 @@ def find_fit(
     judging = (rows, shape, verdicts)
     if memo is None:
         return Fit(state, pod, rows[_passes(Candidates(state, pod, rows), shape)], judging, shape)
-    entry, stale = memo.lookup(state, shape, rows)
-    if stale.size:
-        fresh = rows[stale]
-        candidates = Candidates(state, pod, fresh)
-        entry["passes"][fresh] = _passes(candidates, shape)
-        if pod.wants_gpu:
-            entry["usable"][fresh] = candidates.usable
-        memo.stamp(state, entry, fresh)
+    entry = memo.refreshed(state, shape, rows, lambda stale: _fit_fields(state, pod, rows[stale], shape))
     if rows.size == entry["passes"].size:  # every node, in order (as `lookup` takes it): no gathers
         return Fit(state, pod, entry["passes"].nonzero()[0], judging, shape, entry["usable"])
     return Fit(state, pod, rows[entry["passes"][rows]], judging, shape, entry["usable"])
+
+
+def _fit_fields(
+    state: ClusterState, pod: PodDemand, rows: np.ndarray, shape: Hashed
+) -> tuple[np.ndarray, ...]:
+    """`fit_memo`'s fields for the nodes at `rows`: whether they pass, and, for a pod that takes GPUs, the
+    GPUs it could take."""
+    candidates = Candidates(state, pod, rows)
+    passes = _passes(candidates, shape)
+    return (passes, candidates.usable) if pod.wants_gpu else (passes,)
 
 
 def _passes(candidates: Candidates, shape: Hashed) -> np.ndarray:

@@ -117,10 +117,7 @@ def fragmentation_of(
     nodes that changed since they were last measured are measured again."""
     if memo is None:
         return _measured(state, rows, workload)
-    entry, stale = memo.lookup(state, None, rows)
-    if stale.size:
-        entry["fragmentation"][rows[stale]] = _measured(state, rows[stale], workload)
-        memo.stamp(state, entry, rows[stale])
+    entry = memo.refreshed(state, None, rows, lambda stale: (_measured(state, rows[stale], workload),))
     return entry["fragmentation"][rows]
 
 

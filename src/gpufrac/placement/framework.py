@@ -42,11 +42,9 @@ class PerNode:
     memo: NodeMemo = field(default_factory=lambda: NodeMemo("score", dtypes={"score": np.int64}))
 
     def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
-        entry, stale = self.memo.lookup(state, fit.shape, fit.rows)
-        if stale.size:
-            rows = fit.rows[stale]
-            entry["score"][rows] = self.scorer.score(state, fit.subset(stale))
-            self.memo.stamp(state, entry, rows)
+        entry = self.memo.refreshed(
+            state, fit.shape, fit.rows, lambda stale: (self.scorer.score(state, fit.subset(stale)),)
+        )
         return entry["score"][fit.rows]
 
 

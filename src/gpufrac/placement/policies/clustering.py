@@ -39,16 +39,19 @@ class ClusteringScore:
         tag = pod_tag(fit.pod)
         if tag is None:
             return np.zeros(len(fit.rows), np.int64)
-        entry, stale = self.memo.lookup(state, tag, fit.rows)
-        for row in fit.rows[stale]:
-            tags = [placement_tag(state.placements[pod]) for pod in state.pods_on[row]]
-            entry["same"][row] = tags.count(tag)
-            entry["gpu_pods"][row] = len(tags) - tags.count(None)
-        self.memo.stamp(state, entry, fit.rows[stale])
+        entry = self.memo.refreshed(state, tag, fit.rows, lambda stale: _tallies(state, fit.rows[stale], tag))
         same, gpu_pods = entry["same"][fit.rows], entry["gpu_pods"][fit.rows]
         # Nested `where`s, not `np.select`, whose own overhead was most of a decision's scoring.
         band = np.where(same > 0, np.where(same == gpu_pods, 75, 50), np.where(gpu_pods == 0, 25, 0))
         return 25 * (GPU_SCALE - free_gpu_milli(state, fit)) // GPU_SCALE + band
+
+
+def _tallies(state: ClusterState, rows: np.ndarray, tag: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per node at `rows`, its pods tagged `tag` and its pods with GPUs (the memo's "same", "gpu_pods")."""
+    tags = [[placement_tag(state.placements[pod]) for pod in state.pods_on[row]] for row in rows]
+    return np.array([each.count(tag) for each in tags]), np.array(
+        [len(each) - each.count(None) for each in tags]
+    )
 
 
 POLICIES.register(PolicyKind("clustering", lambda context: Policy(PerNode(ClusteringScore()), BestFitGpu())))

@@ -61,11 +61,9 @@ class Fgd:
     )
 
     def score(self, state: ClusterState, fit: Fit) -> np.ndarray:
-        entry, stale = self.memo.lookup(state, fit.shape, fit.rows)
-        if stale.size:
-            rows = fit.rows[stale]
-            entry["score"][rows], entry["gpu"][rows] = self._evaluate_alike(state, fit, stale)
-            self.memo.stamp(state, entry, rows)
+        entry = self.memo.refreshed(
+            state, fit.shape, fit.rows, lambda stale: self._evaluate_alike(state, fit, stale)
+        )
         return entry["score"][fit.rows]
 
     def _evaluate_alike(
