@@ -49,9 +49,9 @@ class ClusteringScore:
 def _tallies(state: ClusterState, rows: np.ndarray, tag: str) -> tuple[np.ndarray, np.ndarray]:
     """Per node at `rows`, its pods tagged `tag` and its pods with GPUs (the memo's "same", "gpu_pods")."""
     tags = [[placement_tag(state.placements[pod]) for pod in state.pods_on[row]] for row in rows]
-    return np.array([each.count(tag) for each in tags]), np.array(
-        [len(each) - each.count(None) for each in tags]
-    )
+    same = np.array([each.count(tag) for each in tags])
+    gpu_pods = np.array([len(each) - each.count(None) for each in tags])
+    return same, gpu_pods
 
 
 POLICIES.register(PolicyKind("clustering", lambda context: Policy(PerNode(ClusteringScore()), BestFitGpu())))
